@@ -1,0 +1,51 @@
+#include "core/convert.h"
+
+#include "core/error.h"
+#include "core/numeric.h"
+
+#include <cstdint>
+#include <cstring>
+
+namespace qf {
+
+void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
+  switch (dtype) {
+    case DType::F32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::BF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    default:
+      fail("cannot convert {} to F32", dtype_name(dtype));
+  }
+}
+
+void convert_from_f32(DType dtype, const float* src, void* dst, size_t n) {
+  switch (dtype) {
+    case DType::F32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    default:
+      fail("cannot convert F32 to {}", dtype_name(dtype));
+  }
+}
+
+}  // namespace qf

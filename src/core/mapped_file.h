@@ -1,0 +1,35 @@
+// A read-only memory map of a whole file. Pages are never written; `release` tells the kernel
+// that a range is done so that resident memory does not grow while a large file is streamed.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+
+namespace qf {
+
+class MappedFile {
+ public:
+  // Maps `path` read-only. Throws qf::Error naming the file if it cannot be opened or mapped.
+  // An empty file maps to size() == 0 and data() == nullptr.
+  static MappedFile open(const std::filesystem::path& path);
+
+  MappedFile() = default;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  ~MappedFile();
+
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+  // Drops the pages covering [offset, offset + length) from this process's resident set
+  // (the bytes stay readable and are faulted in again if touched).
+  void release(size_t offset, size_t length) const;
+
+ private:
+  std::filesystem::path path_;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace qf

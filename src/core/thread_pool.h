@@ -1,0 +1,51 @@
+// A fixed pool of worker threads for data-parallel loops. Work is split into tasks by index, so
+// results never depend on the number of threads.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace qf {
+
+class ThreadPool {
+ public:
+  // `threads` >= 1 counts the calling thread, which takes part in every parallel_for.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Runs fn(i) once for every i in [0, n) and returns when all calls are done. Tasks are taken
+  // dynamically; the first exception thrown by any task is rethrown here after the rest finish.
+  // Not reentrant: fn must not call parallel_for on the same pool.
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+
+  // Number of hardware threads (at least 1).
+  static int hardware_threads();
+
+ private:
+  void worker_loop();
+  void run_tasks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  int64_t next_ = 0;
+  int64_t finished_ = 0;
+  uint64_t generation_ = 0;
+  int busy_workers_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace qf

@@ -1,0 +1,34 @@
+// INT4: symmetric signed 4-bit integers in groups along each row, one scale per group.
+// Math as ModelOpt's INT4 (AWQ) export: scale = amax/7, round half to even, clamp to [-8, 7].
+#pragma once
+
+#include "core/dtype.h"
+#include "formats/weight_rows.h"
+
+#include <cstdint>
+
+namespace qf {
+
+class ThreadPool;
+
+inline constexpr int kInt4DefaultGroup = 128;
+
+// scale[r, g] = amax_rg * fl32(1/7), an amax of 0 giving 1.0, rounded to `scale_dtype`;
+// q = clamp(round_half_even(x / scale), -8, 7) with IEEE division. cols % group == 0.
+//   q: [rows, cols] int8 in [-8, 7]; scales: [rows, cols/group] float32 (representable in
+//   scale_dtype).
+void int4_quantize_reference(const WeightRows& w, int group, DType scale_dtype, int8_t* q,
+                             float* scales);
+void int4_quantize(const WeightRows& w, int group, DType scale_dtype, int8_t* q, float* scales,
+                   ThreadPool& pool);
+void int4_dequantize(const int8_t* q, const float* scales, int group, int64_t rows, int64_t cols,
+                     float* out);
+
+// ModelOpt packing (rows must be even): out [rows/2, cols] bytes,
+// byte[i, k] = (q[2i, k] & 0xF) | (q[2i+1, k] & 0xF) << 4.
+void int4_pack_row_pairs(const int8_t* q, int64_t rows, int64_t cols, uint8_t* out);
+// compressed-tensors `pack-quantized` (cols % 8 == 0): out [rows, cols/8] int32, element 8j+i
+// stored as the unsigned nibble q+8 at bits 4i of word j.
+void int4_pack_int32(const int8_t* q, int64_t rows, int64_t cols, int32_t* out);
+
+}  // namespace qf

@@ -1,0 +1,61 @@
+// A Hugging Face checkpoint directory: config.json, one `model.safetensors` or shards listed by
+// `model.safetensors.index.json`, plus tokenizer and generation files. Tensors are looked up by
+// their HF names; `__metadata__` aliases (name -> stored name) are resolved, so a tensor stored
+// once under another name is found under both. Files are only mapped read-only.
+#pragma once
+
+#include "io/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace qf {
+
+struct CheckpointTensor {
+  std::string name;                 // HF name as the model refers to it
+  const SafetensorsFile* file = nullptr;
+  const SafetensorsEntry* entry = nullptr;  // the stored tensor (may be stored under an alias)
+};
+
+class Checkpoint {
+ public:
+  // Opens `dir`. Throws qf::Error naming the file and problem: missing or malformed
+  // config.json, an index naming a missing shard or a path outside `dir`, an invalid shard, a
+  // tensor listed in the index but absent from its shard, the same tensor in two shards.
+  static Checkpoint open(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const nlohmann::json& config() const { return config_; }
+  // Every stored tensor in a stable order (shard order, then offset order), by stored name.
+  const std::vector<CheckpointTensor>& tensors() const { return tensors_; }
+  // Looks a tensor up by name, through aliases. nullptr if absent.
+  const CheckpointTensor* find(const std::string& name) const;
+  // alias name -> stored name, from the shards' __metadata__.
+  const std::map<std::string, std::string>& aliases() const { return aliases_; }
+  // Shard files in order.
+  const std::vector<std::unique_ptr<SafetensorsFile>>& shards() const { return shards_; }
+  // Files other than config, index and shards (tokenizer, generation config, ...), relative
+  // names, to be copied to an exported checkpoint.
+  const std::vector<std::string>& extra_files() const { return extra_files_; }
+  // Sum of the stored tensors' bytes.
+  uint64_t tensor_bytes() const;
+
+ private:
+  std::filesystem::path dir_;
+  nlohmann::json config_;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::vector<CheckpointTensor> tensors_;
+  std::map<std::string, size_t> by_name_;  // includes aliases
+  std::map<std::string, std::string> aliases_;
+  std::vector<std::string> extra_files_;
+};
+
+// Reads and parses a JSON file; throws qf::Error naming the file.
+nlohmann::json read_json_file(const std::filesystem::path& path);
+
+}  // namespace qf

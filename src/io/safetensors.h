@@ -1,0 +1,63 @@
+// Reading safetensors files: an 8-byte little-endian header length, a JSON header, then the
+// tensor data. The header is validated completely before any tensor is handed out: dtypes,
+// shapes against byte counts, offsets in range, contiguous and non-overlapping, the data
+// section ending exactly at the end of the file.
+#pragma once
+
+#include "core/mapped_file.h"
+#include "core/tensor.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qf {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  uint64_t begin = 0;  // byte offsets relative to the start of the data section
+  uint64_t end = 0;
+};
+
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;  // sorted by offset
+  std::map<std::string, std::string> metadata;  // "__metadata__", string to string
+};
+
+// Largest header the reader accepts (the safetensors reference limit).
+inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+// Parses and validates a header. `data_size` is the number of bytes after the header. `label`
+// (usually the file path) starts every error message. Throws qf::Error on anything invalid.
+// Safe on arbitrary input (fuzzed).
+SafetensorsHeader parse_safetensors_header(std::string_view json, uint64_t data_size,
+                                           const std::string& label);
+
+class SafetensorsFile {
+ public:
+  // Maps and validates the file. Throws qf::Error naming the file and the problem.
+  static SafetensorsFile open(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return file_.path(); }
+  const std::vector<SafetensorsEntry>& tensors() const { return header_.tensors; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  // nullptr if absent.
+  const SafetensorsEntry* find(std::string_view name) const;
+  // A view into the mapping; valid while this object lives.
+  TensorView view(const SafetensorsEntry& entry) const;
+  // Drops the entry's pages from resident memory once the caller is done with them.
+  void release(const SafetensorsEntry& entry) const;
+  uint64_t file_size() const { return file_.size(); }
+
+ private:
+  MappedFile file_;
+  SafetensorsHeader header_;
+  uint64_t data_start_ = 0;
+};
+
+}  // namespace qf

@@ -1,0 +1,50 @@
+// Writing one safetensors file, streaming: the full list of tensors (names, dtypes, shapes) is
+// given up front so the header can be written first; the data of each tensor is then appended
+// in that order, so only one tensor needs to be in memory at a time. Every write is checked
+// (disk full gives a qf::Error naming the file); finish() flushes to disk.
+#pragma once
+
+#include "core/tensor.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qf {
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  uint64_t nbytes() const { return uint64_t(shape_numel(shape)) * dtype_size(dtype); }
+};
+
+// Total file size a writer with these specs produces (header included).
+uint64_t safetensors_file_size(const std::vector<TensorSpec>& specs,
+                               const std::map<std::string, std::string>& metadata);
+
+class SafetensorsWriter {
+ public:
+  // Creates (truncates) `path` and writes the header. Names must be unique.
+  SafetensorsWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,
+                    const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+  ~SafetensorsWriter();  // closes without finishing if finish() was not called
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // Appends the data of the next tensor in spec order; `name` and the byte count must match it.
+  void write(std::string_view name, std::span<const std::byte> data);
+  // Checks that every tensor was written, flushes and fsyncs, closes.
+  void finish();
+
+ private:
+  std::filesystem::path path_;
+  std::vector<TensorSpec> specs_;
+  size_t next_ = 0;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace qf

@@ -1,0 +1,61 @@
+#include "test_util.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace qf::test {
+
+fs::path fixtures_dir() {
+  const fs::path p = fs::path(QFORGE_SOURCE_DIR).parent_path() / "shared" / "fixtures";
+  return fs::exists(p / "models") ? p : fs::path();
+}
+
+ScratchDir::ScratchDir() {
+  static std::atomic<int> counter{0};
+  path_ = fs::temp_directory_path() /
+          ("qforge-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  fs::remove_all(path_);
+  fs::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+  fs::remove_all(path_, ec);
+}
+
+CommandResult run_qforge(const std::string& args, const std::string& prefix) {
+  ScratchDir io;
+  const fs::path out = io / "stdout", err = io / "stderr";
+  const std::string cmd = prefix + " '" + std::string(QFORGE_BINARY) + "' " + args + " >'" +
+                          out.string() + "' 2>'" + err.string() + "' </dev/null";
+  write_file(io / "cmd.sh", cmd + "\n");
+  const int status = std::system(("bash '" + (io / "cmd.sh").string() + "'").c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  if (path.has_parent_path()) fs::create_directories(path.parent_path());
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace qf::test
