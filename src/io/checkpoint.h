@@ -50,7 +50,9 @@ class Checkpoint {
   nlohmann::json config_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<CheckpointTensor> tensors_;
-  std::map<std::string, size_t> by_name_;  // includes aliases
+  // Index into tensors_, or for aliases tensors_.size() + index into alias_tensors_.
+  std::map<std::string, size_t> by_name_;
+  std::vector<CheckpointTensor> alias_tensors_;  // name = alias, entry = the stored tensor
   std::map<std::string, std::string> aliases_;
   std::vector<std::string> extra_files_;
 };

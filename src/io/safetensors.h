@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,14 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 SafetensorsHeader parse_safetensors_header(std::string_view json, uint64_t data_size,
                                            const std::string& label);
 
+// Parses a whole file's bytes: the 8-byte little-endian header length (checked against the
+// size and kMaxSafetensorsHeader), then the header via parse_safetensors_header. Sets
+// `*data_start` (if given) to the offset of the data section. Throws qf::Error starting with
+// `label`. Safe on arbitrary input (this is what the fuzz target drives).
+SafetensorsHeader parse_safetensors_bytes(std::span<const std::byte> bytes,
+                                          const std::string& label,
+                                          uint64_t* data_start = nullptr);
+
 class SafetensorsFile {
  public:
   // Maps and validates the file. Throws qf::Error naming the file and the problem.
@@ -58,6 +67,7 @@ class SafetensorsFile {
   MappedFile file_;
   SafetensorsHeader header_;
   uint64_t data_start_ = 0;
+  std::vector<uint32_t> by_name_;  // indices into header_.tensors, sorted by name, for find()
 };
 
 }  // namespace qf

@@ -28,16 +28,18 @@ uint64_t safetensors_file_size(const std::vector<TensorSpec>& specs,
 
 class SafetensorsWriter {
  public:
-  // Creates (truncates) `path` and writes the header. Names must be unique.
+  // Creates (truncates) `path` and writes the header. Names must be unique, shapes valid.
+  // Throws qf::Error naming `path` on invalid specs or I/O errors.
   SafetensorsWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,
                     const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
   ~SafetensorsWriter();  // closes without finishing if finish() was not called
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
-  // Appends the data of the next tensor in spec order; `name` and the byte count must match it.
+  // Appends the data of the next tensor in spec order; `name` and the byte count must match it
+  // (qf::Error otherwise). I/O errors throw "<path>: write failed: <reason>".
   void write(std::string_view name, std::span<const std::byte> data);
-  // Checks that every tensor was written, flushes and fsyncs, closes.
+  // Checks that every tensor was written, flushes and fsyncs, closes; any failure throws.
   void finish();
 
  private:
@@ -45,6 +47,9 @@ class SafetensorsWriter {
   std::vector<TensorSpec> specs_;
   size_t next_ = 0;
   std::FILE* file_ = nullptr;
+  bool failed_ = false;  // a write failed: the file is incomplete, further writes are refused
+
+  void write_bytes(const void* data, size_t n);  // checked fwrite; throws "write failed"
 };
 
 }  // namespace qf

@@ -1,0 +1,47 @@
+// Helpers shared by the io/ sources: quoting untrusted names, checked size arithmetic.
+#include "io/io_util.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace qf {
+
+std::string quote_name(std::string_view s) {
+  // Names come from untrusted files: escape control bytes so messages stay on one line, and cut
+  // absurdly long names so a fuzzed header cannot produce a megabyte-long message.
+  constexpr size_t kMax = 200;
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else if (c == '\'' || c == '\\') (out += '\\') += char(c);
+    else out += char(c);
+  }
+  if (s.size() > kMax) out += "...";
+  out += '\'';
+  return out;
+}
+
+std::string one_line(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    out += (c < 0x20 || c == 0x7f) ? ' ' : ch;
+  }
+  return out;
+}
+
+std::optional<uint64_t> checked_nbytes(const Shape& shape, DType dtype) {
+  constexpr uint64_t kLimit = uint64_t(std::numeric_limits<int64_t>::max());
+  uint64_t n = 1;
+  for (const int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, uint64_t(d), &n) || n > kLimit) return std::nullopt;
+  }
+  if (__builtin_mul_overflow(n, uint64_t(dtype_size(dtype)), &n) || n > kLimit)
+    return std::nullopt;
+  return n;
+}
+
+}  // namespace qf

@@ -1,0 +1,22 @@
+// Helpers shared by the io/ sources (not a public interface): safe quoting of names taken from
+// untrusted files, and checked size arithmetic.
+#pragma once
+
+#include "core/tensor.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace qf {
+
+// 'name' with control bytes escaped and long names cut, so an error message stays one line.
+std::string quote_name(std::string_view s);
+// `s` with control characters replaced by spaces.
+std::string one_line(std::string_view s);
+
+// Byte size of a tensor, or nullopt if a dimension is negative or the count overflows int64.
+std::optional<uint64_t> checked_nbytes(const Shape& shape, DType dtype);
+
+}  // namespace qf
