@@ -1,0 +1,74 @@
+// `qforge demo`: the whole job on a built-in default, no download needed: synthesize a small
+// Llama checkpoint, quantize it, and show what came out.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "export/checkpoint_inspector.h"
+#include "model/synthetic_checkpoint.h"
+#include "pipeline/quantize_checkpoint.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace qf::cli {
+
+void register_demo(CLI::App& app, Action& run) {
+  struct Args {
+    std::string format = "nvfp4", shape = "tiny", out;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "Synthesize a small Llama checkpoint, quantize it and print the summary.");
+  cmd->add_option("--format", args->format, "Weight format")
+      ->check(CLI::IsMember({"nvfp4", "mxfp4", "fp8", "int4"}))
+      ->capture_default_str();
+  cmd->add_option("--shape", args->shape, "Synthetic model shape (see `qforge synth --help`)")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", args->out,
+                  "Keep the results here (default: a temporary directory, removed afterwards)");
+  cmd->callback([args, &run] {
+    run = [args] {
+      const bool keep = !args->out.empty();
+      const fs::path root = keep ? fs::path(args->out)
+                                 : fs::temp_directory_path() /
+                                       ("qforge-demo-" + std::to_string(::getpid()));
+      fs::create_directories(root);
+      struct Cleanup {
+        fs::path dir;
+        bool keep;
+        ~Cleanup() {
+          std::error_code ec;
+          if (!keep) fs::remove_all(dir, ec);
+        }
+      } cleanup{root, keep};
+
+      SynthOptions s;
+      s.shape = args->shape;
+      s.force = true;
+      const SynthReport synth = write_synthetic_checkpoint(root / "model-bf16", s);
+      fmt::print("1. synthesized a {} checkpoint: {} parameters, {}\n", args->shape,
+                 synth.parameters, human_bytes(double(synth.bytes)));
+
+      QuantizeOptions q;
+      q.format = *parse_format(args->format);
+      q.force = true;
+      const QuantizeReport r = quantize_checkpoint(root / "model-bf16", root / "model-quantized", q);
+      fmt::print("2. quantized it to {} (ModelOpt Hugging Face format):\n", args->format);
+      print_quantize_summary(r);
+
+      const InspectReport i = inspect_checkpoint(root / "model-quantized");
+      fmt::print("3. inspected the result: quant_algo {}, {} quantized modules, {:.3f} bits per "
+                 "quantized weight, {} on disk\n",
+                 i.quant_algo, i.quantized_modules, i.bits_per_quantized_weight(),
+                 human_bytes(double(i.total_bytes)));
+      if (keep) fmt::print("results kept in {}\n", root.string());
+      return 0;
+    };
+  });
+}
+
+}  // namespace qf::cli

@@ -1,0 +1,72 @@
+// `qforge inspect`: what is in a checkpoint (tensors, dtypes, sizes, quantization config).
+#include "cli/commands.h"
+#include "core/progress.h"
+#include "export/checkpoint_inspector.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace qf::cli {
+
+void register_inspect(CLI::App& app, Action& run) {
+  struct Args {
+    std::string dir;
+    bool json = false, brief = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Show a checkpoint's tensors (dtype, shape, bytes), its quantization config and "
+                 "the bits each quantized weight costs, counting its scales.");
+  cmd->add_option("model", args->dir, "Model directory")->required();
+  cmd->add_flag("--json", args->json, "Print JSON on stdout");
+  cmd->add_flag("--brief", args->brief, "Omit the per-tensor list");
+  cmd->callback([args, &run] {
+    run = [args] {
+      const InspectReport r = inspect_checkpoint(args->dir);
+      if (args->json) {
+        nlohmann::ordered_json j;
+        j["path"] = r.dir.string();
+        j["model_type"] = r.model_type;
+        j["shards"] = r.shards;
+        j["total_bytes"] = r.total_bytes;
+        j["tensor_bytes"] = r.tensor_bytes;
+        j["quant_algo"] = r.quant_algo.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.quant_algo);
+        j["quantization_config"] = nlohmann::ordered_json::parse(r.quantization_config.dump());
+        j["quantized_modules"] = r.quantized_modules;
+        j["quantized_weights"] = r.quantized_weights;
+        j["quantized_bytes"] = r.quantized_bytes;
+        j["bits_per_quantized_weight"] = r.bits_per_quantized_weight();
+        j["tensors"] = nlohmann::ordered_json::array();
+        if (!args->brief)
+          for (const auto& t : r.tensors)
+            j["tensors"].push_back({{"name", t.name},
+                                    {"dtype", dtype_name(t.dtype)},
+                                    {"shape", t.shape},
+                                    {"bytes", t.bytes}});
+        fmt::print("{}\n", j.dump(2));
+        return 0;
+      }
+      if (!args->brief) {
+        fmt::print("{:<56} {:<8} {:<16} {:>12}\n", "tensor", "dtype", "shape", "bytes");
+        for (const auto& t : r.tensors)
+          fmt::print("{:<56} {:<8} {:<16} {:>12}\n", t.name, dtype_name(t.dtype),
+                     shape_str(t.shape), t.bytes);
+        fmt::print("\n");
+      }
+      fmt::print("{:<28} {}\n", "checkpoint", r.dir.string());
+      fmt::print("{:<28} {}\n", "model type", r.model_type);
+      fmt::print("{:<28} {} in {} shard(s)\n", "size on disk", human_bytes(double(r.total_bytes)),
+                 r.shards);
+      fmt::print("{:<28} {}\n", "tensors", r.tensors.size());
+      fmt::print("{:<28} {}\n", "quantization", r.quant_algo.empty() ? "none" : r.quant_algo);
+      if (r.quantized_modules > 0) {
+        fmt::print("{:<28} {}\n", "quantized modules", r.quantized_modules);
+        fmt::print("{:<28} {}\n", "quantized weights", r.quantized_weights);
+        fmt::print("{:<28} {:.3f}\n", "bits per quantized weight", r.bits_per_quantized_weight());
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace qf::cli

@@ -1,0 +1,120 @@
+// `qforge quantize`: a Hugging Face checkpoint in, an engine-loadable quantized checkpoint out.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "pipeline/quantize_checkpoint.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace qf::cli {
+
+void print_quantize_summary(const QuantizeReport& r) {
+  const double mbps = r.seconds > 0 ? double(r.bytes_in) / r.seconds / 1e6 : 0;
+  fmt::print("qforge quantize -> {} ({}, {} export)\n", r.output.string(), r.format,
+             r.export_format);
+  fmt::print("  {:<28} {}\n", "modules quantized", r.modules_quantized);
+  fmt::print("  {:<28} {}\n", "modules left unquantized", r.modules_excluded);
+  fmt::print("  {:<28} {}\n", "tensors copied unchanged", r.tensors_copied);
+  fmt::print("  {:<28} {} ({} bytes)\n", "bytes in", human_bytes(double(r.bytes_in)), r.bytes_in);
+  fmt::print("  {:<28} {} ({} bytes)\n", "bytes out", human_bytes(double(r.bytes_out)), r.bytes_out);
+  fmt::print("  {:<28} {:.2f}x\n", "size ratio in/out",
+             r.bytes_out ? double(r.bytes_in) / double(r.bytes_out) : 0.0);
+  fmt::print("  {:<28} {:.3f}\n", "bits per quantized weight", r.bits_per_quantized_weight());
+  fmt::print("  {:<28} {}\n", "output shards", r.shards);
+  fmt::print("  {:<28} {:.2f} s\n", "time", r.seconds);
+  fmt::print("  {:<28} {:.1f} MB/s\n", "throughput (input)", mbps);
+  fmt::print("  {:<28} {}\n", "peak memory (RSS)", human_bytes(double(r.peak_rss_bytes)));
+  if (!r.excluded.empty()) {
+    fmt::print("  unquantized modules:\n");
+    for (const auto& e : r.excluded) fmt::print("    {:<44} {}\n", e.name, e.reason);
+  }
+}
+
+std::string quantize_report_json(const QuantizeReport& r) {
+  nlohmann::ordered_json j;
+  j["output"] = r.output.string();
+  j["format"] = r.format;
+  j["export"] = r.export_format;
+  j["bytes_in"] = r.bytes_in;
+  j["bytes_out"] = r.bytes_out;
+  j["seconds"] = r.seconds;
+  j["modules_quantized"] = r.modules_quantized;
+  j["modules_excluded"] = r.modules_excluded;
+  j["tensors_copied"] = r.tensors_copied;
+  j["quantized_weights"] = r.quantized_weights;
+  j["bits_per_quantized_weight"] = r.bits_per_quantized_weight();
+  j["shards"] = r.shards;
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["excluded"] = nlohmann::ordered_json::array();
+  for (const auto& e : r.excluded) j["excluded"].push_back({{"name", e.name}, {"reason", e.reason}});
+  j["warnings"] = r.warnings;
+  return j.dump(2);
+}
+
+void register_quantize(CLI::App& app, Action& run) {
+  struct Args {
+    std::string model, out, format = "nvfp4", export_format = "modelopt", max_shard = "5GB";
+    std::vector<std::string> exclude;
+    int threads = 0, group_size = 0;
+    bool force = false, json = false, quiet = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "quantize",
+      "Quantize the Linear weights of a Hugging Face checkpoint (weight-only, round to nearest "
+      "with max calibration) and write a checkpoint that engines load.");
+  cmd->add_option("model", args->model, "Input model directory (config.json + safetensors)")
+      ->required();
+  cmd->add_option("-o,--output", args->out, "Output directory (written under a temporary name, "
+                                            "renamed when complete)")
+      ->required();
+  cmd->add_option("--format", args->format,
+                  "Weight format: nvfp4 (E2M1, E4M3 scale per 16, FP32 tensor scale), mxfp4 (E2M1, "
+                  "E8M0 scale per 32), fp8 (E4M3, scale per output channel), int4 (symmetric, "
+                  "scale per group)")
+      ->check(CLI::IsMember({"nvfp4", "mxfp4", "fp8", "int4"}))
+      ->capture_default_str();
+  cmd->add_option("--export", args->export_format,
+                  "Checkpoint format: modelopt (ModelOpt HF: vLLM, SGLang, TensorRT-LLM) or "
+                  "compressed-tensors (vLLM, SGLang, transformers)")
+      ->check(CLI::IsMember({"modelopt", "compressed-tensors"}))
+      ->capture_default_str();
+  cmd->add_option("--exclude", args->exclude,
+                  "Leave modules matching this glob unquantized (repeatable), e.g. "
+                  "'*.layers.0.*' or '*down_proj'. lm_head and embeddings are never quantized; a "
+                  "fused group (q/k/v, gate/up) is excluded whole");
+  cmd->add_option("--group-size", args->group_size,
+                  "INT4 group size (elements per scale along the input dimension): 32, 64 or 128; "
+                  "default 128")
+      ->check(CLI::IsMember({32, 64, 128}));
+  cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-shard-size", args->max_shard,
+                  "Largest output shard, e.g. 5GB, 500MB, 2GiB; more shards get an index file")
+      ->capture_default_str();
+  cmd->add_flag("--force", args->force, "Replace the output directory if it exists");
+  cmd->add_flag("--json", args->json, "Print the summary as JSON on stdout");
+  cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or warnings on stderr");
+  cmd->callback([args, &run] {
+    run = [args] {
+      QuantizeOptions o;
+      o.format = *parse_format(args->format);
+      o.export_format = *parse_export_format(args->export_format);
+      o.exclude = args->exclude;
+      o.block = args->group_size;
+      o.threads = args->threads;
+      o.max_shard_bytes = parse_size(args->max_shard);
+      o.force = args->force;
+      o.progress = !args->quiet && !args->json;
+      const QuantizeReport r = quantize_checkpoint(args->model, args->out, o);
+      if (!args->quiet)
+        for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);
+      if (args->json) fmt::print("{}\n", quantize_report_json(r));
+      else print_quantize_summary(r);
+      return 0;
+    };
+  });
+}
+
+}  // namespace qf::cli

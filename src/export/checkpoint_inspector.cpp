@@ -1,0 +1,99 @@
+#include "export/checkpoint_inspector.h"
+
+#include "io/checkpoint.h"
+
+#include <cstring>
+#include <map>
+
+namespace fs = std::filesystem;
+
+namespace qf {
+namespace {
+
+// Tensors that belong to a quantized weight, besides the weight itself.
+constexpr const char* kScaleSuffixes[] = {"weight_scale",        "weight_scale_2",
+                                          "weight_global_scale", "weight_shape",
+                                          "input_scale",         "input_global_scale",
+                                          "pre_quant_scale"};
+
+std::string module_of(const std::string& name, std::string* leaf) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) {
+    *leaf = name;
+    return "";
+  }
+  *leaf = name.substr(dot + 1);
+  return name.substr(0, dot);
+}
+
+}  // namespace
+
+InspectReport inspect_checkpoint(const fs::path& dir) {
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  InspectReport r;
+  r.dir = dir;
+  r.model_type = ckpt.config().value("model_type", "");
+  r.shards = int(ckpt.shards().size());
+  for (const auto& s : ckpt.shards()) r.total_bytes += s->file_size();
+
+  // Per module: its tensors by leaf name.
+  std::map<std::string, std::map<std::string, const CheckpointTensor*>> modules;
+  for (const auto& t : ckpt.tensors()) {
+    const auto& e = *t.entry;
+    r.tensors.push_back({t.name, e.dtype, e.shape, e.end - e.begin});
+    r.tensor_bytes += e.end - e.begin;
+    std::string leaf;
+    const std::string module = module_of(t.name, &leaf);
+    modules[module][leaf] = &t;
+  }
+
+  for (const auto& [module, leaves] : modules) {
+    const CheckpointTensor* weight = nullptr;
+    if (auto it = leaves.find("weight_packed"); it != leaves.end()) weight = it->second;
+    else if (leaves.count("weight") && leaves.count("weight_scale")) weight = leaves.at("weight");
+    if (!weight) continue;
+    const SafetensorsEntry& e = *weight->entry;
+    const int64_t numel = shape_numel(e.shape);
+    int64_t elements = 0;
+    if (auto it = leaves.find("weight_shape"); it != leaves.end() &&
+                                               it->second->entry->dtype == DType::I64 &&
+                                               shape_numel(it->second->entry->shape) == 2) {
+      int64_t dims[2];
+      std::memcpy(dims, it->second->file->view(*it->second->entry).data, sizeof(dims));
+      elements = dims[0] * dims[1];
+    } else if (e.dtype == DType::U8) {
+      elements = numel * 2;  // two 4-bit codes per byte (FP4 pairs, or INT4 row pairs)
+    } else if (e.dtype == DType::I32) {
+      elements = numel * 8;  // eight 4-bit codes per int32
+    } else if (e.dtype == DType::F8_E4M3 || e.dtype == DType::I8) {
+      elements = numel;
+    } else {
+      continue;  // a float weight with a scale beside it is not a quantized weight
+    }
+    ++r.quantized_modules;
+    r.quantized_weights += elements;
+    r.quantized_bytes += e.end - e.begin;
+    for (const char* suffix : kScaleSuffixes)
+      if (auto it = leaves.find(suffix); it != leaves.end())
+        r.quantized_bytes += it->second->entry->end - it->second->entry->begin;
+  }
+
+  const fs::path hf_quant = dir / "hf_quant_config.json";
+  if (ckpt.config().contains("quantization_config")) {
+    r.quantization_config = ckpt.config()["quantization_config"];
+  } else if (fs::exists(hf_quant)) {
+    r.quantization_config = read_json_file(hf_quant);
+  }
+  const auto& q = r.quantization_config;
+  if (q.is_object()) {
+    if (q.contains("quant_algo") && q["quant_algo"].is_string())
+      r.quant_algo = q["quant_algo"].get<std::string>();
+    else if (q.contains("quantization") && q["quantization"].value("quant_algo", nlohmann::json()).is_string())
+      r.quant_algo = q["quantization"]["quant_algo"].get<std::string>();
+    else if (q.contains("format") && q["format"].is_string())
+      r.quant_algo = q["format"].get<std::string>();
+  }
+  return r;
+}
+
+}  // namespace qf

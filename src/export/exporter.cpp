@@ -1,0 +1,39 @@
+#include "export/exporter.h"
+
+#include "core/convert.h"
+#include "core/error.h"
+
+
+namespace qf {
+
+std::unique_ptr<Exporter> make_modelopt_exporter();
+std::unique_ptr<Exporter> make_compressed_tensors_exporter();
+
+std::string_view export_format_name(ExportFormat format) {
+  return format == ExportFormat::modelopt ? "modelopt" : "compressed-tensors";
+}
+
+std::optional<ExportFormat> parse_export_format(std::string_view name) {
+  if (name == "modelopt") return ExportFormat::modelopt;
+  if (name == "compressed-tensors") return ExportFormat::compressed_tensors;
+  return std::nullopt;
+}
+
+std::unique_ptr<Exporter> make_exporter(ExportFormat format) {
+  return format == ExportFormat::modelopt ? make_modelopt_exporter()
+                                          : make_compressed_tensors_exporter();
+}
+
+std::string Exporter::unsupported_reason(const ExportedLinear&) const { return {}; }
+
+DType Exporter::scale_dtype(const ExportedLinear&) const { return DType::F32; }
+
+void Exporter::write_extra_files(const QuantizationSummary&, const std::filesystem::path&) const {}
+
+std::vector<std::byte> scales_to_bytes(const std::vector<float>& scales, DType dtype) {
+  std::vector<std::byte> out(scales.size() * dtype_size(dtype));
+  convert_from_f32(dtype, scales.data(), out.data(), scales.size());
+  return out;
+}
+
+}  // namespace qf

@@ -1,0 +1,69 @@
+// Exporters turn quantized linears into the tensors and configuration of a checkpoint format
+// that inference engines load. One exporter per target format; the pipeline asks an exporter
+// first for the tensor list (names, dtypes, shapes) so that output shards can be planned and
+// their headers written before any data is produced, then for the bytes, module by module.
+#pragma once
+
+#include "formats/quantized_tensor.h"
+#include "io/json_file.h"
+#include "io/safetensors_writer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace qf {
+
+enum class ExportFormat { modelopt, compressed_tensors };
+
+std::string_view export_format_name(ExportFormat format);
+std::optional<ExportFormat> parse_export_format(std::string_view name);
+
+// One Linear as it will be exported.
+struct ExportedLinear {
+  std::string module;  // HF module prefix, e.g. "model.layers.0.mlp.up_proj"
+  Format format = Format::nvfp4;
+  int64_t rows = 0;  // out_features
+  int64_t cols = 0;  // in_features
+  int block = 0;
+  DType model_dtype = DType::BF16;  // dtype of the original weight
+};
+
+// What the quantization config of a (single-format) export describes.
+struct QuantizationSummary {
+  Format format = Format::nvfp4;
+  int block = 0;
+  std::vector<std::string> excluded_modules;  // every unquantized Linear, sorted, incl. lm_head
+};
+
+class Exporter {
+ public:
+  virtual ~Exporter() = default;
+  virtual ExportFormat kind() const = 0;
+  // Empty if the linear can be written in this export, else why not (one phrase).
+  virtual std::string unsupported_reason(const ExportedLinear& linear) const;
+  // The dtype FP8 and INT4 scales are stored in (they are rounded to it before the codes are
+  // computed, so the stored scale is exactly the one used).
+  virtual DType scale_dtype(const ExportedLinear& linear) const;
+  // The tensors that replace `<module>.weight`, in the order linear_data returns them.
+  virtual std::vector<TensorSpec> linear_specs(const ExportedLinear& linear) const = 0;
+  virtual std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& linear,
+                                                          const QuantizedTensor& q) const = 0;
+  // The `quantization_config` block of config.json.
+  virtual nlohmann::ordered_json quantization_config(const QuantizationSummary& summary) const = 0;
+  // Files besides config.json (ModelOpt's hf_quant_config.json). Default: none.
+  virtual void write_extra_files(const QuantizationSummary& summary,
+                                 const std::filesystem::path& out_dir) const;
+};
+
+std::unique_ptr<Exporter> make_exporter(ExportFormat format);
+
+// Serializes float scales in `dtype` (F32, BF16 or F16), little-endian.
+std::vector<std::byte> scales_to_bytes(const std::vector<float>& scales, DType dtype);
+
+}  // namespace qf

@@ -1,0 +1,150 @@
+// The ModelOpt unified Hugging Face checkpoint format (vLLM, SGLang, TensorRT-LLM): tensor names
+// and dtypes of shared/specs/engine-formats.md §1.2/§1.6 and modelopt-nvfp4.md §3–§4, with
+// `hf_quant_config.json` (nested form) and `config.json["quantization_config"]` (flat form).
+#include "export/exporter.h"
+
+#include "core/error.h"
+#include "formats/int4.h"
+
+#include <cstring>
+
+namespace qf {
+namespace {
+
+constexpr const char* kProducerName = "qforge";
+constexpr const char* kProducerVersion = "0.1.0";
+
+// The per-layer config ModelOpt writes for each weight-only format (modelopt-nvfp4.md §4.6).
+nlohmann::ordered_json layer_config(Format format, int block) {
+  nlohmann::ordered_json c;
+  switch (format) {
+    case Format::nvfp4:
+      c["quant_algo"] = "W4A16_NVFP4";
+      c["group_size"] = block;
+      break;
+    case Format::mxfp4:
+      // ModelOpt has no named weight-only MXFP4 algo and emits its internal name lowercase.
+      c["quant_algo"] = "mxfp4";
+      break;
+    case Format::fp8:
+      c["quant_algo"] = "FP8_PER_CHANNEL_PER_TOKEN";
+      break;
+    case Format::int4:
+      c["quant_algo"] = "W4A16_AWQ";
+      c["group_size"] = block;
+      c["has_zero_point"] = false;
+      c["pre_quant_scale"] = true;
+      break;
+  }
+  return c;
+}
+
+std::vector<std::byte> copy_bytes(const void* data, size_t n) {
+  std::vector<std::byte> out(n);
+  if (n) std::memcpy(out.data(), data, n);
+  return out;
+}
+
+class ModelOptExporter final : public Exporter {
+ public:
+  ExportFormat kind() const override { return ExportFormat::modelopt; }
+
+  std::string unsupported_reason(const ExportedLinear& l) const override {
+    if (l.format == Format::int4 && l.rows % 2 != 0)
+      return "INT4 packs pairs of output rows and out_features is odd";
+    return {};
+  }
+
+  std::vector<TensorSpec> linear_specs(const ExportedLinear& l) const override {
+    const std::string& m = l.module;
+    switch (l.format) {
+      case Format::nvfp4:
+        return {{m + ".weight", DType::U8, {l.rows, l.cols / 2}},
+                {m + ".weight_scale", DType::F8_E4M3, {l.rows, l.cols / l.block}},
+                {m + ".weight_scale_2", DType::F32, {}}};
+      case Format::mxfp4:
+        return {{m + ".weight", DType::U8, {l.rows, l.cols / 2}},
+                {m + ".weight_scale", DType::U8, {l.rows, l.cols / l.block}}};
+      case Format::fp8:
+        return {{m + ".weight", DType::F8_E4M3, {l.rows, l.cols}},
+                {m + ".weight_scale", DType::F32, {l.rows}}};
+      case Format::int4:
+        return {{m + ".weight", DType::U8, {l.rows / 2, l.cols}},
+                {m + ".weight_scale", DType::F32, {l.rows, l.cols / l.block}}};
+    }
+    return {};
+  }
+
+  std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l,
+                                                  const QuantizedTensor& q) const override {
+    std::vector<std::vector<std::byte>> out;
+    switch (l.format) {
+      case Format::nvfp4:
+        out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
+        out.push_back(copy_bytes(q.block_scales.data(), q.block_scales.size()));
+        out.push_back(copy_bytes(&q.global_scale, sizeof(float)));
+        break;
+      case Format::mxfp4:
+        out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
+        out.push_back(copy_bytes(q.block_scales.data(), q.block_scales.size()));
+        break;
+      case Format::fp8:
+        out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
+        out.push_back(scales_to_bytes(q.scales, DType::F32));
+        break;
+      case Format::int4: {
+        std::vector<std::byte> packed(size_t(q.rows / 2 * q.cols));
+        int4_pack_row_pairs(reinterpret_cast<const int8_t*>(q.codes.data()), q.rows, q.cols,
+                            reinterpret_cast<uint8_t*>(packed.data()));
+        out.push_back(std::move(packed));
+        out.push_back(scales_to_bytes(q.scales, DType::F32));
+        break;
+      }
+    }
+    return out;
+  }
+
+  // config.json: the flat form vLLM reads first (engine-formats.md §1.1, modelopt-nvfp4.md §4.7).
+  nlohmann::ordered_json quantization_config(const QuantizationSummary& s) const override {
+    nlohmann::ordered_json c;
+    const auto layer = layer_config(s.format, s.block);
+    if (s.format == Format::nvfp4) {
+      nlohmann::ordered_json weights;
+      weights["dynamic"] = false;
+      weights["num_bits"] = 4;
+      weights["type"] = "float";
+      weights["group_size"] = s.block;
+      c["config_groups"]["group_0"]["weights"] = weights;
+      c["config_groups"]["group_0"]["targets"] = {"Linear"};
+    }
+    c["ignore"] = s.excluded_modules;
+    // As ModelOpt: the flat form carries no group_size or other per-algo fields; engines take
+    // them from config_groups (NVFP4) or from hf_quant_config.json.
+    c["quant_algo"] = layer["quant_algo"];
+    c["producer"] = {{"name", kProducerName}, {"version", kProducerVersion}};
+    c["quant_method"] = "modelopt";
+    return c;
+  }
+
+  // hf_quant_config.json: the nested form TensorRT-LLM reads (modelopt-nvfp4.md §4.6).
+  void write_extra_files(const QuantizationSummary& s,
+                         const std::filesystem::path& out_dir) const override {
+    nlohmann::ordered_json q;
+    const auto layer = layer_config(s.format, s.block);
+    q["quant_algo"] = layer["quant_algo"];
+    q["kv_cache_quant_algo"] = nullptr;
+    for (const auto& [key, value] : layer.items())
+      if (key != "quant_algo") q[key] = value;
+    q["exclude_modules"] = s.excluded_modules;
+    nlohmann::ordered_json root;
+    root["producer"] = {{"name", kProducerName}, {"version", kProducerVersion}};
+    root["quantization"] = q;
+    write_json_file(out_dir / "hf_quant_config.json", root);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Exporter> make_modelopt_exporter() { return std::make_unique<ModelOptExporter>(); }
+
+}  // namespace qf

@@ -1,0 +1,209 @@
+#include "model/synthetic_checkpoint.h"
+
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/thread_pool.h"
+#include "io/json_file.h"
+#include "io/safetensors_writer.h"
+#include "io/staged_directory.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+namespace fs = std::filesystem;
+
+namespace qf {
+namespace {
+
+// SplitMix64: a tiny, fast, well-mixed generator, seeded per (tensor, chunk) so that the
+// output does not depend on the number of threads.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in (0, 1).
+  float uniform() { return (float(next() >> 40) + 0.5f) * 0x1p-24f; }
+};
+
+uint64_t hash_name(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+struct SynthTensor {
+  TensorSpec spec;
+  float scale;   // typical magnitude
+  bool is_norm;  // RMSNorm weights: around 1
+};
+
+// Fills `out` (n floats) for one chunk of a tensor. Weights are Laplace-distributed (heavier
+// tails than Gaussian, like trained LLM weights), with one value in 4096 scaled by 8 as an outlier.
+void fill_chunk(const SynthTensor& t, uint64_t seed, int64_t chunk, float* out, size_t n) {
+  SplitMix64 rng{hash_name(t.spec.name, seed) ^ (uint64_t(chunk) * 0xD1B54A32D192ED03ull)};
+  for (size_t i = 0; i < n; ++i) {
+    if (t.is_norm) {
+      out[i] = 1.0f + 0.1f * (rng.uniform() - 0.5f);
+      continue;
+    }
+    const float u = rng.uniform();
+    const float laplace = u < 0.5f ? std::log(2 * u) : -std::log(2 * (1 - u));
+    const bool outlier = (rng.next() & 4095) == 0;
+    out[i] = t.scale * laplace * (outlier ? 8.f : 1.f);
+  }
+}
+
+}  // namespace
+
+const std::vector<NamedShape>& named_shapes() {
+  static const std::vector<NamedShape> shapes = {
+      {"tiny", "a small Llama for demos and tests", 256, 768, 2, 4, 2, 1024, true, 10000.0},
+      {"llama-1b", "Llama-3.2-1B", 2048, 8192, 16, 32, 8, 128256, true, 500000.0},
+      {"llama-3b", "Llama-3.2-3B", 3072, 8192, 28, 24, 8, 128256, true, 500000.0},
+      {"llama-8b", "Llama-3.1-8B", 4096, 14336, 32, 32, 8, 128256, false, 500000.0},
+      {"llama-70b", "Llama-3.1-70B", 8192, 28672, 80, 64, 8, 128256, false, 500000.0},
+  };
+  return shapes;
+}
+
+const NamedShape& find_named_shape(const std::string& name) {
+  std::string known;
+  for (const auto& s : named_shapes()) {
+    if (s.name == name) return s;
+    known += (known.empty() ? "" : ", ") + s.name;
+  }
+  fail("unknown shape '{}' (known: {})", name, known);
+}
+
+SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  const NamedShape& shape = find_named_shape(o.shape);
+  if (!is_quantizable_float(o.dtype)) fail("--dtype must be f32, f16 or bf16");
+  const int64_t layers = o.layers > 0 ? o.layers : shape.layers;
+  const int64_t head_dim = shape.hidden / shape.heads;
+  const int64_t q_out = shape.heads * head_dim, kv_out = shape.kv_heads * head_dim;
+
+  std::vector<SynthTensor> tensors;
+  const float embed_scale = 0.02f;
+  auto add = [&](std::string name, Shape s, bool norm = false) {
+    const float scale = norm ? 1.f : 0.7f / std::sqrt(float(s.back()));
+    tensors.push_back({{std::move(name), o.dtype, std::move(s)}, scale, norm});
+  };
+  add("model.embed_tokens.weight", {shape.vocab, shape.hidden});
+  tensors.back().scale = embed_scale;
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    add(p + "input_layernorm.weight", {shape.hidden}, true);
+    add(p + "self_attn.q_proj.weight", {q_out, shape.hidden});
+    add(p + "self_attn.k_proj.weight", {kv_out, shape.hidden});
+    add(p + "self_attn.v_proj.weight", {kv_out, shape.hidden});
+    add(p + "self_attn.o_proj.weight", {shape.hidden, q_out});
+    add(p + "post_attention_layernorm.weight", {shape.hidden}, true);
+    add(p + "mlp.gate_proj.weight", {shape.intermediate, shape.hidden});
+    add(p + "mlp.up_proj.weight", {shape.intermediate, shape.hidden});
+    add(p + "mlp.down_proj.weight", {shape.hidden, shape.intermediate});
+  }
+  add("model.norm.weight", {shape.hidden}, true);
+  if (!shape.tie_word_embeddings) {
+    add("lm_head.weight", {shape.vocab, shape.hidden});
+    tensors.back().scale = embed_scale;
+  }
+
+  // Shards in order, cut at max_shard_bytes.
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t shard_bytes = 0, total_bytes = 0;
+  SynthReport report;
+  report.output = out_dir;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t n = tensors[i].spec.nbytes();
+    if (!shards.back().empty() && shard_bytes + n > o.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(i);
+    shard_bytes += n;
+    total_bytes += n;
+    report.parameters += shape_numel(tensors[i].spec.shape);
+  }
+
+  StagedDirectory staged(out_dir, o.force);
+  ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
+  Progress progress("synth", total_bytes, o.progress);
+  constexpr int64_t kChunk = 1 << 20;  // elements per generator stream
+  std::map<std::string, std::string> weight_map;
+  std::vector<std::byte> buffer;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string file = shards.size() == 1
+                                 ? "model.safetensors"
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
+                                               shards.size());
+    std::vector<TensorSpec> specs;
+    for (size_t i : shards[s]) {
+      specs.push_back(tensors[i].spec);
+      weight_map[tensors[i].spec.name] = file;
+    }
+    SafetensorsWriter writer(staged.path() / file, specs);
+    for (size_t i : shards[s]) {
+      const SynthTensor& t = tensors[i];
+      const int64_t n = shape_numel(t.spec.shape);
+      buffer.resize(size_t(n) * dtype_size(o.dtype));
+      const int64_t chunks = (n + kChunk - 1) / kChunk;
+      pool.parallel_for(chunks, [&](int64_t c) {
+        const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+        std::vector<float> values(static_cast<size_t>(count));
+        fill_chunk(t, o.seed, c, values.data(), values.size());
+        convert_from_f32(o.dtype, values.data(), buffer.data() + size_t(begin) * dtype_size(o.dtype),
+                         values.size());
+      });
+      writer.write(t.spec.name, buffer);
+      progress.advance(buffer.size());
+    }
+    writer.finish();
+    report.bytes += fs::file_size(staged.path() / file);
+  }
+  progress.finish();
+  buffer = {};
+  report.shards = int(shards.size());
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"]["total_size"] = total_bytes;
+    index["weight_map"] = weight_map;
+    write_json_file(staged.path() / "model.safetensors.index.json", index);
+  }
+
+  nlohmann::ordered_json config;
+  config["architectures"] = {"LlamaForCausalLM"};
+  config["model_type"] = "llama";
+  config["hidden_size"] = shape.hidden;
+  config["intermediate_size"] = shape.intermediate;
+  config["num_hidden_layers"] = layers;
+  config["num_attention_heads"] = shape.heads;
+  config["num_key_value_heads"] = shape.kv_heads;
+  config["head_dim"] = head_dim;
+  config["vocab_size"] = shape.vocab;
+  config["max_position_embeddings"] = 131072;
+  config["rms_norm_eps"] = 1e-5;
+  config["rope_theta"] = shape.rope_theta;
+  config["hidden_act"] = "silu";
+  config["tie_word_embeddings"] = shape.tie_word_embeddings;
+  config["attention_bias"] = false;
+  config["mlp_bias"] = false;
+  config["bos_token_id"] = 1;
+  config["eos_token_id"] = 2;
+  config["torch_dtype"] = o.dtype == DType::BF16 ? "bfloat16" : o.dtype == DType::F16 ? "float16" : "float32";
+  config["qforge_synthetic"] = {{"shape", shape.name}, {"seed", o.seed}};
+  write_json_file(staged.path() / "config.json", config);
+  staged.commit();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace qf

@@ -1,0 +1,50 @@
+// Synthetic Llama-style checkpoints with the layer shapes of real models and heavy-tailed
+// random weights, for benchmarks and demos where downloading a real model is not possible.
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace qf {
+
+struct NamedShape {
+  std::string name;         // "llama-8b"
+  std::string description;  // "Llama-3.1-8B"
+  int64_t hidden, intermediate, layers, heads, kv_heads, vocab;
+  bool tie_word_embeddings;
+  double rope_theta;
+};
+
+const std::vector<NamedShape>& named_shapes();
+// Throws qf::Error listing the known names if `name` is unknown.
+const NamedShape& find_named_shape(const std::string& name);
+
+struct SynthOptions {
+  std::string shape = "tiny";
+  int64_t layers = 0;  // 0 = the shape's own count
+  DType dtype = DType::BF16;  // F32, F16 or BF16
+  uint64_t seed = 0;
+  uint64_t max_shard_bytes = 5'000'000'000;
+  bool force = false;
+  int threads = 0;
+  bool progress = true;
+};
+
+struct SynthReport {
+  std::filesystem::path output;
+  int64_t parameters = 0;
+  uint64_t bytes = 0;  // safetensors files
+  int shards = 0;
+  double seconds = 0;
+};
+
+// Writes config.json and safetensors shards (with an index when there is more than one) to
+// `out_dir`, via a temporary directory. The same options always give the same bytes.
+SynthReport write_synthetic_checkpoint(const std::filesystem::path& out_dir,
+                                       const SynthOptions& options);
+
+}  // namespace qf
