@@ -263,6 +263,16 @@ TEST(SafetensorsHeader, HostileNamesStayOnOneLine) {
   EXPECT_LT(msg.size(), 400u);
 }
 
+TEST(SafetensorsHeader, DeepNestingDoesNotExhaustTheStack) {
+  // A hostile header can nest arrays as deep as its length allows; parsing and destroying the
+  // DOM must not recurse per level.
+  const size_t depth = 300'000;
+  const std::string h = R"({"w":)" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  expect_error(h, 0, "tensor 'w': entry is not an object (array)");
+  expect_error(R"({"__metadata__":{"a":)" + std::string(depth, '['), 0,
+               "header is not valid JSON");
+}
+
 TEST(SafetensorsHeader, FileErrorsNameThePath) {
   test::ScratchDir dir;
   const auto missing = dir / "missing.safetensors";
