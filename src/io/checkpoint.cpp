@@ -72,10 +72,7 @@ nlohmann::json read_json_file(const fs::path& path) {
   try {
     return nlohmann::json::parse(p, p + file.size());
   } catch (const nlohmann::json::exception& e) {
-    std::string_view what = e.what();
-    if (const size_t k = what.find("] "); what.starts_with("[json.exception.") && k != what.npos)
-      what.remove_prefix(k + 2);
-    fail("{}: invalid JSON: {}", path.string(), one_line(what));
+    fail("{}: invalid JSON: {}", path.string(), json_error_reason(e));
   }
 }
 

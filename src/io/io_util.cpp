@@ -33,6 +33,13 @@ std::string one_line(std::string_view s) {
   return out;
 }
 
+std::string json_error_reason(const std::exception& e) {
+  std::string_view what = e.what();
+  if (const size_t p = what.find("] "); what.starts_with("[json.exception.") && p != what.npos)
+    what.remove_prefix(p + 2);
+  return one_line(what);
+}
+
 std::optional<uint64_t> checked_nbytes(const Shape& shape, DType dtype) {
   constexpr uint64_t kLimit = uint64_t(std::numeric_limits<int64_t>::max());
   uint64_t n = 1;

@@ -40,8 +40,9 @@ struct DuplicateTracker {
         if (!seen.back().insert(key).second) {
           found = true;
           if (seen.size() == 1)
-            message = key == "__metadata__" ? std::string("duplicate __metadata__")
-                                            : fmt::format("duplicate tensor name {}", quote_name(key));
+            message = key == "__metadata__"
+                          ? std::string("duplicate __metadata__")
+                          : fmt::format("duplicate tensor name {}", quote_name(key));
           else
             message = fmt::format("duplicate key {} in the entry of {}", quote_name(key),
                                   quote_name(top_key));
@@ -54,15 +55,6 @@ struct DuplicateTracker {
     return true;
   }
 };
-
-// nlohmann messages start with "[json.exception.parse_error.101] "; the rest (position and
-// reason) is what a user needs.
-std::string json_reason(const json::exception& e) {
-  std::string_view what = e.what();
-  if (const size_t p = what.find("] "); what.starts_with("[json.exception.") && p != what.npos)
-    what.remove_prefix(p + 2);
-  return one_line(what);
-}
 
 // A JSON integer that must not be negative; describes the problem in `why` otherwise.
 std::optional<uint64_t> as_u64(const json& v, std::string& why) {
@@ -170,7 +162,7 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t data_
           return dups.on_event(depth, event, parsed);
         });
   } catch (const json::exception& e) {
-    fail("{}: header is not valid JSON: {}", label, json_reason(e));
+    fail("{}: header is not valid JSON: {}", label, json_error_reason(e));
   }
   if (!root.is_object()) fail("{}: header is not a JSON object", label);
   if (dups.found) fail("{}: {}", label, dups.message);
@@ -197,7 +189,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t data_
       if (prev)
         fail("{}: gap of {} bytes between tensors {} (ends at {}) and {} (begins at {}): "
              "data_offsets must be contiguous",
-             label, e.begin - expected, quote_name(prev->name), expected, quote_name(e.name), e.begin);
+             label, e.begin - expected, quote_name(prev->name), expected, quote_name(e.name),
+             e.begin);
       fail("{}: gap of {} bytes before the first tensor {}: data_offsets must start at 0", label,
            e.begin, quote_name(e.name));
     }

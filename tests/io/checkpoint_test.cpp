@@ -21,7 +21,8 @@ fs::path fixture(const std::string& name) { return test::fixtures_dir() / "model
 // Copies a directory's files (contents only, so the copies are writable).
 void copy_dir(const fs::path& from, const fs::path& to) {
   for (const auto& de : fs::directory_iterator(from))
-    if (de.is_regular_file()) test::write_file(to / de.path().filename(), test::read_file(de.path()));
+    if (de.is_regular_file())
+      test::write_file(to / de.path().filename(), test::read_file(de.path()));
 }
 
 std::span<const std::byte> bytes_of(const SafetensorsFile& f, const SafetensorsEntry& e) {
@@ -99,7 +100,8 @@ TEST(Checkpoint, Stories260K) {
   EXPECT_EQ(down->entry->shape, Shape({64, 172}));
   EXPECT_EQ(c.find("lm_head.weight"), nullptr);  // tied, and not stored
   for (const auto& t : c.tensors()) EXPECT_EQ(t.entry->dtype, DType::F32) << t.name;
-  EXPECT_EQ(c.extra_files(), (std::vector<std::string>{"tokenizer.model", "tokenizer_config.json"}));
+  EXPECT_EQ(c.extra_files(),
+            (std::vector<std::string>{"tokenizer.model", "tokenizer_config.json"}));
   // The data section is exactly the tensors.
   const auto& shard = *c.shards()[0];
   EXPECT_EQ(c.tensor_bytes(), shard.tensors().back().end);
@@ -166,7 +168,8 @@ TEST(Checkpoint, IndexWinsOverSingleFile) {
   test::write_file(dir / "model.safetensors", "garbage");  // never opened
   const Checkpoint c = Checkpoint::open(dir.path());
   EXPECT_EQ(c.shards().size(), 2u);
-  EXPECT_EQ(c.extra_files(), (std::vector<std::string>{"tokenizer.model", "tokenizer_config.json"}));
+  EXPECT_EQ(c.extra_files(),
+            (std::vector<std::string>{"tokenizer.model", "tokenizer_config.json"}));
 }
 
 TEST(Checkpoint, MissingShard) {
