@@ -17,10 +17,16 @@ inline constexpr int kInt4DefaultGroup = 128;
 // q = clamp(round_half_even(x / scale), -8, 7) with IEEE division. cols % group == 0.
 //   q: [rows, cols] int8 in [-8, 7]; scales: [rows, cols/group] float32 (representable in
 //   scale_dtype).
+// `group` > 0 (32, 64 and 128 are the usual sizes). Scales are never 0 or Inf: a non-zero scale
+// the dtype rounding flushes to 0 becomes the dtype's smallest subnormal, an overflow its largest
+// finite value. Inputs must be finite (NaN/Inf give unspecified codes). Throws qf::Error for a
+// bad dtype, shape or group.
 void int4_quantize_reference(const WeightRows& w, int group, DType scale_dtype, int8_t* q,
                              float* scales);
+// Same values as the reference, SIMD with runtime dispatch, split by groups over the pool.
 void int4_quantize(const WeightRows& w, int group, DType scale_dtype, int8_t* q, float* scales,
                    ThreadPool& pool);
+// out[r, c] = q[r, c] * scales[r, c / group], as float32.
 void int4_dequantize(const int8_t* q, const float* scales, int group, int64_t rows, int64_t cols,
                      float* out);
 

@@ -14,7 +14,8 @@ class ThreadPool;
 inline constexpr int kNvfp4Block = 16;
 
 // weight_scale_2 for a (group-unified) amax: amax * fl32(1/2688). An amax of 0 gives 1.0, so an
-// all-zero tensor encodes to zero codes and finite scales (ModelOpt would emit NaN there).
+// all-zero tensor encodes to zero codes and finite scales (ModelOpt would emit NaN there); so does
+// a subnormal amax whose product flushes to 0. Throws qf::Error for a negative or non-finite amax.
 float nvfp4_global_scale(float amax);
 
 // Quantizes w (cols % 16 == 0) with global scale g > 0:
@@ -22,6 +23,8 @@ float nvfp4_global_scale(float amax);
 //   scales: [rows, cols/16] E4M3 codes.
 // Block rule: s = bamax / fl32(6*g) (IEEE); s == 0 -> 1.0; s8 = e4m3_rne(clamp(s, 2^-9, 448));
 // q = x / fl32(float(s8) * g) (IEEE), then E2M1 round-half-even, sign bit iff q < 0.
+// Inputs must be finite (NaN/Inf give unspecified codes; check weight_amax().nonfinite first).
+// Throws qf::Error for a bad dtype or shape, or g not positive and finite.
 void nvfp4_quantize_reference(const WeightRows& w, float g, uint8_t* packed, uint8_t* scales);
 // Same bytes as the reference, SIMD with runtime dispatch, split by rows over the pool.
 void nvfp4_quantize(const WeightRows& w, float g, uint8_t* packed, uint8_t* scales,

@@ -22,7 +22,11 @@ struct AmaxResult {
 };
 
 class ThreadPool;
+// Throws qf::Error for a dtype other than F32/F16/BF16 or a malformed shape. SIMD, split into
+// element ranges over the pool; the result does not depend on the thread count.
 AmaxResult weight_amax(const WeightRows& w, ThreadPool& pool);
+// Scalar reference of weight_amax, for tests.
+AmaxResult weight_amax_reference(const WeightRows& w);
 
 // Scalar-constant divisions (amax / 2688, amax / 448, amax / 7) follow ModelOpt on CUDA, where
 // PyTorch computes `tensor / python_float` as `tensor * fl32(1 / c)` (specs modelopt-nvfp4 §0.3),

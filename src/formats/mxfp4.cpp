@@ -1,0 +1,62 @@
+// MXFP4 scalar reference quantizer (compressed-tensors rules, see mxfp4.h) and dequantizer.
+// The SIMD fast path lives in mxfp4_quantize_simd.cpp.
+#include "formats/mxfp4.h"
+
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/numeric.h"
+#include "formats/formats_internal.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace qf {
+
+uint8_t mxfp4_scale_code(float block_amax) {
+  // A quarter of the float32 mantissa range: a fraction >= 0.75 carries into the exponent.
+  const uint32_t rounded = f32_bits(block_amax) + 0x200000u;
+  const uint32_t biased_exp = (rounded >> 23) & 0xFFu;
+  // 127 + log2(power of two) - 2, clamped below at 0; at most 255 - 2 = 253 for finite input.
+  return uint8_t(biased_exp <= 2 ? 0 : biased_exp - 2);
+}
+
+void mxfp4_quantize_reference(const WeightRows& w, uint8_t* packed, uint8_t* scales) {
+  detail::check_weight_rows(w, kMxfp4Block, "mxfp4 quantize");
+  std::vector<float> row(size_t(w.cols));
+  const int64_t blocks_per_row = w.cols / kMxfp4Block;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    convert_to_f32(w.dtype, detail::element_ptr(w, r * w.cols), row.data(), size_t(w.cols));
+    for (int64_t j = 0; j < blocks_per_row; ++j) {
+      const float* x = row.data() + j * kMxfp4Block;
+      float amax = 0.f;
+      for (int k = 0; k < kMxfp4Block; ++k) amax = std::max(amax, std::fabs(x[k]));
+
+      const uint8_t code = mxfp4_scale_code(amax);
+      const float scale = e8m0_to_f32(code);
+
+      const int64_t block = r * blocks_per_row + j;
+      scales[block] = code;
+      uint8_t* out = packed + block * (kMxfp4Block / 2);
+      for (int k = 0; k < kMxfp4Block; k += 2) {
+        const uint8_t lo = e2m1_from_f32_modelopt(x[k] / scale);
+        const uint8_t hi = e2m1_from_f32_modelopt(x[k + 1] / scale);
+        out[k / 2] = uint8_t(lo | (hi << 4));
+      }
+    }
+  }
+}
+
+void mxfp4_dequantize(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                      float* out) {
+  if (rows < 0 || cols < 0 || cols % kMxfp4Block != 0)
+    fail("mxfp4 dequantize: bad shape [{}, {}]", rows, cols);
+  const int64_t n = rows * cols;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t byte = packed[i / 2];
+    const uint8_t nibble = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+    out[i] = e2m1_to_f32(nibble) * e8m0_to_f32(scales[i / kMxfp4Block]);
+  }
+}
+
+}  // namespace qf
