@@ -17,8 +17,8 @@ uint8_t mxfp4_scale_code(float block_amax) {
   // A quarter of the float32 mantissa range: a fraction >= 0.75 carries into the exponent.
   const uint32_t rounded = f32_bits(block_amax) + 0x200000u;
   const uint32_t biased_exp = (rounded >> 23) & 0xFFu;
-  // 127 + log2(power of two) - 2, clamped below at 0; at most 255 - 2 = 253 for finite input.
-  return uint8_t(biased_exp <= 2 ? 0 : biased_exp - 2);
+  // 127 + log2(power of two) - 2 = biased_exp - 2, clamped to [0, 252] (see mxfp4.h, rule 3).
+  return uint8_t(std::clamp<uint32_t>(biased_exp, 2, 254) - 2);
 }
 
 void mxfp4_quantize_reference(const WeightRows& w, uint8_t* packed, uint8_t* scales) {

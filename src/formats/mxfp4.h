@@ -14,9 +14,10 @@
 //     the E8M0 code is 127 + (E - 127) - 2 = E - 2 (2 = floor(log2 6), the E2M1 max exponent).
 //  3. CT clamps the code to [0, 255] (uint8 rounding): an all-zero block (log2 0 = -inf), a
 //     subnormal amax and any amax below 2^-124 get code 0, scale 2^-127, and encode to zeros.
-//     Deviation: CT would turn an amax >= 1.75 * 2^127 into +inf and code 255 (E8M0 NaN); we keep
-//     E - 2 = 253 (scale 2^126) so every code is a finite scale. No finite weight reaches it in
-//     practice (BF16/F16 weights are far below).
+//     Deviation: CT turns an amax >= 1.75 * 2^127 into +inf and code 255 (E8M0 NaN); we cap the
+//     code at 252 (scale 2^125), the largest scale whose products stay finite: such a block's q
+//     lands in [7, 8) and saturates to 6, dequantizing to 6 * 2^125, the largest finite value
+//     near it (code 253 would give 4 * 2^126 = +inf). No real weight comes near.
 //  4. Elements: q = x / 2^(code - 127), exact (a power of two), then E2M1 round to nearest with
 //     ties to even (thresholds <=0.25 -> 0, <0.75 -> 0.5, <=1.25 -> 1, <1.75 -> 1.5, <=2.5 -> 2,
 //     <3.5 -> 3, <=5 -> 4, else 6; CT clamps to +-6 first, which the rounding already implies).

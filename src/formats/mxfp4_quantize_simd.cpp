@@ -39,12 +39,13 @@ void Mxfp4Blocks(const typename Src::T* HWY_RESTRICT x, int64_t n_blocks,
     for (int64_t b = nb; b < kScaleChunk; ++b) amax[b] = 0.f;
 
     for (int64_t b = 0; b < kScaleChunk; b += int64_t(N)) {
-      // Biased exponent after rounding a mantissa fraction >= 0.75 up; code = max(E - 2, 0).
+      // Biased exponent after rounding a mantissa fraction >= 0.75 up; code = clamp(E, 2, 254) - 2.
       const auto bits = hn::BitCast(du, hn::Load(d, amax + b));
-      const auto e = hn::ShiftRight<23>(hn::Add(bits, hn::Set(du, 0x200000u)));
-      const auto c = hn::BitCast(du, hn::Sub(hn::Max(hn::BitCast(di, e), hn::Set(di, 2)), hn::Set(di, 2)));
+      const auto e = hn::BitCast(di, hn::ShiftRight<23>(hn::Add(bits, hn::Set(du, 0x200000u))));
+      const auto clamped = hn::Min(hn::Max(e, hn::Set(di, 2)), hn::Set(di, 254));
+      const auto c = hn::BitCast(du, hn::Sub(clamped, hn::Set(di, 2)));
       hn::Store(c, du, code + b);
-      // 1 / 2^(code - 127) = 2^(127 - code), a normal float for every code 0..253.
+      // 1 / 2^(code - 127) = 2^(127 - code), a normal float for every code 0..252.
       hn::Store(hn::BitCast(d, hn::ShiftLeft<23>(hn::Sub(hn::Set(du, 254u), c))), d, inv_scale + b);
     }
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -174,6 +175,28 @@ inline Matrix make_matrix(Dist dist, DType dtype, int64_t rows, int64_t cols, in
       break;
   }
   return matrix_from_floats(v, dtype, rows, cols);
+}
+
+// E2M1 nibble of q from the definition: the nearest grid value, a tie going to the even index
+// (even mantissa bit), sign bit iff q < 0.
+inline uint8_t e2m1_by_definition(double q) {
+  static const double grid[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  const double a = std::fabs(q);
+  int best = 0;
+  double best_d = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 8; ++i) {
+    const double d = std::fabs(a - grid[i]);
+    if (d < best_d || (d == best_d && i % 2 == 0)) {
+      best = i;
+      best_d = d;
+    }
+  }
+  return uint8_t((q < 0 ? 8 : 0) | best);
+}
+
+// Nibble i of a packed E2M1 row (element 2j in the low nibble).
+inline uint8_t nibble(const std::vector<uint8_t>& packed, size_t i) {
+  return i % 2 == 0 ? (packed[i / 2] & 0xF) : (packed[i / 2] >> 4);
 }
 
 // Runs fn(target_name) once for every SIMD target compiled in and supported by this CPU, with
