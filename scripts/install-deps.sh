@@ -6,7 +6,7 @@ packages=(
   libhwy-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  python3
+  python3 bc time
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -174,7 +174,7 @@ TEST_P(QuantizeFixture, WritesSpecLayoutBitExact) {
       EXPECT_EQ(we->shape, (Shape{rows, cols}));
       EXPECT_EQ(se->shape, modelopt ? Shape{rows} : (Shape{rows, 1}));
       std::vector<uint8_t> codes(size_t(rows * cols));
-      std::vector<float> scales(size_t(rows));
+      std::vector<float> scales(static_cast<size_t>(rows));
       fp8_channel_quantize_reference(w, DType::F32, codes.data(), scales.data());
       EXPECT_EQ(0, std::memcmp(bytes_of(q, weight_name).data(), codes.data(), codes.size()));
       EXPECT_EQ(floats_of(bytes_of(q, module + ".weight_scale"), DType::F32), scales);

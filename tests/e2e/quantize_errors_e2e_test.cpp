@@ -7,6 +7,7 @@
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -68,7 +69,7 @@ struct TinyModel {
   }
 };
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
 
 // No finished or temporary output next to `out`.
 void expect_nothing_left(const fs::path& out) {
