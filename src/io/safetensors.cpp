@@ -255,4 +255,9 @@ void SafetensorsFile::release(const SafetensorsEntry& entry) const {
   file_.release(size_t(data_start_ + entry.begin), size_t(entry.end - entry.begin));
 }
 
+void SafetensorsFile::release(const SafetensorsEntry& entry, uint64_t offset,
+                              uint64_t length) const {
+  file_.release(size_t(data_start_ + entry.begin + offset), size_t(length));
+}
+
 }  // namespace qf

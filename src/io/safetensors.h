@@ -61,6 +61,8 @@ class SafetensorsFile {
   TensorView view(const SafetensorsEntry& entry) const;
   // Drops the entry's pages from resident memory once the caller is done with them.
   void release(const SafetensorsEntry& entry) const;
+  // The same for `length` bytes starting `offset` bytes into the entry's data.
+  void release(const SafetensorsEntry& entry, uint64_t offset, uint64_t length) const;
   uint64_t file_size() const { return file_.size(); }
 
  private:

@@ -109,7 +109,7 @@ void SafetensorsWriter::write_bytes(const void* data, size_t n) {
   }
 }
 
-void SafetensorsWriter::write(std::string_view name, std::span<const std::byte> data) {
+void SafetensorsWriter::check_next(std::string_view name, uint64_t size) const {
   if (!file_) fail("{}: write of {} after the writer was closed", path_.string(), quote_name(name));
   if (failed_) fail("{}: write of {} after an earlier write failed", path_.string(),
                     quote_name(name));
@@ -121,10 +121,32 @@ void SafetensorsWriter::write(std::string_view name, std::span<const std::byte> 
     fail("{}: tensor {} written out of order: expected {} next", path_.string(), quote_name(name),
          quote_name(s.name));
   const uint64_t want = s.nbytes();  // validated in the constructor, cannot overflow
-  if (data.size() != want)
+  if (size != want)
     fail("{}: tensor {} ({} {}) needs {} bytes but {} were given", path_.string(),
-         quote_name(name), dtype_name(s.dtype), shape_str(s.shape), want, data.size());
+         quote_name(name), dtype_name(s.dtype), shape_str(s.shape), want, size);
+}
+
+void SafetensorsWriter::write(std::string_view name, std::span<const std::byte> data) {
+  check_next(name, data.size());
   write_bytes(data.data(), data.size());
+  ++next_;
+}
+
+void SafetensorsWriter::write(std::string_view name, std::span<const std::byte> data,
+                              const std::function<void(size_t, size_t)>& written) {
+  // Validate the tensor with an empty first call on a matching size, then stream the bytes.
+  constexpr size_t kChunk = size_t(64) << 20;
+  if (data.size() <= kChunk) {
+    write(name, data);
+    if (written) written(0, data.size());
+    return;
+  }
+  check_next(name, data.size());
+  for (size_t offset = 0; offset < data.size(); offset += kChunk) {
+    const size_t n = std::min(kChunk, data.size() - offset);
+    write_bytes(data.data() + offset, n);
+    if (written) written(offset, n);
+  }
   ++next_;
 }
 

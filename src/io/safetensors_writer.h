@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -39,6 +40,10 @@ class SafetensorsWriter {
   // Appends the data of the next tensor in spec order; `name` and the byte count must match it
   // (qf::Error otherwise). I/O errors throw "<path>: write failed: <reason>".
   void write(std::string_view name, std::span<const std::byte> data);
+  // The same, writing in chunks and calling `written(offset, length)` after each chunk of
+  // `data` reaches the file, so a caller streaming from a mapped input can drop those pages.
+  void write(std::string_view name, std::span<const std::byte> data,
+             const std::function<void(size_t offset, size_t length)>& written);
   // Checks that every tensor was written, flushes and fsyncs, closes; any failure throws.
   void finish();
 
@@ -50,6 +55,8 @@ class SafetensorsWriter {
   bool failed_ = false;  // a write failed: the file is incomplete, further writes are refused
 
   void write_bytes(const void* data, size_t n);  // checked fwrite; throws "write failed"
+  // Throws unless the next tensor in spec order is `name` with `size` bytes.
+  void check_next(std::string_view name, uint64_t size) const;
 };
 
 }  // namespace qf

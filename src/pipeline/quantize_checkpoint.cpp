@@ -209,7 +209,10 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       const CheckpointTensor& t = *item.source;
       const TensorView view = t.file->view(*t.entry);
       if (item.linear < 0) {
-        writer.write(t.name, {view.data, view.nbytes});
+        // Large tensors (embeddings) are streamed so their pages never all stay resident.
+        writer.write(t.name, {view.data, view.nbytes}, [&](size_t offset, size_t length) {
+          t.file->release(*t.entry, offset, length);
+        });
         ++report.tensors_copied;
       } else {
         const ExportedLinear& l = exported[size_t(item.linear)];

@@ -91,6 +91,28 @@ TEST(SafetensorsWriter, RoundTrip) {
   EXPECT_EQ(bytes.substr(8 + n), data_section);  // in spec order, contiguous
 }
 
+TEST(SafetensorsWriter, ChunkedWriteReportsEveryRangeOnce) {
+  test::ScratchDir dir;
+  const size_t n = (size_t(64) << 20) * 2 + 12345;  // three chunks, the last one short
+  std::vector<std::byte> big(n);
+  for (size_t i = 0; i < n; i += 4096) big[i] = std::byte(i >> 12);
+  const auto small = random_bytes(24, 7);
+  SafetensorsWriter w(dir / "c.safetensors",
+                      {{"big", DType::U8, {int64_t(n)}}, {"small", DType::F32, {2, 3}}});
+  size_t covered = 0;
+  w.write("big", big, [&](size_t offset, size_t length) {
+    EXPECT_EQ(offset, covered);
+    covered += length;
+  });
+  EXPECT_EQ(covered, n);
+  w.write("small", small, {});
+  w.finish();
+  const auto f = SafetensorsFile::open(dir / "c.safetensors");
+  const TensorView v = f.view(*f.find("big"));
+  EXPECT_EQ(0, std::memcmp(v.data, big.data(), n));
+  EXPECT_EQ(0, std::memcmp(f.view(*f.find("small")).data, small.data(), small.size()));
+}
+
 TEST(SafetensorsWriter, DeterministicAndDefaultMetadata) {
   test::ScratchDir dir;
   const std::vector<TensorSpec> specs = {{"a", DType::F16, {4}}, {"b", DType::F32, {}}};
