@@ -29,8 +29,8 @@ struct SplitMix64 {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  // Uniform in (0, 1).
-  float uniform() { return (float(next() >> 40) + 0.5f) * 0x1p-24f; }
+  // Uniform in (0, 1), never 0 or 1: 23 random bits plus a half step are exact in a float.
+  float uniform() { return (float(next() >> 41) + 0.5f) * 0x1p-23f; }
 };
 
 uint64_t hash_name(const std::string& s, uint64_t seed) {
