@@ -26,7 +26,8 @@ float nvfp4_global_scale(float amax);
 // Inputs must be finite (NaN/Inf give unspecified codes; check weight_amax().nonfinite first).
 // Throws qf::Error for a bad dtype or shape, or g not positive and finite.
 void nvfp4_quantize_reference(const WeightRows& w, float g, uint8_t* packed, uint8_t* scales);
-// Same bytes as the reference, SIMD with runtime dispatch, split by rows over the pool.
+// Same bytes as the reference, SIMD with runtime dispatch, split into block ranges over the pool
+// (the bytes do not depend on the thread count).
 void nvfp4_quantize(const WeightRows& w, float g, uint8_t* packed, uint8_t* scales,
                     ThreadPool& pool);
 // out[r, c] = e2m1(code) * e4m3(scale) * g, as float32.
