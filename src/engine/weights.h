@@ -1,0 +1,58 @@
+// A decoder model's weights as the checkpoint stores them: Linear layers as views of the mapped
+// bytes (float or quantized, with their scales), small vectors (norms, biases) as float32 copies,
+// the token embedding as a view. Quantized Linears are recognized from the checkpoint's
+// quantization config (ModelOpt or compressed-tensors) and checked against the tensors present.
+#pragma once
+
+#include "io/checkpoint.h"
+#include "kernels/linear.h"
+#include "model/architecture.h"
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace qf {
+
+// One Linear module: the weight plus what some checkpoints add around it.
+struct EngineLinear {
+  std::string name;               // HF module name
+  LinearWeight w;
+  std::vector<float> bias;        // [out] or empty (Qwen2 q/k/v)
+  std::vector<float> pre_scale;   // [in] or empty (ModelOpt AWQ pre_quant_scale)
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;  // [hidden]
+  std::vector<float> q_norm, k_norm;       // [head_dim], Qwen3 only
+  EngineLinear q, k, v, o, gate, up, down;
+};
+
+// The token embedding table as stored: F32, F16 or BF16 [vocab, hidden].
+struct EmbeddingView {
+  DType dtype = DType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  // Writes row `id` as float32 to out[cols].
+  void row(int64_t id, float* out) const;
+};
+
+struct ModelWeights {
+  std::shared_ptr<const Checkpoint> checkpoint;  // owns the mappings every view points into
+  Architecture arch;
+  std::string quantization;  // "none", or e.g. "modelopt W4A16_NVFP4"
+  EmbeddingView embed;
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;
+  EngineLinear lm_head;
+
+  // Bytes of weights one decode step reads: every Linear (with scales) and the output head.
+  uint64_t weight_bytes_per_token() const;
+
+  // Loads `dir`. Throws qf::Error, starting with the directory and naming the tensor, for a
+  // missing or malformed tensor, or a quantization config that does not match the tensors.
+  static ModelWeights load(const std::filesystem::path& dir);
+};
+
+}  // namespace qf

@@ -1,0 +1,43 @@
+// Shared between the kernel files: per-format entry points chosen by linear.cpp, row-task
+// splitting, and small decode tables. Not part of the public kernels interface.
+#pragma once
+
+#include "kernels/linear.h"
+
+#include <cstdint>
+#include <functional>
+
+namespace qf::kernels {
+
+// Runs fn(r0, r1) over [0, rows) in tasks of `rows_per_task` rows (the last may be shorter).
+// The split depends only on the arguments, never on the pool's size.
+void for_row_tasks(ThreadPool* pool, int64_t rows, int64_t rows_per_task,
+                   const std::function<void(int64_t, int64_t)>& fn);
+
+// Rows per matrix-vector task: about 64 KiB of weights, a multiple of `multiple`.
+int64_t matvec_rows_per_task(const LinearWeight& w, int64_t multiple);
+
+// E4M3 code -> float32, all 256 codes (NaN codes give NaN).
+const float* e4m3_table();
+// E8M0 code -> float32.
+const float* e8m0_table();
+
+// Matrix-vector products y[rows] = W x, one per format family (the matvec_*.cpp files).
+void matvec_float(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_int4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+
+// Matrix-matrix product for every format: row tiles decoded to float32 a K-block at a time,
+// then a register-blocked product (matmul.cpp).
+void matmul_decoded(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                    ThreadPool* pool);
+
+// Decodes W[r0 .. r0+nr, c0 .. c0+nc) to float32 `out` with row stride `ld` (fast scalar
+// decoders; identical values to dequantize_weight_rows). c0 and nc are multiples of the
+// format's block; r0 and nr are even for int4_row_pairs.
+void decode_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                 float* out, int64_t ld);
+
+}  // namespace qf::kernels

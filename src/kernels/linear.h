@@ -1,0 +1,67 @@
+// Linear layers y = x W^T over weights kept exactly as a checkpoint stores them (float or
+// quantized, usually views into a memory-mapped file): the format tags, the weight view, and the
+// matrix-vector / matrix-matrix products that decode quantized blocks on the fly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace qf {
+
+class ThreadPool;
+
+enum class WeightFormat : uint8_t {
+  f32,             // float [rows, cols]
+  f16,             // IEEE half [rows, cols]
+  bf16,            // bfloat16 [rows, cols]
+  nvfp4,           // E2M1 pairs [rows, cols/2] (element 2j low nibble), E4M3 [rows, cols/16],
+                   // global_scale (ModelOpt weight_scale_2; compressed-tensors stores 1/it)
+  mxfp4,           // E2M1 pairs [rows, cols/2], E8M0 [rows, cols/32]
+  fp8,             // E4M3 [rows, cols], scales [rows] (per output channel)
+  int4_row_pairs,  // ModelOpt: U8 [rows/2, cols], byte = q[2i,k] | q[2i+1,k] << 4 (signed),
+                   // scales [rows, cols/group]
+  int4_packed32,   // compressed-tensors: I32 [rows, cols/8], element 8j+i = nibble i of word j,
+                   // stored unsigned as q + 8; scales [rows, cols/group]
+};
+
+std::string_view weight_format_name(WeightFormat f);
+
+// A weight matrix as stored. Pointers are not owned (they view a mapped checkpoint) except
+// `owned_scales`, which holds per-channel/group scales converted to float32 when the file stores
+// them in BF16/F16 (they are 1/16..1/128 of the weight count, so the weights stay as stored).
+struct LinearWeight {
+  WeightFormat format = WeightFormat::f32;
+  int64_t rows = 0;  // out_features
+  int64_t cols = 0;  // in_features
+  const void* data = nullptr;
+  const uint8_t* block_scales = nullptr;  // nvfp4 E4M3 codes, mxfp4 E8M0 codes
+  const float* scales = nullptr;          // fp8 [rows], int4 [rows, cols/group]
+  float global_scale = 1.f;               // nvfp4: dequantized = e2m1 * e4m3 * global_scale
+  int group = 0;                          // int4 elements per scale
+  std::shared_ptr<std::vector<float>> owned_scales;
+
+  // Bytes a product reads from memory: the stored weights and their scales.
+  uint64_t stored_bytes() const;
+};
+
+// Elements per block scale along a row for the block formats (16, 32 or group); 0 otherwise.
+int weight_block(const LinearWeight& w);
+
+// y[t, r] = sum_c x[t, c] * W[r, c] for t < tokens; x is [tokens, cols], y is [tokens, rows],
+// both float32 row-major, not aliasing. tokens == 1 uses the matrix-vector kernels, more the
+// matrix-matrix ones. Work is split into tasks of output rows, so y does not depend on the
+// pool's size. `pool` may be null (runs on the calling thread). Never throws for a valid weight.
+void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                    ThreadPool* pool);
+
+// Dequantizes rows [r0, r0 + n) to float32 [n, cols] through the formats' reference
+// dequantizers (core/numeric.h, formats/*.h). For tests and the scalar reference.
+void dequantize_weight_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out);
+
+// The scalar reference product: dequantize_weight_rows, then a double-precision dot product.
+void linear_reference(const LinearWeight& w, const float* x, int64_t tokens, float* y);
+
+}  // namespace qf

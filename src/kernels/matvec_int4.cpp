@@ -1,0 +1,113 @@
+// INT4 matrix-vector products, both stored layouts decoded on the fly: ModelOpt's row pairs
+// (one byte holds the same column of two adjacent rows, so two rows are computed together) and
+// compressed-tensors' int32 words (nibble pairs along a row, offset by 8). One scale per group.
+#include "kernels/kernels_internal.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matvec_int4.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "kernels/simd-inl.h"
+
+#include <vector>
+
+HWY_BEFORE_NAMESPACE();
+namespace qf::kernels {
+namespace HWY_NAMESPACE {
+
+alignas(16) constexpr int8_t kSigned4[16] = {0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1};
+alignas(16) constexpr int8_t kOffset8[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
+inline int signed_nibble(int v) { return v >= 8 ? v - 16 : v; }
+
+// Rows 2i and 2i+1 of the row-pair layout.
+template <class D>
+HWY_INLINE void RowPairDot(D df, const uint8_t* HWY_RESTRICT p, const float* HWY_RESTRICT sa,
+                           const float* HWY_RESTRICT sb, const float* HWY_RESTRICT x, int64_t cols,
+                           int group, float* ya, float* yb) {
+  int64_t main = 0;
+  float a = 0.f, b = 0.f;
+#if HWY_TARGET != HWY_SCALAR
+  const int64_t N = int64_t(hn::Lanes(df));
+  if (group % N == 0) {
+    main = cols / N * N;
+    const hn::Rebind<uint8_t, D> d8;
+    const hn::Rebind<int8_t, D> di8;
+    const hn::Rebind<int32_t, D> di32;
+    const hn::Full128<int8_t> dt;
+    const auto table = hn::LoadU(dt, kSigned4);
+    const auto low_mask = hn::Set(d8, uint8_t(0x0F));
+    auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
+    for (int64_t c = 0; c < main; c += N) {
+      const auto bytes = hn::LoadU(d8, p + c);
+      const auto lo = hn::BitCast(di8, hn::And(bytes, low_mask));
+      const auto hi = hn::BitCast(di8, hn::ShiftRight<4>(bytes));
+      const auto wa = hn::ConvertTo(df, hn::PromoteTo(di32, hn::TableLookupBytes(table, lo)));
+      const auto wb = hn::ConvertTo(df, hn::PromoteTo(di32, hn::TableLookupBytes(table, hi)));
+      const auto xv = hn::LoadU(df, x + c);
+      const int64_t g = c / group;
+      acc_a = hn::MulAdd(hn::Mul(wa, xv), hn::Set(df, sa[g]), acc_a);
+      acc_b = hn::MulAdd(hn::Mul(wb, xv), hn::Set(df, sb[g]), acc_b);
+    }
+    a = hn::GetLane(hn::SumOfLanes(df, acc_a));
+    b = hn::GetLane(hn::SumOfLanes(df, acc_b));
+  }
+#else
+  (void)df;
+#endif
+  for (int64_t c = main; c < cols; ++c) {
+    a += float(signed_nibble(p[c] & 0xF)) * sa[c / group] * x[c];
+    b += float(signed_nibble(p[c] >> 4)) * sb[c / group] * x[c];
+  }
+  *ya = a;
+  *yb = b;
+}
+
+void MatVecInt4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  const hn::ScalableTag<float> df;
+  const int64_t cols = w.cols;
+  const int64_t groups = cols / w.group;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  if (w.format == WeightFormat::int4_row_pairs) {
+    for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 2), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; r += 2)
+        RowPairDot(df, data + (r / 2) * cols, w.scales + r * groups, w.scales + (r + 1) * groups,
+                   x, cols, w.group, &y[r], &y[r + 1]);
+    });
+    return;
+  }
+  const int64_t main = NibbleMainLength(cols, w.group, hn::Lanes(df));
+  std::vector<float> xp(static_cast<size_t>(cols));
+  DeinterleavePairs(df, x, main, xp.data());
+  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 1), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* p = data + r * (cols / 2);  // little-endian words: nibble pairs in order
+      const float* s = w.scales + r * groups;
+      float dot = 0.f;
+#if HWY_TARGET != HWY_SCALAR
+      dot = NibblePairsDot(df, kOffset8, p, xp.data(), main, w.group,
+                           [&](int64_t g) { return s[g]; });
+#endif
+      for (int64_t c = main; c < cols; ++c) {
+        const int v = ((c % 2 == 0) ? (p[c / 2] & 0xF) : (p[c / 2] >> 4)) - 8;
+        dot += float(v) * s[c / w.group] * x[c];
+      }
+      y[r] = dot;
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qf::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qf::kernels {
+HWY_EXPORT(MatVecInt4);
+void matvec_int4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecInt4)(w, x, y, pool);
+}
+}  // namespace qf::kernels
+#endif

@@ -1,0 +1,63 @@
+// NVFP4 matrix-vector product: E2M1 nibbles decoded on the fly through a byte table in a
+// register (values doubled so that they are integers), one E4M3 scale per 16 elements, the
+// tensor scale applied once per row. Highway, runtime dispatch, split by rows.
+#include "kernels/kernels_internal.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matvec_nvfp4.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "core/numeric.h"
+#include "kernels/simd-inl.h"
+
+#include <vector>
+
+HWY_BEFORE_NAMESPACE();
+namespace qf::kernels {
+namespace HWY_NAMESPACE {
+
+// Twice the E2M1 values, so the table holds small integers.
+alignas(16) constexpr int8_t kE2M1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+                                                 0, -1, -2, -3, -4, -6, -8, -12};
+
+void MatVecNvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  const hn::ScalableTag<float> df;
+  const int64_t cols = w.cols;
+  const int64_t main = NibbleMainLength(cols, 16, hn::Lanes(df));
+  std::vector<float> xp(static_cast<size_t>(cols));
+  DeinterleavePairs(df, x, main, xp.data());
+  const float* stab = e4m3_table();
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 1), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* p = data + r * (cols / 2);
+      const uint8_t* s = w.block_scales + r * (cols / 16);
+      float dot = 0.f;
+#if HWY_TARGET != HWY_SCALAR
+      dot = NibblePairsDot(df, kE2M1Doubled, p, xp.data(), main, 16,
+                           [&](int64_t b) { return stab[s[b]]; });
+#endif
+      float tail = 0.f;
+      for (int64_t c = main; c < cols; ++c) {
+        const uint8_t v = (c % 2 == 0) ? (p[c / 2] & 0xF) : (p[c / 2] >> 4);
+        tail += kE2M1Values[v] * stab[s[c / 16]] * x[c];
+      }
+      y[r] = (dot * 0.5f + tail) * w.global_scale;
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qf::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qf::kernels {
+HWY_EXPORT(MatVecNvfp4);
+void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecNvfp4)(w, x, y, pool);
+}
+}  // namespace qf::kernels
+#endif
