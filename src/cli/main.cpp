@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   qf::cli::register_inspect(app, run);
   qf::cli::register_synth(app, run);
   qf::cli::register_demo(app, run);
+  qf::cli::register_generate(app, run);
+  qf::cli::register_eval(app, run);
+  qf::cli::register_bench(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

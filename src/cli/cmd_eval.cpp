@@ -1,0 +1,135 @@
+// `qforge eval ppl` and `qforge eval kl`: perplexity of a model, and how far a quantized model's
+// next-token distributions are from the original's, over a text file.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "eval/perplexity.h"
+#include "eval/text.h"
+#include "io/tokenizer.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace qf::cli {
+namespace {
+
+struct EvalArgs {
+  std::string text;
+  int64_t ctx = 256;
+  int64_t max_chars = 0;
+  int threads = 0;
+  bool json = false;
+};
+
+void add_common(CLI::App* cmd, EvalArgs& a) {
+  cmd->add_option("--text", a.text, "UTF-8 text file to evaluate on")->required();
+  cmd->add_option("--ctx", a.ctx,
+                  "Tokens per window; windows overlap by one token and each starts from "
+                  "position 0 (default 256)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-chars", a.max_chars,
+                  "Use only the first N characters of the text (default 0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", a.json, "Print JSON on stdout");
+}
+
+// The token stream of the protocol: BOS once at the start (when the tokenizer has one).
+std::vector<int32_t> stream_ids(const std::string& model_dir, const EvalArgs& a) {
+  const std::string text = read_eval_text(a.text, a.max_chars);
+  const auto tok = Tokenizer::load(model_dir);
+  return tok->encode(text, tok->bos_id() >= 0);
+}
+
+EvalProgress progress_bar(std::unique_ptr<Progress>& bar, const std::string& label,
+                          int64_t total) {
+  bar = std::make_unique<Progress>(label, uint64_t(total), Progress::stderr_is_terminal());
+  return [&bar, last = int64_t(0)](int64_t done, int64_t) mutable {
+    bar->advance(uint64_t(done - last));
+    last = done;
+  };
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app, Action& run) {
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Evaluate checkpoints on a text: perplexity (ppl) or the KL divergence of a "
+              "quantized model from its original (kl).");
+  eval->require_subcommand(1);
+
+  auto pa = std::make_shared<EvalArgs>();
+  auto p_model = std::make_shared<std::string>();
+  CLI::App* ppl = eval->add_subcommand(
+      "ppl", "Perplexity of MODEL on --text: BOS once at the start, windows of --ctx input "
+             "tokens overlapping by one, each from position 0; ppl = exp(mean NLL).");
+  ppl->add_option("model", *p_model, "Model directory (with its tokenizer files)")->required();
+  add_common(ppl, *pa);
+  ppl->callback([pa, p_model, &run] {
+    run = [pa, p_model] {
+      ModelOptions mo;
+      mo.threads = pa->threads;
+      auto model = Model::load(*p_model, mo);
+      const auto ids = stream_ids(*p_model, *pa);
+      std::unique_ptr<Progress> bar;
+      const auto r = perplexity(*model, ids, pa->ctx,
+                                progress_bar(bar, "perplexity", int64_t(ids.size()) - 1));
+      bar->finish();
+      if (pa->json) {
+        nlohmann::ordered_json j;
+        j["ppl"] = r.ppl;
+        j["tokens"] = r.tokens;
+        j["nll_mean"] = r.nll_mean;
+        j["ctx"] = pa->ctx;
+        fmt::print("{}\n", j.dump(2));
+      } else {
+        fmt::print("perplexity {:.5f} over {} tokens (ctx {})\n", r.ppl, r.tokens, pa->ctx);
+      }
+      return 0;
+    };
+  });
+
+  auto ka = std::make_shared<EvalArgs>();
+  auto k_models = std::make_shared<std::pair<std::string, std::string>>();
+  CLI::App* kl = eval->add_subcommand(
+      "kl", "Per-token KL(BASE || QUANT) of the next-token distributions on --text (mean and "
+            "99th percentile, nats), top-1 agreement, and both perplexities. The text is "
+            "tokenized with BASE's tokenizer.");
+  kl->add_option("base", k_models->first, "Reference model directory")->required();
+  kl->add_option("quant", k_models->second, "Quantized model directory")->required();
+  add_common(kl, *ka);
+  kl->callback([ka, k_models, &run] {
+    run = [ka, k_models] {
+      ModelOptions mo;
+      mo.threads = ka->threads;
+      auto base = Model::load(k_models->first, mo);
+      auto quant = Model::load(k_models->second, mo);
+      const auto ids = stream_ids(k_models->first, *ka);
+      std::unique_ptr<Progress> bar;
+      const auto r = kl_divergence(*base, *quant, ids, ka->ctx,
+                                   progress_bar(bar, "kl", int64_t(ids.size()) - 1));
+      bar->finish();
+      if (ka->json) {
+        nlohmann::ordered_json j;
+        j["kl_mean"] = r.kl_mean;
+        j["kl_p99"] = r.kl_p99;
+        j["top1"] = r.top1;
+        j["ppl_base"] = r.ppl_base;
+        j["ppl_quant"] = r.ppl_quant;
+        j["tokens"] = r.tokens;
+        fmt::print("{}\n", j.dump(2));
+      } else {
+        fmt::print("{:<22} {:.6f}\n", "KL mean (nats)", r.kl_mean);
+        fmt::print("{:<22} {:.6f}\n", "KL p99 (nats)", r.kl_p99);
+        fmt::print("{:<22} {:.4f}\n", "top-1 agreement", r.top1);
+        fmt::print("{:<22} {:.5f}\n", "perplexity (base)", r.ppl_base);
+        fmt::print("{:<22} {:.5f}\n", "perplexity (quant)", r.ppl_quant);
+        fmt::print("{:<22} {}\n", "tokens", r.tokens);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace qf::cli

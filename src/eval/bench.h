@@ -1,0 +1,25 @@
+// Inference speed of a model: prefill of a prompt in one window and token-by-token decode,
+// with the weight bytes each decode step reads and the memory bandwidth that implies.
+#pragma once
+
+#include "engine/model.h"
+
+#include <cstdint>
+
+namespace qf {
+
+struct BenchResult {
+  int64_t prompt = 0, gen = 0;
+  int threads = 0;
+  double prefill_s = 0, decode_s = 0;
+  double prefill_tok_s = 0, decode_tok_s = 0;
+  uint64_t weight_bytes_per_token = 0;  // stored Linear weights + scales + output head
+  double decode_gbps = 0;               // weight_bytes_per_token * decode_tok_s / 1e9
+  uint64_t peak_rss_bytes = 0;
+};
+
+// Prompt ids are a fixed pseudo-random sequence (no tokenizer needed). Throws qf::Error if
+// prompt < 1, gen < 1, or prompt + gen exceeds the model's context.
+BenchResult bench_model(Model& model, int64_t prompt, int64_t gen);
+
+}  // namespace qf

@@ -1,0 +1,115 @@
+// Perplexity and KL divergence over overlapping windows. Log-softmax in double precision so that
+// the sums over thousands of tokens do not drift.
+#include "eval/perplexity.h"
+
+#include "core/error.h"
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace qf {
+namespace {
+
+void check(const Model& m, std::span<const int32_t> ids, int64_t ctx) {
+  if (ctx < 1) fail("--ctx must be at least 1 (got {})", ctx);
+  if (ctx > m.max_seq())
+    fail("context {} exceeds the model's max_position_embeddings {}", ctx,
+         m.arch().max_position_embeddings);
+  if (ids.size() < 2) fail("the text has fewer than 2 tokens; nothing to score");
+}
+
+// log-softmax of logits[0, n) into out (double).
+void log_softmax(const float* logits, int64_t n, std::vector<double>& out) {
+  out.resize(size_t(n));
+  double mx = logits[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, double(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(logits[i]) - lse;
+}
+
+// Calls fn(window start, window length) for each window.
+template <class Fn>
+void for_windows(int64_t n_ids, int64_t ctx, Fn&& fn) {
+  for (int64_t s = 0; s + 1 < n_ids; s += ctx) fn(s, std::min(ctx, n_ids - 1 - s));
+}
+
+}  // namespace
+
+PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t ctx,
+                            const EvalProgress& progress) {
+  check(model, ids, ctx);
+  const int64_t V = model.vocab_size();
+  const int64_t total = int64_t(ids.size()) - 1;
+  std::vector<float> logits(size_t(std::min(ctx, total) * V));
+  std::vector<double> lp;
+  double nll = 0;
+  int64_t count = 0;
+  for_windows(int64_t(ids.size()), ctx, [&](int64_t s, int64_t n) {
+    model.forward(ids.subspan(size_t(s), size_t(n)), 0, logits.data(), true);
+    for (int64_t t = 0; t < n; ++t) {
+      log_softmax(logits.data() + t * V, V, lp);
+      nll -= lp[size_t(ids[size_t(s + t + 1)])];
+    }
+    count += n;
+    if (progress) progress(count, total);
+  });
+  PerplexityResult r;
+  r.tokens = count;
+  r.nll_mean = nll / double(count);
+  r.ppl = std::exp(r.nll_mean);
+  return r;
+}
+
+KlResult kl_divergence(Model& base, Model& quant, std::span<const int32_t> ids, int64_t ctx,
+                       const EvalProgress& progress) {
+  check(base, ids, ctx);
+  check(quant, ids, ctx);
+  if (base.vocab_size() != quant.vocab_size())
+    fail("the models' vocabularies differ ({} vs {} tokens)", base.vocab_size(),
+         quant.vocab_size());
+  const int64_t V = base.vocab_size();
+  const int64_t total = int64_t(ids.size()) - 1;
+  std::vector<float> lb(size_t(std::min(ctx, total) * V)), lq(lb.size());
+  std::vector<double> pb, pq, kls;
+  double nll_b = 0, nll_q = 0;
+  int64_t agree = 0;
+  for_windows(int64_t(ids.size()), ctx, [&](int64_t s, int64_t n) {
+    const auto window = ids.subspan(size_t(s), size_t(n));
+    base.forward(window, 0, lb.data(), true);
+    quant.forward(window, 0, lq.data(), true);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* b = lb.data() + t * V;
+      const float* q = lq.data() + t * V;
+      log_softmax(b, V, pb);
+      log_softmax(q, V, pq);
+      double kl = 0;
+      for (int64_t i = 0; i < V; ++i)
+        if (pb[size_t(i)] > -745) kl += std::exp(pb[size_t(i)]) * (pb[size_t(i)] - pq[size_t(i)]);
+      kls.push_back(std::max(0.0, kl));
+      const int32_t next = ids[size_t(s + t + 1)];
+      nll_b -= pb[size_t(next)];
+      nll_q -= pq[size_t(next)];
+      agree += argmax(b, V) == argmax(q, V);
+    }
+    if (progress) progress(int64_t(kls.size()), total);
+  });
+  KlResult r;
+  r.tokens = int64_t(kls.size());
+  double sum = 0;
+  for (double k : kls) sum += k;
+  r.kl_mean = sum / double(r.tokens);
+  std::vector<double> sorted = kls;
+  std::sort(sorted.begin(), sorted.end());
+  const auto rank = size_t(std::ceil(0.99 * double(r.tokens)));
+  r.kl_p99 = sorted[std::max<size_t>(rank, 1) - 1];
+  r.top1 = double(agree) / double(r.tokens);
+  r.ppl_base = std::exp(nll_b / double(r.tokens));
+  r.ppl_quant = std::exp(nll_q / double(r.tokens));
+  return r;
+}
+
+}  // namespace qf

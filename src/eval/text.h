@@ -1,0 +1,15 @@
+// Evaluation text: a UTF-8 file, optionally cut to its first N characters (code points, as
+// Python's str slicing counts them, which the fixtures' reference protocol uses).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace qf {
+
+// Reads `path`; max_chars > 0 keeps only the first max_chars code points. Throws qf::Error naming
+// the file for an unreadable file or bytes that are not UTF-8 (with the offset).
+std::string read_eval_text(const std::filesystem::path& path, int64_t max_chars);
+
+}  // namespace qf

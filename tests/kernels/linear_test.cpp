@@ -1,0 +1,197 @@
+// Kernel tests: every weight format's matrix-vector and matrix-matrix products against the
+// scalar reference built from the formats' dequantizers, and bit-identical results at any
+// thread count.
+#include "core/numeric.h"
+#include "core/thread_pool.h"
+#include "formats/fp8.h"
+#include "formats/int4.h"
+#include "formats/mxfp4.h"
+#include "formats/nvfp4.h"
+#include "kernels/linear.h"
+#include "kernels/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace qf {
+namespace {
+
+// A quantized (or float) weight together with the buffers it views.
+struct TestWeight {
+  LinearWeight w;
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  std::vector<uint8_t> bytes, block_scales;
+  std::vector<int32_t> words;
+  std::vector<float> scales;
+};
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t cols, int group = 32,
+                                        uint32_t seed = 1) {
+  auto t = std::make_unique<TestWeight>();
+  t->f32 = random_vector(size_t(rows * cols), seed, 0.05f);
+  const WeightRows wr{t->f32.data(), DType::F32, rows, cols};
+  LinearWeight& w = t->w;
+  w.format = f;
+  w.rows = rows;
+  w.cols = cols;
+  switch (f) {
+    case WeightFormat::f32: w.data = t->f32.data(); break;
+    case WeightFormat::bf16:
+    case WeightFormat::f16:
+      t->half.resize(t->f32.size());
+      for (size_t i = 0; i < t->f32.size(); ++i)
+        t->half[i] = f == WeightFormat::bf16 ? f32_to_bf16(t->f32[i]) : f32_to_f16(t->f32[i]);
+      w.data = t->half.data();
+      break;
+    case WeightFormat::nvfp4: {
+      float amax = 0;
+      for (float x : t->f32) amax = std::max(amax, std::fabs(x));
+      w.global_scale = nvfp4_global_scale(amax);
+      t->bytes.resize(size_t(rows * cols / 2));
+      t->block_scales.resize(size_t(rows * cols / 16));
+      nvfp4_quantize_reference(wr, w.global_scale, t->bytes.data(), t->block_scales.data());
+      w.data = t->bytes.data();
+      w.block_scales = t->block_scales.data();
+      break;
+    }
+    case WeightFormat::mxfp4:
+      t->bytes.resize(size_t(rows * cols / 2));
+      t->block_scales.resize(size_t(rows * cols / 32));
+      mxfp4_quantize_reference(wr, t->bytes.data(), t->block_scales.data());
+      w.data = t->bytes.data();
+      w.block_scales = t->block_scales.data();
+      break;
+    case WeightFormat::fp8:
+      t->bytes.resize(size_t(rows * cols));
+      t->scales.resize(size_t(rows));
+      fp8_channel_quantize_reference(wr, DType::F32, t->bytes.data(), t->scales.data());
+      w.data = t->bytes.data();
+      w.scales = t->scales.data();
+      break;
+    case WeightFormat::int4_row_pairs:
+    case WeightFormat::int4_packed32: {
+      std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+      t->scales.resize(size_t(rows * cols / group));
+      int4_quantize_reference(wr, group, DType::F32, q.data(), t->scales.data());
+      if (f == WeightFormat::int4_row_pairs) {
+        t->bytes.resize(size_t(rows / 2 * cols));
+        int4_pack_row_pairs(q.data(), rows, cols, t->bytes.data());
+        w.data = t->bytes.data();
+      } else {
+        t->words.resize(size_t(rows * cols / 8));
+        int4_pack_int32(q.data(), rows, cols, t->words.data());
+        w.data = t->words.data();
+      }
+      w.scales = t->scales.data();
+      w.group = group;
+      break;
+    }
+  }
+  return t;
+}
+
+// |y - ref| within float reassociation error of sum |w x|.
+void expect_close(const LinearWeight& w, const std::vector<float>& x, int64_t tokens,
+                  const std::vector<float>& y, const std::vector<float>& ref) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_weight_rows(w, r, 1, row.data());
+    for (int64_t t = 0; t < tokens; ++t) {
+      double mag = 0;
+      for (int64_t c = 0; c < w.cols; ++c) mag += std::fabs(double(row[size_t(c)]) * x[size_t(t * w.cols + c)]);
+      const size_t i = size_t(t * w.rows + r);
+      ASSERT_NEAR(y[i], ref[i], 2e-6 * mag + 1e-30)
+          << weight_format_name(w.format) << " row " << r << " token " << t;
+    }
+  }
+}
+
+struct Case {
+  WeightFormat format;
+  int64_t rows, cols;
+  int group;
+};
+
+class KernelLinear : public ::testing::TestWithParam<Case> {};
+
+TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
+  const Case c = GetParam();
+  auto t = make_weight(c.format, c.rows, c.cols, c.group);
+  ThreadPool one(1), two(2);
+  for (int64_t tokens : {1, 3, 9}) {
+    const auto x = random_vector(size_t(tokens * c.cols), 7);
+    std::vector<float> ref(static_cast<size_t>(tokens * c.rows)), y1(ref.size()), y2(ref.size());
+    linear_reference(t->w, x.data(), tokens, ref.data());
+    linear_forward(t->w, x.data(), tokens, y1.data(), &one);
+    linear_forward(t->w, x.data(), tokens, y2.data(), &two);
+    expect_close(t->w, x, tokens, y1, ref);
+    for (size_t i = 0; i < y1.size(); ++i)
+      ASSERT_EQ(y1[i], y2[i]) << "thread count changed output " << i << " tokens " << tokens;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    KernelFormats, KernelLinear,
+    ::testing::Values(Case{WeightFormat::f32, 37, 300, 0}, Case{WeightFormat::bf16, 64, 256, 0},
+                      Case{WeightFormat::f16, 33, 129, 0}, Case{WeightFormat::nvfp4, 70, 256, 0},
+                      Case{WeightFormat::nvfp4, 9, 80, 0},  // 80: a chunk tail of 16
+                      Case{WeightFormat::nvfp4, 130, 1024, 0}, Case{WeightFormat::mxfp4, 65, 256, 0},
+                      Case{WeightFormat::mxfp4, 8, 96, 0}, Case{WeightFormat::fp8, 40, 200, 0},
+                      Case{WeightFormat::int4_row_pairs, 66, 256, 32},
+                      Case{WeightFormat::int4_row_pairs, 8, 384, 128},
+                      Case{WeightFormat::int4_packed32, 65, 256, 32},
+                      Case{WeightFormat::int4_packed32, 7, 512, 128},
+                      Case{WeightFormat::int4_packed32, 5, 64, 8}),
+    [](const ::testing::TestParamInfo<Case>& p) {
+      std::string n(weight_format_name(p.param.format));
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n + "_" + std::to_string(p.param.rows) + "x" + std::to_string(p.param.cols);
+    });
+
+TEST(KernelLinear, DequantizeMatchesFormatsAndStoredBytes) {
+  auto t = make_weight(WeightFormat::nvfp4, 4, 64);
+  std::vector<float> a(4 * 64), b(4 * 64);
+  dequantize_weight_rows(t->w, 0, 4, a.data());
+  nvfp4_dequantize(t->bytes.data(), t->block_scales.data(), t->w.global_scale, 4, 64, b.data());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(t->w.stored_bytes(), 4u * 32 + 4 * 4 + 4);
+}
+
+TEST(KernelOps, RmsNormRopeSoftmax) {
+  const float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 2, 2};
+  float y[4];
+  rmsnorm(x, w, 4, 0.f, y);
+  const float inv = 1.0f / std::sqrt(30.f / 4);
+  EXPECT_FLOAT_EQ(y[0], 1 * inv);
+  EXPECT_FLOAT_EQ(y[3], 8 * inv);
+
+  RopeTable rope(4, 8, 10000.0);
+  float h[4] = {1, 0, 0, 0};  // pairs (0, 2) and (1, 3)
+  rope.apply(h, 0);
+  EXPECT_FLOAT_EQ(h[0], 1.f);
+  rope.apply(h, 1);  // angle 1 rad for i = 0
+  EXPECT_NEAR(h[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(h[2], std::sin(1.0), 1e-6);
+
+  float s[3] = {0.f, std::log(3.f), 0.f};
+  softmax(s, 3);
+  EXPECT_NEAR(s[1], 0.6, 1e-6);
+  EXPECT_NEAR(s[0] + s[1] + s[2], 1.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace qf
