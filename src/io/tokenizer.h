@@ -14,6 +14,7 @@
 
 namespace qf {
 
+// All methods are const and safe to call from several threads at once.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -21,20 +22,48 @@ class Tokenizer {
   // Loads the tokenizer of a model directory (or a directory holding only tokenizer files):
   // tokenizer.json if present, else tokenizer.model, else vocab.json + merges.txt; BOS/EOS
   // from tokenizer_config.json / config.json / generation_config.json. Throws qf::Error naming
-  // the file for missing or malformed files.
+  // the file for missing or malformed files, and for tokenizer.json features it does not
+  // implement (rather than encode differently from the reference).
+  //
+  // BOS/EOS: tokenizer_config.json `bos_token` / `eos_token` (a string, {"content": ...}, or
+  // null for none) when the key is present; else config.json, then generation_config.json
+  // `bos_token_id` / `eos_token_id` (the first of a list); else the tokenizer file's own
+  // (sentencepiece's ids; the BOS of a tokenizer.json TemplateProcessing; GPT-2's
+  // <|endoftext|> as EOS). `add_bos_token` of tokenizer_config.json sets add_bos_by_default().
   static std::unique_ptr<Tokenizer> load(const std::filesystem::path& dir);
 
   // Token ids of `text` (UTF-8; throws qf::Error if it is not valid UTF-8). BOS is prepended
-  // when `add_bos` and the tokenizer has one.
+  // when `add_bos` and the tokenizer has one. Added/special tokens written in the text
+  // (e.g. "<|im_end|>") are encoded as themselves, as Hugging Face tokenizers do.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
-  // The text of a sequence of ids (special tokens included as their text).
+  // The text of a sequence of ids (special tokens included as their text). The space a
+  // sentencepiece-style tokenizer puts before the first word is dropped at the start and
+  // right after BOS, so decode(encode(x, b)) gives x (after BOS's text when b) for text the
+  // vocabulary covers. Bytes that do not form UTF-8 become U+FFFD. Ids outside the
+  // vocabulary throw qf::Error.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
-  // The text one token contributes when appended after `previous` (for streaming output).
+  // The bytes one token contributes when appended after `previous` (-1 at the start), for
+  // streaming output: concatenated over a sequence they give decode() of it, except that a
+  // character split over byte tokens arrives in pieces (not valid UTF-8 on their own).
   virtual std::string decode_next(int32_t previous, int32_t id) const = 0;
 
+  // The token's string in the vocabulary ("▁Once", "Ġthe", "<0x0A>", "<|im_end|>").
+  virtual std::string piece(int32_t id) const = 0;
+  // The id of a vocabulary string (added tokens included), or -1.
+  virtual int32_t token_id(std::string_view piece) const = 0;
+
+  // Highest id the tokenizer can produce, plus one (added tokens included; the model's
+  // embedding table may be larger).
   virtual int32_t vocab_size() const = 0;
   virtual int32_t bos_id() const = 0;  // -1 if none
   virtual int32_t eos_id() const = 0;  // -1 if none
+  // Whether the checkpoint prepends BOS to its inputs (tokenizer_config.json add_bos_token,
+  // or the tokenizer's own convention); false when there is no BOS.
+  virtual bool add_bos_by_default() const = 0;
+
+  // Throws qf::Error "<source>: not valid UTF-8 (byte 0x.. at offset N)" unless `text` is
+  // valid UTF-8 (no overlong forms, surrogates or values above U+10FFFF).
+  static void require_utf8(std::string_view text, std::string_view source);
 };
 
 }  // namespace qf

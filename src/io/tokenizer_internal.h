@@ -1,0 +1,103 @@
+// What the tokenizer implementations share (private to src/io/tokenizer*.cpp): added-token
+// matching, the base class that holds BOS/EOS and decodes, and the loaders of each file kind.
+#pragma once
+
+#include "io/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qf::tok {
+
+// A token matched in the text before pre-tokenization (tokenizer.json `added_tokens`).
+struct AddedToken {
+  std::string content;
+  int32_t id = -1;
+  bool single_word = false;  // only where not inside a word
+  bool lstrip = false;       // takes the whitespace on its left
+  bool rstrip = false;       // takes the whitespace on its right
+  bool normalized = true;    // matched in the normalized text (else in the raw text)
+  bool special = false;
+};
+
+// Parses one entry of `added_tokens` / `added_tokens_decoder`; `id` < 0 reads it from "id".
+// Throws qf::Error "<context>: ..." when malformed.
+AddedToken parse_added_token(const nlohmann::json& j, int32_t id, const std::string& context);
+
+// Leftmost-longest matching of a set of strings, with Hugging Face's single_word, lstrip and
+// rstrip rules.
+class AddedTokenMatcher {
+ public:
+  struct Segment {
+    size_t begin, end;
+    int32_t id;  // -1 for text between tokens
+  };
+  // Matches `pattern` (non-empty) as `token`.
+  void add(std::string_view pattern, const AddedToken& token);
+  bool empty() const { return tokens_.empty(); }
+  // Cuts `s` into text and token segments that cover it in order (no empty text segments).
+  void split(std::string_view s, std::vector<Segment>& out) const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, int32_t>> children;  // sorted by byte
+    int32_t token = -1;                                       // index into tokens_
+  };
+  int32_t child(int32_t node, unsigned char byte) const;
+  std::vector<Node> nodes_{Node{}};
+  std::vector<AddedToken> tokens_;
+  bool first_byte_[256] = {};
+};
+
+// BOS/EOS and decoding shared by every tokenizer kind. Subclasses fill `pieces_` (vocabulary
+// strings) and `bytes_` (what each id decodes to) for every id below vocab_size().
+class TokenizerBase : public Tokenizer {
+ public:
+  std::string decode(std::span<const int32_t> ids) const override;
+  std::string decode_next(int32_t previous, int32_t id) const override;
+  std::string piece(int32_t id) const override;
+  int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
+  int32_t bos_id() const override { return bos_; }
+  int32_t eos_id() const override { return eos_; }
+  bool add_bos_by_default() const override { return add_bos_ && bos_ >= 0; }
+
+  const std::string& source() const { return source_; }
+  bool add_bos_setting() const { return add_bos_; }
+  // Defaults of the tokenizer file itself, before the configs are read.
+  void set_specials(int32_t bos, int32_t eos, bool add_bos) {
+    bos_ = bos;
+    eos_ = eos;
+    add_bos_ = add_bos;
+  }
+
+ protected:
+  explicit TokenizerBase(std::string source) : source_(std::move(source)) {}
+  // Throws qf::Error unless `text` is valid UTF-8.
+  void require_input_utf8(std::string_view text) const;
+  void check_id(int32_t id) const;
+
+  std::string source_;  // the tokenizer file, named in error messages
+  std::vector<std::string> pieces_;
+  std::vector<std::string> bytes_;
+  // Spaces removed from the start of the text and after BOS: the space sentencepiece-style
+  // tokenizers add before the first word.
+  int leading_spaces_to_strip_ = 0;
+  int32_t bos_ = -1, eos_ = -1;
+  bool add_bos_ = false;
+};
+
+std::unique_ptr<TokenizerBase> load_sentencepiece(const std::filesystem::path& model_file);
+std::unique_ptr<TokenizerBase> load_hf_json(const std::filesystem::path& json_file);
+// GPT-2 style vocab.json + merges.txt; `added_tokens` from tokenizer_config.json's
+// added_tokens_decoder (<|endoftext|> as a special token when there is none).
+std::unique_ptr<TokenizerBase> load_vocab_merges(const std::filesystem::path& vocab_file,
+                                                 const std::filesystem::path& merges_file,
+                                                 std::vector<AddedToken> added_tokens);
+
+}  // namespace qf::tok

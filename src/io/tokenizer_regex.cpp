@@ -1,0 +1,81 @@
+// PCRE2 wrapper for pre-tokenizer regexes.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "io/tokenizer_regex.h"
+
+#include "core/error.h"
+#include "io/tokenizer_text.h"
+
+#include <pcre2.h>
+
+#include <memory>
+
+namespace qf::tok {
+namespace {
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buffer[256];
+  const int n = pcre2_get_error_message(code, buffer, sizeof buffer);
+  return n < 0 ? fmt::format("PCRE2 error {}", code) : std::string(reinterpret_cast<char*>(buffer));
+}
+
+struct MatchData {
+  pcre2_match_data* data;
+  pcre2_match_context* context = nullptr;
+  pcre2_jit_stack* stack = nullptr;
+  ~MatchData() {
+    pcre2_match_data_free(data);
+    pcre2_match_context_free(context);
+    pcre2_jit_stack_free(stack);
+  }
+};
+
+}  // namespace
+
+Regex::Regex(std::string_view pattern, std::string context) : context_(std::move(context)) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  if (!code)
+    fail("{}: regex does not compile at offset {}: {}", context_, offset, pcre2_message(error));
+  // Without JIT (an unsupported CPU) matching still works, only slower.
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  code_ = code;
+}
+
+Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+
+std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s) const {
+  const auto* code = static_cast<const pcre2_code*>(code_);
+  MatchData md{pcre2_match_data_create_from_pattern(code, nullptr)};
+  if (!md.data) throw std::bad_alloc();
+  std::vector<std::pair<size_t, size_t>> matches;
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+  size_t start = 0;
+  while (start <= s.size()) {
+    // The text was validated once; checking it again at every match would be quadratic.
+    int rc = pcre2_match(code, subject, s.size(), start, PCRE2_NO_UTF_CHECK, md.data, md.context);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !md.stack) {
+      // Long runs under a look-ahead can outgrow the default 32 KiB JIT stack.
+      md.context = pcre2_match_context_create(nullptr);
+      md.stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
+      if (!md.context || !md.stack) throw std::bad_alloc();
+      pcre2_jit_stack_assign(md.context, nullptr, md.stack);
+      rc = pcre2_match(code, subject, s.size(), start, PCRE2_NO_UTF_CHECK, md.data, md.context);
+    }
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) fail("{}: regex match failed: {}", context_, pcre2_message(rc));
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.data);
+    const size_t begin = ovector[0], end = ovector[1];
+    if (end > begin) {
+      matches.emplace_back(begin, end);
+      start = end;
+    } else {
+      if (begin >= s.size()) break;
+      start = begin + utf8_length(static_cast<unsigned char>(s[begin]));
+    }
+  }
+  return matches;
+}
+
+}  // namespace qf::tok
