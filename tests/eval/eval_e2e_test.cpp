@@ -1,0 +1,172 @@
+// End-to-end tests of `qforge eval`, `generate` and `bench` on the fixture models: the reference
+// perplexity, the published greedy texts, KL of every quantized export against its original,
+// and one-line errors for bad input.
+#include "core/error.h"
+#include "eval/text.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+namespace qf {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string model(const char* name) {
+  return "'" + (test::fixtures_dir() / "models" / name).string() + "'";
+}
+std::string corpus() {
+  return "'" + (test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt").string() + "'";
+}
+
+nlohmann::json run_json(const std::string& args) {
+  const auto r = test::run_qforge(args);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+void expect_one_line_error(const test::CommandResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("qforge: error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(EvalE2E, Stories260KPerplexityMatchesReference) {
+  QF_REQUIRE_FIXTURES();
+  const auto j = run_json("eval ppl " + model("stories260K-hf") + " --text " + corpus() +
+                          " --max-chars 20000 --ctx 256 --json");
+  EXPECT_NEAR(j["ppl"].get<double>(), 4.07327, 0.0005);
+  EXPECT_EQ(j["tokens"].get<int64_t>(), 9601);
+}
+
+TEST(EvalE2E, GreedyGenerationReproducesPublishedTexts) {
+  QF_REQUIRE_FIXTURES();
+  auto r = test::run_qforge("generate " + model("stories260K-hf") + " -n 60");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(
+                "Once upon a time, there was a little girl named Lily. She loved to play outside "
+                "in the park. One day, she saw a big, red ball. She wanted to play with it, but "
+                "it was too high",
+                0),
+            0u)
+      << r.out;
+  r = test::run_qforge("generate " + model("tinystories-656K-hf") + " -p 'Once upon a time' -n 25");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time, a little girl named Lily lived in a small house with "
+                        "her mom, dad, and her dog, Spot",
+                        0),
+            0u)
+      << r.out;
+}
+
+TEST(EvalE2E, SeededSamplingIsReproducible) {
+  QF_REQUIRE_FIXTURES();
+  const std::string cmd =
+      "generate " + model("tinystories-656K-hf") + " -p 'The dog' -n 20 --temp 0.8 --top-p 0.9 --seed 7";
+  const auto a = test::run_qforge(cmd), b = test::run_qforge(cmd);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(EvalE2E, KlOfAModelAgainstItselfIsZero) {
+  QF_REQUIRE_FIXTURES();
+  const auto j = run_json("eval kl " + model("tinystories-656K-hf") + " " +
+                          model("tinystories-656K-hf") + " --text " + corpus() +
+                          " --max-chars 3000 --json");
+  EXPECT_EQ(j["kl_mean"].get<double>(), 0.0);
+  EXPECT_EQ(j["kl_p99"].get<double>(), 0.0);
+  EXPECT_EQ(j["top1"].get<double>(), 1.0);
+  EXPECT_EQ(j["ppl_base"].get<double>(), j["ppl_quant"].get<double>());
+  EXPECT_GT(j["tokens"].get<int64_t>(), 500);
+}
+
+// Every format through both exporters, on both models: loads, and stays close to the original.
+TEST(EvalE2E, KlOfEveryQuantizedExport) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  for (const char* m : {"stories260K-hf", "tinystories-656K-hf"}) {
+    for (const char* fmt : {"nvfp4", "mxfp4", "fp8", "int4"}) {
+      for (const char* exp : {"modelopt", "compressed-tensors"}) {
+        const std::string out = (tmp / (std::string(m) + fmt + exp)).string();
+        const bool small = std::string(m) == "stories260K-hf";
+        const std::string group = std::string(fmt) == "int4" && small ? " --group-size 32" : "";
+        const auto q = test::run_qforge("quantize " + model(m) + " -o '" + out + "' --format " +
+                                        fmt + " --export " + exp + group);
+        ASSERT_EQ(q.exit_code, 0) << q.err;
+        const auto j = run_json("eval kl " + model(m) + " '" + out + "' --text " + corpus() +
+                                " --max-chars 4000 --json");
+        SCOPED_TRACE(std::string(m) + " " + fmt + " " + exp);
+        const double kl = j["kl_mean"].get<double>();
+        EXPECT_TRUE(std::isfinite(kl));
+        EXPECT_GT(kl, 0.0);
+        EXPECT_LT(kl, std::string(fmt) == "fp8" ? 0.02 : 0.25);
+        EXPECT_TRUE(std::isfinite(j["kl_p99"].get<double>()));
+        EXPECT_GT(j["top1"].get<double>(), std::string(fmt) == "fp8" ? 0.9 : 0.65);
+        EXPECT_LT(j["ppl_quant"].get<double>(), 1.2 * j["ppl_base"].get<double>());
+      }
+    }
+  }
+}
+
+TEST(EvalE2E, BenchReportsItsFields) {
+  QF_REQUIRE_FIXTURES();
+  const auto j = run_json("bench " + model("stories260K-hf") + " --prompt 16 --gen 8 --json");
+  for (const char* k : {"prefill_tok_s", "decode_tok_s", "decode_gbps"})
+    EXPECT_GT(j[k].get<double>(), 0.0) << k;
+  // 7 Linears x 5 layers + the tied F32 output head, all F32.
+  EXPECT_EQ(j["weight_bytes_per_token"].get<uint64_t>(),
+            4u * (5 * (64 * 64 * 2 + 32 * 64 * 2 + 3 * 64 * 172) + 512 * 64));
+  EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
+}
+
+TEST(EvalE2E, BadInputIsAOneLineError) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  test::write_file(tmp / "bad.txt", std::string("Once upon a \xC3\x28 time"));
+  expect_one_line_error(test::run_qforge("eval ppl " + model("stories260K-hf") + " --text '" +
+                                         (tmp / "bad.txt").string() + "'"),
+                        "not valid UTF-8");
+  expect_one_line_error(test::run_qforge("eval ppl " + model("stories260K-hf") + " --text " +
+                                         corpus() + " --ctx 1024"),
+                        "max_position_embeddings");
+  // A model directory without its tokenizer files.
+  const fs::path src = test::fixtures_dir() / "models" / "stories260K-hf";
+  fs::create_directories(tmp / "notok");
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::create_symlink(src / f, tmp / "notok" / f);
+  const auto r = test::run_qforge("generate '" + (tmp / "notok").string() + "' -p hi -n 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  expect_one_line_error(test::run_qforge("bench " + model("stories260K-hf") + " --prompt 500 --gen 50"),
+                        "context");
+}
+
+TEST(EvalE2E, HelpExplainsFlagsWithDefaults) {
+  for (const char* cmd : {"generate", "eval ppl", "eval kl", "bench"}) {
+    const auto r = test::run_qforge(std::string(cmd) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    EXPECT_NE(r.out.find("default"), std::string::npos) << cmd << "\n" << r.out;
+  }
+}
+
+TEST(EvalText, Utf8ValidationAndCharacterTruncation) {
+  test::ScratchDir tmp;
+  test::write_file(tmp / "a.txt", "h\xC3\xA9llo \xE2\x82\xAC!");
+  EXPECT_EQ(read_eval_text(tmp / "a.txt", 0), "h\xC3\xA9llo \xE2\x82\xAC!");
+  EXPECT_EQ(read_eval_text(tmp / "a.txt", 2), "h\xC3\xA9");
+  EXPECT_EQ(read_eval_text(tmp / "a.txt", 7), "h\xC3\xA9llo \xE2\x82\xAC");
+  for (const std::string& bad : {std::string("\xC0\xAF"), std::string("\xED\xA0\x80"),
+                                std::string("ab\xE2\x82"), std::string("\xF5\x80\x80\x80")}) {
+    test::write_file(tmp / "b.txt", bad);
+    EXPECT_THROW(read_eval_text(tmp / "b.txt", 0), Error);
+  }
+  EXPECT_THROW(read_eval_text(tmp / "missing.txt", 0), Error);
+}
+
+}  // namespace
+}  // namespace qf
