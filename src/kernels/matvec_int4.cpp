@@ -11,6 +11,7 @@
 
 #include "kernels/simd-inl.h"
 
+#include <algorithm>
 #include <vector>
 
 HWY_BEFORE_NAMESPACE();
@@ -19,6 +20,7 @@ namespace HWY_NAMESPACE {
 
 alignas(16) constexpr int8_t kSigned4[16] = {0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1};
 alignas(16) constexpr int8_t kOffset8[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+alignas(64) constexpr float kOffset8F[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
 inline int signed_nibble(int v) { return v >= 8 ? v - 16 : v; }
 
@@ -82,13 +84,14 @@ void MatVecInt4(const LinearWeight& w, const float* x, float* y, ThreadPool* poo
   std::vector<float> xp(static_cast<size_t>(cols));
   DeinterleavePairs(df, x, main, xp.data());
   for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 1), [&](int64_t r0, int64_t r1) {
+    std::vector<float> bs(static_cast<size_t>(groups + 16), 0.f);  // padded copy of the scales
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* p = data + r * (cols / 2);  // little-endian words: nibble pairs in order
       const float* s = w.scales + r * groups;
       float dot = 0.f;
 #if HWY_TARGET != HWY_SCALAR
-      dot = NibblePairsDot(df, kOffset8, p, xp.data(), main, w.group,
-                           [&](int64_t g) { return s[g]; });
+      std::copy_n(s, groups, bs.begin());
+      dot = NibblePairsDot(df, kOffset8F, kOffset8, p, xp.data(), main, w.group, bs.data());
 #endif
       for (int64_t c = main; c < cols; ++c) {
         const int v = ((c % 2 == 0) ? (p[c / 2] & 0xF) : (p[c / 2] >> 4)) - 8;

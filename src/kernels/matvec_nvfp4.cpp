@@ -21,6 +21,8 @@ namespace HWY_NAMESPACE {
 // Twice the E2M1 values, so the table holds small integers.
 alignas(16) constexpr int8_t kE2M1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12,
                                                  0, -1, -2, -3, -4, -6, -8, -12};
+alignas(64) constexpr float kE2M1DoubledF[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+                                                 0, -1, -2, -3, -4, -6, -8, -12};
 
 void MatVecNvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   const hn::ScalableTag<float> df;
@@ -31,13 +33,15 @@ void MatVecNvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* po
   const float* stab = e4m3_table();
   const auto* data = static_cast<const uint8_t*>(w.data);
   for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 1), [&](int64_t r0, int64_t r1) {
+    // This row's block scales as float32, padded for the vector loads of the kernel.
+    std::vector<float> bs(static_cast<size_t>(cols / 16 + 16), 0.f);
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* p = data + r * (cols / 2);
       const uint8_t* s = w.block_scales + r * (cols / 16);
       float dot = 0.f;
 #if HWY_TARGET != HWY_SCALAR
-      dot = NibblePairsDot(df, kE2M1Doubled, p, xp.data(), main, 16,
-                           [&](int64_t b) { return stab[s[b]]; });
+      for (int64_t b = 0; b < main / 16; ++b) bs[size_t(b)] = stab[s[b]];
+      dot = NibblePairsDot(df, kE2M1DoubledF, kE2M1Doubled, p, xp.data(), main, 16, bs.data());
 #endif
       float tail = 0.f;
       for (int64_t c = main; c < cols; ++c) {

@@ -1,0 +1,165 @@
+// Inference kernels at Llama-8B MLP size (4096 x 14336): matrix-vector products (decode) as GB/s
+// of weight bytes, next to a STREAM-style read of the same buffers in the same run (the memory
+// ceiling); matrix-matrix products for 512 tokens (prefill) as GFLOP/s. The matrix-vector
+// benchmarks rotate through more than 2 GiB of weight copies so that no copy is cache-resident.
+// Run: qforge_bench --benchmark_filter='Kernel' --benchmark_repetitions=3
+#include "core/numeric.h"
+#include "core/thread_pool.h"
+#include "kernels/linear.h"
+
+#include <benchmark/benchmark.h>
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace qf {
+namespace {
+
+constexpr int64_t kRows = 4096;
+constexpr int64_t kCols = 14336;
+constexpr uint64_t kRotateBytes = 2200ull << 20;  // > 2 GiB of distinct weights
+
+uint64_t next(uint64_t& s) {
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
+// Fills bytes with random data quickly (the benchmark measures data movement, not values).
+void fill_random(uint8_t* p, size_t n, uint64_t seed) {
+  uint64_t s = seed | 1;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t v = next(s);
+    std::memcpy(p + i, &v, 8);
+  }
+  for (; i < n; ++i) p[i] = uint8_t(next(s));
+}
+
+// One stored weight matrix: its bytes and scales, plus the LinearWeight that views them.
+struct Stored {
+  std::vector<uint8_t> data, block_scales;
+  LinearWeight w;
+};
+
+std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_t seed) {
+  auto s = std::make_unique<Stored>();
+  s->w.format = f;
+  s->w.rows = rows;
+  s->w.cols = cols;
+  const size_t n = size_t(rows * cols);
+  if (f == WeightFormat::nvfp4) {
+    s->data.resize(n / 2);
+    s->block_scales.resize(n / 16);
+    fill_random(s->data.data(), s->data.size(), seed);
+    // Valid, moderate E4M3 scales (no NaN codes).
+    for (size_t i = 0; i < s->block_scales.size(); ++i) s->block_scales[i] = uint8_t(0x30 + i % 16);
+    s->w.block_scales = s->block_scales.data();
+    s->w.global_scale = 1e-3f;
+  } else {  // BF16: random patterns in a sane range
+    s->data.resize(n * 2);
+    auto* h = reinterpret_cast<uint16_t*>(s->data.data());
+    uint64_t st = seed | 1;
+    for (size_t i = 0; i < n; ++i) h[i] = uint16_t(0x3C00 + (next(st) & 0x3FF)) ^ uint16_t(i << 15);
+  }
+  s->w.data = s->data.data();
+  return s;
+}
+
+// Enough copies of a [rows, cols] weight for kRotateBytes.
+const std::vector<std::unique_ptr<Stored>>& copies(WeightFormat f) {
+  static std::vector<std::unique_ptr<Stored>> nv, bf;
+  auto& v = f == WeightFormat::nvfp4 ? nv : bf;
+  if (v.empty()) {
+    const uint64_t one = make(f, 16, kCols, 1)->w.stored_bytes() / 16 * kRows;
+    const size_t n = size_t((kRotateBytes + one - 1) / one);
+    for (size_t i = 0; i < n; ++i) v.push_back(make(f, kRows, kCols, 1 + i));
+  }
+  return v;
+}
+
+std::vector<float> activation(int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  uint64_t s = 7;
+  for (auto& v : x) v = float(int64_t(next(s) % 2001) - 1000) * 1e-3f;
+  return x;
+}
+
+void MatVec(benchmark::State& state, WeightFormat f) {
+  const auto& ws = copies(f);
+  ThreadPool pool(int(state.range(0)));
+  const auto x = activation(kCols);
+  std::vector<float> y(static_cast<size_t>(kRows));
+  size_t i = 0;
+  uint64_t bytes = 0;
+  for (auto _ : state) {
+    const LinearWeight& w = ws[i++ % ws.size()]->w;
+    linear_forward(w, x.data(), 1, y.data(), &pool);
+    benchmark::DoNotOptimize(y.data());
+    bytes += w.stored_bytes();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["copies"] = double(ws.size());
+}
+
+// STREAM-style read (sum of 64-bit words) of the same rotated NVFP4 buffers, split over the
+// same pool in the same row tasks: the bandwidth ceiling the matrix-vector kernels chase.
+void StreamRead(benchmark::State& state) {
+  const auto& ws = copies(WeightFormat::nvfp4);
+  ThreadPool pool(int(state.range(0)));
+  size_t i = 0;
+  uint64_t bytes = 0;
+  std::vector<uint64_t> sums(64);
+  for (auto _ : state) {
+    const Stored& s = *ws[i++ % ws.size()];
+    const size_t n = s.data.size() / 8;
+    const int64_t tasks = 64;
+    pool.parallel_for(tasks, [&](int64_t t) {
+      const auto* p = reinterpret_cast<const uint64_t*>(s.data.data());
+      const size_t b = n * size_t(t) / tasks, e = n * size_t(t + 1) / tasks;
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      size_t k = b;
+      for (; k + 4 <= e; k += 4) a0 += p[k], a1 += p[k + 1], a2 += p[k + 2], a3 += p[k + 3];
+      for (; k < e; ++k) a0 += p[k];
+      sums[size_t(t)] = a0 + a1 + a2 + a3;
+    });
+    benchmark::DoNotOptimize(sums.data());
+    bytes += s.data.size();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
+}
+
+void MatMul(benchmark::State& state, WeightFormat f) {
+  const int64_t tokens = 512;
+  auto s = make(f, kRows, kCols, 99);
+  ThreadPool pool(int(state.range(0)));
+  const auto x = activation(tokens * kCols);
+  std::vector<float> y(static_cast<size_t>(tokens * kRows));
+  for (auto _ : state) {
+    linear_forward(s->w, x.data(), tokens, y.data(), &pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * double(tokens) * double(kRows) * double(kCols) * double(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }
+void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
+void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
+void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
+
+BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KernelMatMulBf16)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace qf
