@@ -40,6 +40,11 @@ inline int64_t NibbleMainLength(int64_t cols, int64_t block, size_t lanes) {
 #if HWY_TARGET == HWY_SCALAR
   (void)cols, (void)block, (void)lanes;
   return 0;
+#elif HWY_TARGET <= HWY_AVX3
+  // Chunks of 128 elements; each lane's 8 elements must lie in one block.
+  (void)lanes;
+  const bool ok = block >= 8 && (block % 128 == 0 || 128 % block == 0);
+  return ok ? cols / 128 * 128 : 0;
 #else
   const int64_t chunk = 2 * int64_t(lanes);
   const bool ok = (block % chunk == 0) || (block * 2 == chunk);
@@ -47,17 +52,26 @@ inline int64_t NibbleMainLength(int64_t cols, int64_t block, size_t lanes) {
 #endif
 }
 
-// Reorders each chunk of 2 * Lanes(d) elements of x[0, n) so that the even elements come first,
-// then the odd ones: the order in which low and high nibbles of packed pairs decode.
+// Reorders x[0, n) into the order in which NibblePairsDot decodes packed nibbles. AVX-512: per
+// chunk of 128 elements, lane j of step k holds element 8j + k (a 32-bit word holds 8 nibbles:
+// shift by 4k, permute). Narrower targets: per chunk of 2 * Lanes, the even elements, then the
+// odd ones (low and high nibbles of consecutive bytes).
 template <class D>
 HWY_INLINE void DeinterleavePairs(D d, const float* HWY_RESTRICT x, int64_t n,
                                   float* HWY_RESTRICT out) {
+#if HWY_TARGET <= HWY_AVX3
+  (void)d;
+  for (int64_t c = 0; c < n; c += 128)
+    for (int64_t k = 0; k < 8; ++k)
+      for (int64_t j = 0; j < 16; ++j) out[c + k * 16 + j] = x[c + 8 * j + k];
+#else
   const int64_t N = int64_t(hn::Lanes(d));
   for (int64_t c = 0; c < n; c += 2 * N)
     for (int64_t i = 0; i < N; ++i) {
       out[c + i] = x[c + 2 * i];
       out[c + N + i] = x[c + 2 * i + 1];
     }
+#endif
 }
 
 #if HWY_TARGET != HWY_SCALAR
@@ -78,30 +92,39 @@ HWY_INLINE float NibblePairsDot(D df, const float* values, const int8_t* values8
   auto acc0 = hn::Zero(df);
   auto acc1 = hn::Zero(df);
 #if HWY_TARGET <= HWY_AVX3
-  // 16 float lanes: the whole value table fits one register, so a lane permute (vpermps) turns
-  // zero-extended nibbles straight into floats, with no integer-to-float conversion. Two chunks
-  // per iteration keep two independent accumulator chains in flight.
-  (void)values8;
+  // 16 float lanes: the whole value table fits one register. A 64-byte load gives 16 words of 8
+  // nibbles; shifting by 4k and a lane permute (vpermps reads only the low 4 index bits) turns
+  // nibble k of every word into floats, with no widening and no int-to-float conversion. Lane j
+  // always covers elements 8j..8j+7 of the chunk, so its block, and scale, is the same for all
+  // eight steps and is applied once per chunk.
+  (void)values8, (void)d8, (void)two_blocks;
   const hn::RebindToUnsigned<D> du;
   const auto table = hn::LoadU(df, values);
-  const auto low = hn::Set(du, 0x0Fu);
-  alignas(64) static constexpr int32_t kPair[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-  const auto pair = hn::SetTableIndices(df, kPair);
-  const auto chunk = [&](int64_t c, hn::Vec<D>& acc) {
-    const auto b32 = hn::PromoteTo(du, hn::LoadU(d8, p + c / 2));
-    const auto wlo = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::BitCast(di32, hn::And(b32, low))));
-    const auto whi = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::BitCast(di32, hn::ShiftRight<4>(b32))));
-    const auto partial = hn::MulAdd(whi, hn::LoadU(df, xp + c + 16), hn::Mul(wlo, hn::LoadU(df, xp + c)));
-    const auto sv = two_blocks ? hn::TableLookupLanes(hn::LoadU(df, scales + c / block), pair)
-                               : hn::Set(df, scales[c / block]);
-    acc = hn::MulAdd(partial, sv, acc);
+  // Lane j's block within the chunk: 8j / block (0 when block >= 128).
+  HWY_ALIGN int32_t lane_block[16];
+  for (int j = 0; j < 16; ++j) lane_block[j] = block >= 128 ? 0 : int32_t(8 * j / block);
+  const auto scale_idx = hn::SetTableIndices(df, lane_block);
+  const auto nib = [&](hn::Vec<decltype(du)> v) {
+    return hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::BitCast(di32, v)));
   };
-  int64_t c = 0;
-  for (; c + 64 <= n; c += 64) {
-    chunk(c, acc0);
-    chunk(c + 32, acc1);
+  for (int64_t c = 0; c < n; c += 128) {
+    const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p + c / 2));
+    const float* xc = xp + c;
+    auto p0 = hn::Mul(nib(v), hn::LoadU(df, xc));
+    auto p1 = hn::Mul(nib(hn::ShiftRight<4>(v)), hn::LoadU(df, xc + 16));
+    p0 = hn::MulAdd(nib(hn::ShiftRight<8>(v)), hn::LoadU(df, xc + 32), p0);
+    p1 = hn::MulAdd(nib(hn::ShiftRight<12>(v)), hn::LoadU(df, xc + 48), p1);
+    p0 = hn::MulAdd(nib(hn::ShiftRight<16>(v)), hn::LoadU(df, xc + 64), p0);
+    p1 = hn::MulAdd(nib(hn::ShiftRight<20>(v)), hn::LoadU(df, xc + 80), p1);
+    p0 = hn::MulAdd(nib(hn::ShiftRight<24>(v)), hn::LoadU(df, xc + 96), p0);
+    p1 = hn::MulAdd(nib(hn::ShiftRight<28>(v)), hn::LoadU(df, xc + 112), p1);
+    const auto sv = hn::TableLookupLanes(hn::LoadU(df, scales + c / block), scale_idx);
+    if ((c / 128) % 2 == 0) {
+      acc0 = hn::MulAdd(hn::Add(p0, p1), sv, acc0);
+    } else {
+      acc1 = hn::MulAdd(hn::Add(p0, p1), sv, acc1);
+    }
   }
-  for (; c < n; c += 32) chunk(c, acc0);
 #else
   (void)values;
   const hn::Rebind<int8_t, D> di8;
