@@ -1,0 +1,33 @@
+// INT8 weights with one scale per output channel (row), the weight half of SmoothQuant W8A8
+// (ModelOpt `int8_sq`, specs modelopt-nvfp4 §3): scale = amax_row / 127, round half to even,
+// clamp to [-128, 127]. Not a registry format yet (registry.h has no int8 row): the SmoothQuant
+// exporter consumes this struct directly.
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace qf {
+
+class ThreadPool;
+
+struct Int8ChannelTensor {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<int8_t> codes;  // [rows, cols]
+  std::vector<float> scales;  // [rows], exactly representable in scale_dtype
+  DType scale_dtype = DType::F32;
+};
+
+// scale[r] = amax_r * fl32(1/127) (CUDA's `amax / 127.0`), a dead row (amax 0) getting 1.0, then
+// rounded to scale_dtype (F32, BF16, F16; never 0 or Inf); q = clamp(round_half_even(x / scale),
+// -128, 127) with IEEE division. w: float32 [rows, cols]. Split by rows; deterministic.
+// Throws qf::Error for a bad scale dtype or shape. Inputs must be finite.
+Int8ChannelTensor int8_channel_quantize(const float* w, int64_t rows, int64_t cols,
+                                        DType scale_dtype, ThreadPool& pool);
+// out[r, c] = q[r, c] * scales[r].
+void int8_channel_dequantize(const Int8ChannelTensor& q, float* out);
+
+}  // namespace qf
