@@ -54,18 +54,49 @@ class BpeModel {
   struct Merge {
     int32_t rank, result;
   };
-  static uint64_t pair_key(int32_t a, int32_t b) {
-    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-  }
-  const Merge* find_merge(int32_t a, int32_t b) const {
-    const auto it = merges_.find(pair_key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
-  }
+  // Open-addressing table of token pairs: the merge loop's hot look-up.
+  class PairTable {
+   public:
+    void reserve(size_t n);
+    void insert_or_assign(int32_t a, int32_t b, Merge m);
+    const Merge* find(int32_t a, int32_t b) const {
+      const uint64_t key = pair_key(a, b);
+      for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+        const Slot& s = slots_[i];
+        if (s.key == key) return &s.merge;
+        if (s.key == kEmpty) return nullptr;
+      }
+    }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t(0);  // ids are non-negative
+    struct Slot {
+      uint64_t key = kEmpty;
+      Merge merge{};
+    };
+    static uint64_t pair_key(int32_t a, int32_t b) {
+      return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+    }
+    size_t slot_of(uint64_t key) const {
+      return size_t((key * 0x9E3779B97F4A7C15ull) >> 32) & mask_;
+    }
+    std::vector<Slot> slots_{Slot{}};
+    size_t mask_ = 0, size_ = 0;
+  };
+
+  const Merge* find_merge(int32_t a, int32_t b) const { return merges_.find(a, b); }
   void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
-  void merge(std::vector<int32_t>& symbols) const;
+  // Hugging Face's order with a heap of candidate pairs: for words of a few symbols.
+  void merge_with_heap(std::vector<int32_t>& symbols) const;
+  // The same result with one bucket per rank (sequential memory, no big heap): for long
+  // words, when every merge only uses tokens made by lower-ranked merges (`monotone_`), so
+  // a merge never creates a pair of its own or a lower rank.
+  void merge_by_rank(std::vector<int32_t>& symbols) const;
 
   Vocab vocab_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  PairTable merges_;
+  size_t merge_count_ = 0;
+  bool monotone_ = true;
   BpeOptions options_;
   int32_t byte_ids_[256];     // byte_level: the token of each byte, -1 if missing
   int32_t fallback_ids_[256];  // byte_fallback: the <0xXX> tokens, -1 if missing

@@ -29,15 +29,64 @@ struct MatchData {
   }
 };
 
+// Oniguruma's (and so Hugging Face's) classes, spelled out: PCRE2's UCP \s also takes U+180E,
+// and its \w takes all numbers (\p{N}) but no marks.
+constexpr std::string_view kSpace =
+    R"(\t\n\x0B\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+constexpr std::string_view kWord = R"(\p{L}\p{M}\p{Nd}\p{Pc})";
+
+// `pattern` with \s, \S, \w and \W replaced by explicit classes. Inside a bracket class the
+// members are inserted (a negated \S or \W there cannot be, and is left to PCRE2).
+std::string translate_classes(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 64);
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      const std::string_view members = e == 's' || e == 'S' ? kSpace : kWord;
+      if (e == 's' || e == 'w') {
+        if (in_class) out.append(members);
+        else out.append("[").append(members).append("]");
+      } else if ((e == 'S' || e == 'W') && !in_class) {
+        out.append("[^").append(members).append("]");
+      } else {
+        out += c;
+        out += e;
+      }
+      continue;
+    }
+    out += c;
+    if (!in_class && c == '[') {
+      in_class = true;
+      // A ']' right after '[' or '[^' is a literal member.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+    } else if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+      // A POSIX class such as [:alpha:] inside a bracket class.
+      const size_t end = pattern.find(":]", i + 2);
+      if (end != std::string_view::npos) {
+        out.append(pattern.substr(i + 1, end + 2 - (i + 1)));
+        i = end + 1;
+      }
+    } else if (in_class && c == ']') {
+      in_class = false;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Regex::Regex(std::string_view pattern, std::string context) : context_(std::move(context)) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
-  if (!code)
-    fail("{}: regex does not compile at offset {}: {}", context_, offset, pcre2_message(error));
+  const std::string translated = translate_classes(pattern);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),
+                                   translated.size(), PCRE2_UTF | PCRE2_UCP, &error, &offset,
+                                   nullptr);
+  if (!code) fail("{}: regex does not compile: {}", context_, pcre2_message(error));
   // Without JIT (an unsupported CPU) matching still works, only slower.
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
   code_ = code;

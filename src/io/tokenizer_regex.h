@@ -12,9 +12,10 @@ namespace qf::tok {
 
 class Regex {
  public:
-  // Compiles `pattern` with \s, \w, \d and \p{..} by Unicode properties (as the Oniguruma
-  // regexes of Hugging Face tokenizers). Throws qf::Error "<context>: ..." if it does not
-  // compile.
+  // Compiles `pattern` with \s, \w, \d and \p{..} by Unicode properties, \s and \w as
+  // Oniguruma (the regex engine of Hugging Face tokenizers) defines them: White_Space, and
+  // letters, marks, decimal digits and connector punctuation. Throws qf::Error
+  // "<context>: ..." if it does not compile.
   Regex(std::string_view pattern, std::string context);
   ~Regex();
   Regex(const Regex&) = delete;
