@@ -19,6 +19,7 @@ void register_demo(CLI::App& app, Action& run);
 void register_generate(CLI::App& app, Action& run);
 void register_eval(CLI::App& app, Action& run);
 void register_bench(CLI::App& app, Action& run);
+void register_tokenize(CLI::App& app, Action& run);
 
 // Parses "5GB", "500MB", "1.5GiB", "123" (bytes) into bytes; throws qf::Error if malformed.
 uint64_t parse_size(const std::string& text);

@@ -1,0 +1,67 @@
+// `qforge tokenize`: the token ids of a text under a model's tokenizer.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "io/tokenizer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <memory>
+
+namespace qf::cli {
+
+void register_tokenize(CLI::App& app, Action& run) {
+  struct Args {
+    std::string dir, text, file;
+    bool no_bos = false, json = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "tokenize", "Print the token ids of a text under a model's tokenizer (tokenizer.json, "
+                  "tokenizer.model, or vocab.json + merges.txt).");
+  cmd->add_option("model", args->dir, "Model directory (or a directory of tokenizer files)")
+      ->required();
+  CLI::Option* prompt = cmd->add_option("-p,--prompt", args->text, "Text to tokenize");
+  cmd->add_option("--file", args->file, "Read the text from this file instead")->excludes(prompt);
+  cmd->add_flag("--no-bos", args->no_bos,
+                "Do not prepend BOS (by default it is prepended when the model's tokenizer "
+                "config asks for it)");
+  cmd->add_flag("--json", args->json,
+                "Print JSON on stdout: ids, their vocabulary pieces, count, bos");
+  cmd->callback([args, prompt, &run] {
+    run = [args, given = prompt->count() > 0] {
+      std::string text = args->text;
+      if (!args->file.empty()) {
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(args->file, ec))
+          fail("{}: not found or not a regular file", args->file);
+        const MappedFile f = MappedFile::open(args->file);
+        text.assign(reinterpret_cast<const char*>(f.data()), f.size());
+        Tokenizer::require_utf8(text, args->file);
+      } else if (!given) {
+        fail("tokenize: give the text with -p TEXT or --file F");
+      }
+      const auto tok = Tokenizer::load(args->dir);
+      const bool bos = !args->no_bos && tok->add_bos_by_default();
+      const std::vector<int32_t> ids = tok->encode(text, bos);
+      if (args->json) {
+        nlohmann::ordered_json j;
+        j["model"] = args->dir;
+        j["count"] = ids.size();
+        j["bos"] = bos;
+        j["ids"] = ids;
+        auto& pieces = j["pieces"] = nlohmann::ordered_json::array();
+        for (const int32_t id : ids) pieces.push_back(tok->piece(id));
+        fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+        return 0;
+      }
+      fmt::print("{}\n", fmt::join(ids, " "));
+      return 0;
+    };
+  });
+}
+
+}  // namespace qf::cli
