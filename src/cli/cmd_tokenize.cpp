@@ -43,6 +43,8 @@ void register_tokenize(CLI::App& app, Action& run) {
         Tokenizer::require_utf8(text, args->file);
       } else if (!given) {
         fail("tokenize: give the text with -p TEXT or --file F");
+      } else {
+        Tokenizer::require_utf8(text, "--prompt");
       }
       const auto tok = Tokenizer::load(args->dir);
       const bool bos = !args->no_bos && tok->add_bos_by_default();
