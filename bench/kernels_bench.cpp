@@ -2,7 +2,10 @@
 // of weight bytes, next to a STREAM-style read of the same buffers in the same run (the memory
 // ceiling); matrix-matrix products for 512 tokens (prefill) as GFLOP/s. The matrix-vector
 // benchmarks rotate through more than 2 GiB of weight copies so that no copy is cache-resident.
-// Run: qforge_bench --benchmark_filter='Kernel' --benchmark_repetitions=3
+// The *Precise variants run the float-activation kernels (set_precise_kernels): the baseline
+// of the int8-activation matrix-vector and BF16 matrix-matrix kernels, in the same run.
+// Run: qforge_bench --benchmark_filter='Kernel' --benchmark_repetitions=5
+//        --benchmark_report_aggregates_only=true
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "kernels/linear.h"
@@ -91,8 +94,10 @@ std::vector<float> activation(int64_t n) {
   return x;
 }
 
-void MatVec(benchmark::State& state, WeightFormat f) {
+// precise: the float-activation kernels (the baseline of the int8-activation ones).
+void MatVec(benchmark::State& state, WeightFormat f, bool precise = false) {
   const auto& ws = copies(f);
+  set_precise_kernels(precise);
   ThreadPool pool(int(state.range(0)));
   const auto x = activation(kCols);
   std::vector<float> y(static_cast<size_t>(kRows));
@@ -106,6 +111,7 @@ void MatVec(benchmark::State& state, WeightFormat f) {
   }
   state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
   state.counters["copies"] = double(ws.size());
+  set_precise_kernels(false);
 }
 
 // STREAM-style read (sum of 64-bit words) of the same rotated NVFP4 buffers, split over the
@@ -135,8 +141,9 @@ void StreamRead(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
 }
 
-void MatMul(benchmark::State& state, WeightFormat f) {
+void MatMul(benchmark::State& state, WeightFormat f, bool precise = false) {
   const int64_t tokens = 512;
+  set_precise_kernels(precise);
   auto s = make(f, kRows, kCols, 99);
   ThreadPool pool(int(state.range(0)));
   const auto x = activation(tokens * kCols);
@@ -148,15 +155,18 @@ void MatMul(benchmark::State& state, WeightFormat f) {
   state.counters["GFLOP/s"] = benchmark::Counter(
       2.0 * double(tokens) * double(kRows) * double(kCols) * double(state.iterations()) / 1e9,
       benchmark::Counter::kIsRate);
+  set_precise_kernels(false);
 }
 
 void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }
+void KernelMatVecNvfp4Precise(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4, true); }
 void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
 
 BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulBf16)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

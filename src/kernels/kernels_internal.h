@@ -29,6 +29,24 @@ void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* p
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_int4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 
+// ---- Int8-activation matrix-vector products (AVX-512 VNNI) --------------------------------
+// The activation is quantized once per call to int8 per kActBlock elements (scale = amax / 127,
+// q = round-to-nearest-even(x * (127 / amax))); 4-bit weights become unsigned bytes
+// (value + offset) and vpdpbusd forms exact integer dot products. quantize_activation_int8 is
+// the scalar model of that quantization (natural order), shared with the reference.
+constexpr int64_t kActBlock = 16;
+// n is a multiple of kActBlock; q[n], scales[n / kActBlock].
+void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scales);
+
+// Whether linear_forward(tokens == 1) of w takes the int8-activation path: the CPU has
+// AVX-512 VNNI (BW, VL, F16C), precise kernels are off, and the format and block layout fit.
+bool use_int8_matvec(const LinearWeight& w);
+// NVFP4, MXFP4 and both INT4 layouts; call only if use_int8_matvec(w).
+void matvec_nibbles_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+bool cpu_has_avx512vnni();
+// Whether w's format and block layout suit matvec_nibbles_avx512vnni.
+bool nibble_layout_fits_vnni(const LinearWeight& w);
+
 // Matrix-matrix product for every format: row tiles decoded to float32 a K-block at a time,
 // then a register-blocked product (matmul.cpp).
 void matmul_decoded(const LinearWeight& w, const float* x, int64_t tokens, float* y,

@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -55,9 +58,28 @@ uint64_t LinearWeight::stored_bytes() const {
   return n;
 }
 
+namespace {
+std::atomic<bool>& precise_flag() {
+  static std::atomic<bool> flag = [] {
+    const char* e = std::getenv("QFORGE_PRECISE_KERNELS");
+    return e != nullptr && std::strcmp(e, "0") != 0;
+  }();
+  return flag;
+}
+}  // namespace
+
+void set_precise_kernels(bool precise) { precise_flag().store(precise); }
+bool precise_kernels() { return precise_flag().load(); }
+
+bool matvec_uses_int8_activation(const LinearWeight& w) { return kernels::use_int8_matvec(w); }
+
 void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                     ThreadPool* pool) {
   if (tokens <= 0) return;
+  if (tokens == 1 && kernels::use_int8_matvec(w)) {
+    kernels::matvec_nibbles_avx512vnni(w, x, y, pool);
+    return;
+  }
   if (tokens > 1) {
     kernels::matmul_decoded(w, x, tokens, y, pool);
     return;
@@ -139,7 +161,38 @@ void linear_reference(const LinearWeight& w, const float* x, int64_t tokens, flo
   }
 }
 
+void linear_reference_int8_activation(const LinearWeight& w, const float* x, float* y) {
+  const int64_t cols = w.cols;
+  std::vector<int8_t> q(static_cast<size_t>(cols));
+  std::vector<float> s(static_cast<size_t>(cols / kernels::kActBlock));
+  kernels::quantize_activation_int8(x, cols, q.data(), s.data());
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_weight_rows(w, r, 1, row.data());
+    double sum = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sum += double(row[size_t(c)]) * double(q[size_t(c)]) * double(s[size_t(c / kernels::kActBlock)]);
+    y[r] = float(sum);
+  }
+}
+
 namespace kernels {
+
+void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scales) {
+  for (int64_t b = 0; b < n / kActBlock; ++b) {
+    const float* xb = x + b * kActBlock;
+    float amax = 0.f;
+    for (int64_t i = 0; i < kActBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    for (int64_t i = 0; i < kActBlock; ++i)
+      q[b * kActBlock + i] = int8_t(std::nearbyint(xb[i] * inv));
+    scales[b] = amax / 127.f;
+  }
+}
+
+bool use_int8_matvec(const LinearWeight& w) {
+  return !precise_kernels() && nibble_layout_fits_vnni(w) && cpu_has_avx512vnni();
+}
 
 void for_row_tasks(ThreadPool* pool, int64_t rows, int64_t rows_per_task,
                    const std::function<void(int64_t, int64_t)>& fn) {

@@ -7,11 +7,13 @@
 #include "formats/int4.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
+#include "kernels/kernels_internal.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -119,6 +121,31 @@ void expect_close(const LinearWeight& w, const std::vector<float>& x, int64_t to
   }
 }
 
+// The int8-activation product (tokens == 1): within float summation error of the reference that
+// quantizes x the same way (integer dot products are exact), and within the activation
+// rounding bound of the float reference: each x moves by at most half its block's step
+// amax_block / 127, so |y - ref| <= sum |w| * amax_block / 254.
+void expect_int8_activation_close(const LinearWeight& w, const std::vector<float>& x,
+                                  const std::vector<float>& y, const std::vector<float>& ref) {
+  std::vector<float> ref8(static_cast<size_t>(w.rows)), row(static_cast<size_t>(w.cols));
+  linear_reference_int8_activation(w, x.data(), ref8.data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_weight_rows(w, r, 1, row.data());
+    double mag = 0, bound = 0;
+    for (int64_t c = 0; c < w.cols; ++c) {
+      float amax = 0;
+      for (int64_t i = c / 16 * 16; i < c / 16 * 16 + 16; ++i)
+        amax = std::max(amax, std::fabs(x[size_t(i)]));
+      mag += std::fabs(double(row[size_t(c)]) * x[size_t(c)]);
+      bound += std::fabs(double(row[size_t(c)])) * amax / 254.0;
+    }
+    ASSERT_NEAR(y[size_t(r)], ref8[size_t(r)], 4e-6 * mag + 1e-30)
+        << weight_format_name(w.format) << " row " << r << " vs int8 reference";
+    ASSERT_NEAR(y[size_t(r)], ref[size_t(r)], bound * 1.001 + 4e-6 * mag + 1e-30)
+        << weight_format_name(w.format) << " row " << r << " vs float reference";
+  }
+}
+
 struct Case {
   WeightFormat format;
   int64_t rows, cols;
@@ -137,7 +164,17 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
     linear_reference(t->w, x.data(), tokens, ref.data());
     linear_forward(t->w, x.data(), tokens, y1.data(), &one);
     linear_forward(t->w, x.data(), tokens, y2.data(), &two);
-    expect_close(t->w, x, tokens, y1, ref);
+    if (tokens == 1 && matvec_uses_int8_activation(t->w)) {
+      expect_int8_activation_close(t->w, x, y1, ref);
+      // The precise (float-activation) kernels stay selectable and exact.
+      set_precise_kernels(true);
+      std::vector<float> yp(ref.size());
+      linear_forward(t->w, x.data(), tokens, yp.data(), &two);
+      set_precise_kernels(false);
+      expect_close(t->w, x, tokens, yp, ref);
+    } else {
+      expect_close(t->w, x, tokens, y1, ref);
+    }
     for (size_t i = 0; i < y1.size(); ++i)
       ASSERT_EQ(y1[i], y2[i]) << "thread count changed output " << i << " tokens " << tokens;
   }
@@ -154,13 +191,32 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::int4_row_pairs, 8, 384, 128},
                       Case{WeightFormat::int4_packed32, 65, 256, 32},
                       Case{WeightFormat::int4_packed32, 7, 512, 128},
-                      Case{WeightFormat::int4_packed32, 5, 64, 8}),
+                      Case{WeightFormat::int4_packed32, 5, 64, 8},
+                      Case{WeightFormat::nvfp4, 13, 4096 + 48, 0},  // chunks plus a tail of 48
+                      Case{WeightFormat::mxfp4, 6, 32, 0},
+                      Case{WeightFormat::int4_packed32, 9, 768, 256},
+                      Case{WeightFormat::int4_packed32, 6, 208, 8}),
     [](const ::testing::TestParamInfo<Case>& p) {
       std::string n(weight_format_name(p.param.format));
       for (char& ch : n)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n + "_" + std::to_string(p.param.rows) + "x" + std::to_string(p.param.cols);
     });
+
+TEST(KernelLinear, Int8ActivationQuantizationRoundsPerBlock) {
+  std::vector<float> x(32, 0.f);
+  x[0] = 1.f, x[1] = -0.5f, x[2] = 0.3f;  // block 0: amax 1
+  x[20] = -2.f;                           // block 1: amax 2
+  std::vector<int8_t> q(32);
+  std::vector<float> s(2);
+  kernels::quantize_activation_int8(x.data(), 32, q.data(), s.data());
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], -64);  // -63.5 rounds to even
+  EXPECT_EQ(q[2], 38);
+  EXPECT_EQ(q[20], -127);
+  EXPECT_FLOAT_EQ(s[0], 1.f / 127);
+  EXPECT_FLOAT_EQ(s[1], 2.f / 127);
+}
 
 TEST(KernelLinear, DequantizeMatchesFormatsAndStoredBytes) {
   auto t = make_weight(WeightFormat::nvfp4, 4, 64);

@@ -1,0 +1,337 @@
+// 4-bit matrix-vector product (NVFP4, MXFP4, both INT4 layouts) with int8 activations and
+// AVX-512 VNNI: nibbles become unsigned bytes through an in-lane byte table, vpdpbusd forms exact
+// integer dot products per 8 elements, block scales are applied per 32-bit lane in float.
+//
+// Why this shape: the float kernels spend their time turning nibbles into floats with cross-lane
+// permutes (compute-bound at ~12 G weights/s per core). Here a 64-byte load of weights (128
+// elements) costs two masks/shifts, two vpshufb and two vpdpbusd, with no cross-lane work: the
+// activation, quantized once per call, is stored in the order the nibbles come out of a byte
+// (low nibbles = even elements, high nibbles = odd ones), not the weights reordered.
+//
+// vpdpbusd multiplies unsigned by signed bytes, so weights are stored as value + offset (E2M1
+// doubled + 12 in [0, 24]; INT4 nibble = q + 8 as stored) and each lane starts from the bias
+// -offset * (sum of its 8 activation bytes), computed once per call.
+#include "kernels/kernels_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*(), which -Wuninitialized
+// flags once inlined (GCC bug 105593); nothing here reads an undefined value.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#define QF_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
+
+namespace qf::kernels {
+namespace {
+
+constexpr int64_t kChunk = 128;  // elements per 64-byte weight load
+constexpr int kLanes = 16;       // 32-bit lanes; lane L covers chunk elements 8L .. 8L+7
+
+// The activation in kernel layout, per chunk c: bytes [128c, 128c+64) hold q of the even
+// elements, [128c+64, 128c+128) the odd ones; per lane, its float scale and int32 bias.
+struct QuantizedX {
+  int64_t chunks = 0;
+  std::vector<int8_t> q;
+  std::vector<float> lane_scale;
+  std::vector<int32_t> lane_bias;
+};
+
+QF_VNNI_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX& out) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int64_t padded = chunks * kChunk;
+  out.chunks = chunks;
+  out.q.assign(size_t(padded), 0);
+  out.lane_scale.assign(size_t(chunks * kLanes), 0.f);
+  out.lane_bias.assign(size_t(chunks * kLanes), 0);
+  // Evens to the low 8 bytes, odds to the high 8 bytes of a block's 16 bytes.
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int64_t b = 0; b < padded / kActBlock; ++b) {
+    const int64_t e0 = b * kActBlock;
+    const int64_t valid = std::clamp<int64_t>(n - e0, 0, kActBlock);
+    const __m512 v = _mm512_maskz_loadu_ps(__mmask16((1u << valid) - 1), x + e0);
+    // The same arithmetic as quantize_activation_int8, so the two agree bit for bit.
+    const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
+    const __m128i q8 = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(qi), split);
+    const int64_t chunk = e0 / kChunk, in = (e0 % kChunk) / 2;  // byte index within halves
+    int8_t* base = out.q.data() + chunk * kChunk;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(base + in), q8);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(base + 64 + in), _mm_unpackhi_epi64(q8, q8));
+    const float s = amax / 127.f;
+    const int64_t lane = chunk * kLanes + in / 4;  // a block of 16 covers two lanes
+    out.lane_scale[size_t(lane)] = s;
+    out.lane_scale[size_t(lane + 1)] = s;
+  }
+  // Per-lane bias: -offset * (sum of the lane's 4 even and 4 odd bytes), by vpdpbusd with ones.
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i neg_off = _mm512_set1_epi32(-offset);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __m512i lo = _mm512_loadu_si512(out.q.data() + c * kChunk);
+    const __m512i hi = _mm512_loadu_si512(out.q.data() + c * kChunk + 64);
+    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, lo);
+    sum = _mm512_dpbusd_epi32(sum, ones, hi);
+    _mm512_storeu_si512(out.lane_bias.data() + c * kLanes, _mm512_mullo_epi32(sum, neg_off));
+  }
+}
+
+// The activation in natural order for the row-pair INT4 layout (a byte holds one column of two
+// rows): chunks of 64 elements, lane L covering elements 4L .. 4L+3, the same quantization.
+QF_VNNI_TARGET void quantize_x_natural(const float* x, int64_t n, int offset, QuantizedX& out) {
+  constexpr int64_t kNat = 64;
+  const int64_t chunks = (n + kNat - 1) / kNat;
+  const int64_t padded = chunks * kNat;
+  out.chunks = chunks;
+  out.q.assign(size_t(padded), 0);
+  out.lane_scale.assign(size_t(chunks * kLanes), 0.f);
+  out.lane_bias.assign(size_t(chunks * kLanes), 0);
+  for (int64_t b = 0; b < padded / kActBlock; ++b) {
+    const int64_t e0 = b * kActBlock;
+    const int64_t valid = std::clamp<int64_t>(n - e0, 0, kActBlock);
+    const __m512 v = _mm512_maskz_loadu_ps(__mmask16((1u << valid) - 1), x + e0);
+    const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q.data() + e0), _mm512_cvtepi32_epi8(qi));
+    for (int k = 0; k < 4; ++k) out.lane_scale[size_t(e0 / 4 + k)] = amax / 127.f;
+  }
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i neg_off = _mm512_set1_epi32(-offset);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __m512i q = _mm512_loadu_si512(out.q.data() + c * kNat);
+    const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q);
+    _mm512_storeu_si512(out.lane_bias.data() + c * kLanes, _mm512_mullo_epi32(sum, neg_off));
+  }
+}
+
+// Rows 2i .. 2i+2P of the row-pair INT4 layout: a 64-byte load holds 64 columns of two rows
+// (low nibble: the even row); nibble ^ 8 is q + 8. Lane L of a chunk covers columns 4L .. 4L+3,
+// each within one group (group % 4 == 0 and it divides 64 or is a multiple of it).
+template <int P>
+QF_VNNI_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int64_t group,
+                                  int64_t r0, int64_t cols, const QuantizedX& qx, float* y) {
+  constexpr int64_t kNat = 64;
+  const int64_t groups = cols / group;
+  alignas(64) int32_t idx_arr[16];
+  for (int j = 0; j < 16; ++j) idx_arr[j] = group >= kNat ? 0 : int32_t(4 * j / group);
+  const __m512i idx = _mm512_load_si512(idx_arr);
+  const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  __m512 acc[2 * P];
+  for (int i = 0; i < 2 * P; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < qx.chunks; ++c) {
+    const int64_t count = std::min(kNat, cols - c * kNat);
+    const __m512i xq = _mm512_loadu_si512(qx.q.data() + c * kNat);
+    const __m512i bias = _mm512_loadu_si512(qx.lane_bias.data() + c * kLanes);
+    const __m512 xs = _mm512_loadu_ps(qx.lane_scale.data() + c * kLanes);
+    const __mmask16 sm = __mmask16((1u << std::min<int64_t>(16, (count + group - 1) / group)) - 1);
+    for (int i = 0; i < P; ++i) {
+      const int64_t r = r0 + 2 * i;
+      const uint8_t* p = data + (r / 2) * cols + c * kNat;
+      const __m512i wb = count == kNat ? _mm512_loadu_si512(p)
+                                       : _mm512_maskz_loadu_epi8((__mmask64(1) << count) - 1, p);
+      // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
+      const __m512i lo = _mm512_xor_si512(_mm512_and_si512(wb, low), eight);
+      const __m512i hi = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(wb, 4), low), eight);
+      const int64_t g0 = c * kNat / group;
+      const __m512 sa = _mm512_permutexvar_ps(
+          idx, _mm512_maskz_loadu_ps(sm, scales + r * groups + g0));
+      const __m512 sb = _mm512_permutexvar_ps(
+          idx, _mm512_maskz_loadu_ps(sm, scales + (r + 1) * groups + g0));
+      acc[2 * i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, lo, xq)),
+                                   _mm512_mul_ps(sa, xs), acc[2 * i]);
+      acc[2 * i + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, hi, xq)),
+                                       _mm512_mul_ps(sb, xs), acc[2 * i + 1]);
+    }
+  }
+  for (int i = 0; i < 2 * P; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+// Per-lane weight scales of one row's chunk. `count` is the number of valid elements (128 but
+// in the last chunk); missing scales read as 0 so that padding lanes stay finite.
+struct Nvfp4Scales {
+  const uint8_t* codes;  // [rows, cols / 16] E4M3
+  int64_t per_row;
+  // E4M3 -> F16 is a shift: the 7 magnitude bits land in the F16 exponent and mantissa with an
+  // exponent bias 8 too big, so the value comes out 2^-8 times the scale (subnormals included,
+  // which vcvtph2ps handles exactly); the caller multiplies 2^8 back once per row.
+  QF_VNNI_TARGET __m512 operator()(int64_t row, int64_t c, int64_t count) const {
+    const uint8_t* s = codes + row * per_row + c * (kChunk / 16);
+    __m128i v = _mm_maskz_loadu_epi8(__mmask16((1u << ((count + 15) / 16)) - 1), s);
+    v = _mm_unpacklo_epi8(v, v);  // lane L takes code L / 2
+    const __m256i h = _mm256_cvtepu8_epi16(v);
+    const __m256i f16 =
+        _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(h, 8), _mm256_set1_epi16(-0x8000)),
+                        _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(0x3F80)));
+    return _mm512_cvtph_ps(f16);
+  }
+};
+
+struct Mxfp4Scales {
+  const uint8_t* codes;  // [rows, cols / 32] E8M0
+  int64_t per_row;
+  QF_VNNI_TARGET __m512 operator()(int64_t row, int64_t c, int64_t count) const {
+    const uint8_t* s = codes + row * per_row + c * (kChunk / 32);
+    __m128i v = _mm_maskz_loadu_epi8(__mmask16((1u << ((count + 31) / 32)) - 1), s);
+    v = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    const __m512i e = _mm512_cvtepu8_epi32(v);
+    // 2^(e - 127) exactly (2^-127 is subnormal); padding lanes get 2^-127 and meet x = 0.
+    return _mm512_scalef_ps(_mm512_set1_ps(1.f),
+                            _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(127))));
+  }
+};
+
+struct Int4Scales {
+  const float* scales;  // [rows, cols / group]
+  int64_t per_row;
+  int64_t group;  // a multiple of 8 that divides 128 or is a multiple of it
+  int32_t idx[16];  // lane L -> 8L / group
+  QF_VNNI_TARGET __m512 operator()(int64_t row, int64_t c, int64_t count) const {
+    const int64_t e0 = c * kChunk;
+    const float* s = scales + row * per_row + e0 / group;
+    const int64_t n = std::max<int64_t>(1, (count + group - 1) / group);
+    const __m512 v = _mm512_maskz_loadu_ps(__mmask16((1u << std::min<int64_t>(n, 16)) - 1), s);
+    return _mm512_permutexvar_ps(_mm512_loadu_si512(idx), v);
+  }
+};
+
+// acc[i] += one chunk c of rows r0 .. r0+R against the activation. kTail: the last chunk, with
+// `count` < 128 valid elements (masked loads; the padding of the activation is zero).
+template <int R, bool kLut, bool kTail, class Scales>
+QF_VNNI_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64_t r0, int64_t c,
+                                     int64_t count, const QuantizedX& qx, const Scales& scales,
+                                     __m512* acc) {
+  // E2M1 doubled + 12: {0, .5, 1, 1.5, 2, 3, 4, 6} * 2 + 12, then the negatives.
+  const __m512i lut = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i xlo = _mm512_loadu_si512(qx.q.data() + c * kChunk);
+  const __m512i xhi = _mm512_loadu_si512(qx.q.data() + c * kChunk + 64);
+  const __m512i bias = _mm512_loadu_si512(qx.lane_bias.data() + c * kLanes);
+  const __m512 xs = _mm512_loadu_ps(qx.lane_scale.data() + c * kLanes);
+  for (int i = 0; i < R; ++i) {
+    const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
+    __m512i wb;
+    if constexpr (kTail) {
+      wb = _mm512_maskz_loadu_epi8((__mmask64(1) << (count / 2)) - 1, p);
+    } else {
+      wb = _mm512_loadu_si512(p);
+    }
+    __m512i lo = _mm512_and_si512(wb, low);
+    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), low);
+    if constexpr (kLut) {
+      lo = _mm512_shuffle_epi8(lut, lo);
+      hi = _mm512_shuffle_epi8(lut, hi);
+    }
+    __m512i d = _mm512_dpbusd_epi32(bias, lo, xlo);
+    d = _mm512_dpbusd_epi32(d, hi, xhi);
+    const __m512 ws = scales(r0 + i, c, count);
+    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i]);
+  }
+}
+
+// y[i] = the dot products of rows r0 .. r0+R (the activation loads are shared between them), in
+// the scale units of Scales (the caller applies the per-tensor factor). Each row's arithmetic is
+// the same whatever R, so results do not depend on how rows are grouped.
+template <int R, bool kLut, class Scales>
+QF_VNNI_TARGET void rows_dot(const uint8_t* data, int64_t row_bytes, int64_t r0, int64_t cols,
+                             const QuantizedX& qx, const Scales& scales, float* y) {
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t full = cols / kChunk;
+  for (int64_t c = 0; c < full; ++c)
+    chunk_dot<R, kLut, false>(data, row_bytes, r0, c, kChunk, qx, scales, acc);
+  const int64_t rem = cols - full * kChunk;
+  if (rem > 0) chunk_dot<R, kLut, true>(data, row_bytes, r0, full, rem, qx, scales, acc);
+  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+template <bool kLut, class Scales>
+void run(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, int offset,
+         const Scales& scales, float factor) {
+  QuantizedX qx;
+  quantize_x(x, w.cols, offset, qx);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t row_bytes = w.cols / 2, cols = w.cols;
+  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 4), [&](int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) rows_dot<4, kLut>(data, row_bytes, r, cols, qx, scales, y + r);
+    for (; r < r1; ++r) rows_dot<1, kLut>(data, row_bytes, r, cols, qx, scales, y + r);
+    for (int64_t i = r0; i < r1; ++i) y[i] *= factor;
+  });
+}
+
+
+}  // namespace
+
+bool cpu_has_avx512vnni() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+bool nibble_layout_fits_vnni(const LinearWeight& w) {
+  if (w.cols % kActBlock != 0) return false;  // whole activation blocks
+  switch (w.format) {
+    case WeightFormat::nvfp4: return w.cols % 16 == 0;
+    case WeightFormat::mxfp4: return w.cols % 32 == 0;
+    case WeightFormat::int4_row_pairs:
+      return w.rows % 2 == 0 && w.group >= 4 && w.group % 4 == 0 && w.cols % w.group == 0 &&
+             (64 % w.group == 0 || w.group % 64 == 0);
+    case WeightFormat::int4_packed32:
+      return w.group >= 8 && w.group % 8 == 0 && w.cols % w.group == 0 &&
+             (kChunk % w.group == 0 || w.group % kChunk == 0);
+    default: return false;
+  }
+}
+
+void matvec_nibbles_avx512vnni(const LinearWeight& w, const float* x, float* y,
+                               ThreadPool* pool) {
+  switch (w.format) {
+    case WeightFormat::nvfp4:
+      // Doubled E2M1 (x 0.5) and F16-shifted scales (x 2^8).
+      run<true>(w, x, y, pool, 12, Nvfp4Scales{w.block_scales, w.cols / 16},
+                w.global_scale * 128.f);
+      return;
+    case WeightFormat::mxfp4:
+      run<true>(w, x, y, pool, 12, Mxfp4Scales{w.block_scales, w.cols / 32}, 0.5f);
+      return;
+    case WeightFormat::int4_packed32:
+    {
+      Int4Scales sc{w.scales, w.cols / w.group, w.group, {}};
+      for (int j = 0; j < 16; ++j) sc.idx[j] = w.group >= kChunk ? 0 : int32_t(8 * j / w.group);
+      run<false>(w, x, y, pool, 8, sc, 1.f);
+      return;
+    }
+    case WeightFormat::int4_row_pairs: {
+      QuantizedX qx;
+      quantize_x_natural(x, w.cols, 8, qx);
+      const auto* data = static_cast<const uint8_t*>(w.data);
+      for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 4), [&](int64_t r0, int64_t r1) {
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, qx, y + r);
+        for (; r < r1; r += 2) row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, qx, y + r);
+      });
+      return;
+    }
+    default: return;
+  }
+}
+
+}  // namespace qf::kernels
+
+#else  // not x86-64 GCC/Clang: the portable Highway kernels only
+
+namespace qf::kernels {
+bool cpu_has_avx512vnni() { return false; }
+bool nibble_layout_fits_vnni(const LinearWeight&) { return false; }
+void matvec_nibbles_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
+}  // namespace qf::kernels
+
+#endif
