@@ -163,6 +163,8 @@ void KernelMatVecNvfp4Precise(benchmark::State& s) { MatVec(s, WeightFormat::nvf
 void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
+void KernelMatMulNvfp4Precise(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4, true); }
+void KernelMatMulBf16Precise(benchmark::State& s) { MatMul(s, WeightFormat::bf16, true); }
 
 BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
@@ -170,6 +172,8 @@ BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0)
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulBf16)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KernelMatMulNvfp4Precise)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KernelMatMulBf16Precise)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace qf

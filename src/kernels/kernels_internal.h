@@ -47,6 +47,13 @@ bool cpu_has_avx512vnni();
 // Whether w's format and block layout suit matvec_nibbles_avx512vnni.
 bool nibble_layout_fits_vnni(const LinearWeight& w);
 
+// BF16 matrix-matrix product (AVX512-BF16) for BF16 and quantized weights
+// (matmul_bf16_avx512bf16.cpp); linear_forward uses it when use_bf16_matmul(w).
+bool cpu_has_avx512bf16();
+bool use_bf16_matmul(const LinearWeight& w);
+void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                            ThreadPool* pool);
+
 // Matrix-matrix product for every format: row tiles decoded to float32 a K-block at a time,
 // then a register-blocked product (matmul.cpp).
 void matmul_decoded(const LinearWeight& w, const float* x, int64_t tokens, float* y,

@@ -81,6 +81,10 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
     return;
   }
   if (tokens > 1) {
+    if (kernels::use_bf16_matmul(w)) {
+      kernels::matmul_bf16_avx512bf16(w, x, tokens, y, pool);
+      return;
+    }
     kernels::matmul_decoded(w, x, tokens, y, pool);
     return;
   }
@@ -192,6 +196,12 @@ void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scale
 
 bool use_int8_matvec(const LinearWeight& w) {
   return !precise_kernels() && nibble_layout_fits_vnni(w) && cpu_has_avx512vnni();
+}
+
+bool use_bf16_matmul(const LinearWeight& w) {
+  // F32 and F16 weights are not exact in BF16: they keep the float kernel.
+  return !precise_kernels() && w.format != WeightFormat::f32 && w.format != WeightFormat::f16 &&
+         cpu_has_avx512bf16();
 }
 
 void for_row_tasks(ThreadPool* pool, int64_t rows, int64_t rows_per_task,

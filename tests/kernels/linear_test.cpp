@@ -172,6 +172,29 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
       linear_forward(t->w, x.data(), tokens, yp.data(), &two);
       set_precise_kernels(false);
       expect_close(t->w, x, tokens, yp, ref);
+    } else if (tokens > 1 && kernels::use_bf16_matmul(t->w)) {
+      // BF16 prefill: the activation is rounded to BF16 (relative 2^-9), the decoded weights are
+      // exact in BF16 except INT4's q x scale (rounded, relative 2^-9 too). Against the float
+      // reference on the rounded activation: exact weights leave only summation error.
+      std::vector<float> xr(x.size()), refr(ref.size());
+      for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      linear_reference(t->w, xr.data(), tokens, refr.data());
+      const bool int4 = c.format == WeightFormat::int4_row_pairs ||
+                        c.format == WeightFormat::int4_packed32;
+      std::vector<float> row(static_cast<size_t>(c.cols));
+      for (int64_t r = 0; r < c.rows; ++r) {
+        dequantize_weight_rows(t->w, r, 1, row.data());
+        for (int64_t tk = 0; tk < tokens; ++tk) {
+          double mag = 0;
+          for (int64_t k = 0; k < c.cols; ++k)
+            mag += std::fabs(double(row[size_t(k)]) * x[size_t(tk * c.cols + k)]);
+          const size_t i = size_t(tk * c.rows + r);
+          ASSERT_NEAR(y1[i], refr[i], (int4 ? std::ldexp(1.0, -8) : 4e-6) * mag + 1e-30)
+              << weight_format_name(c.format) << " row " << r << " token " << tk;
+          ASSERT_NEAR(y1[i], ref[i], std::ldexp(1.0, -8) * mag + 1e-30)
+              << weight_format_name(c.format) << " row " << r << " token " << tk;
+        }
+      }
     } else {
       expect_close(t->w, x, tokens, y1, ref);
     }
@@ -195,7 +218,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::nvfp4, 13, 4096 + 48, 0},  // chunks plus a tail of 48
                       Case{WeightFormat::mxfp4, 6, 32, 0},
                       Case{WeightFormat::int4_packed32, 9, 768, 256},
-                      Case{WeightFormat::int4_packed32, 6, 208, 8}),
+                      Case{WeightFormat::int4_packed32, 6, 208, 8},
+                      Case{WeightFormat::bf16, 35, 129, 0}),  // odd K: padded BF16 pairs
     [](const ::testing::TestParamInfo<Case>& p) {
       std::string n(weight_format_name(p.param.format));
       for (char& ch : n)
