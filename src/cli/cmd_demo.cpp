@@ -3,6 +3,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "engine/model.h"
+#include "eval/bench.h"
+#include "eval/perplexity.h"
 #include "export/checkpoint_inspector.h"
 #include "model/synthetic_checkpoint.h"
 #include "pipeline/quantize_checkpoint.h"
@@ -22,7 +25,8 @@ void register_demo(CLI::App& app, Action& run) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "demo", "Synthesize a small Llama checkpoint, quantize it and print the summary.");
+      "demo", "Synthesize a small Llama checkpoint, quantize it, print the summary, and measure "
+              "the result against the original (KL divergence, top-1 agreement, decode speed).");
   cmd->add_option("--format", args->format, "Weight format")
       ->check(CLI::IsMember({"nvfp4", "mxfp4", "fp8", "int4"}))
       ->capture_default_str();
@@ -65,6 +69,29 @@ void register_demo(CLI::App& app, Action& run) {
                  "quantized weight, {} on disk\n",
                  i.quant_algo, i.quantized_modules, i.bits_per_quantized_weight(),
                  human_bytes(double(i.total_bytes)));
+
+      // Accuracy and speed of the result against the original, on a fixed pseudo-random token
+      // stream (a synthetic model has no tokenizer and no natural text).
+      ModelOptions mo;
+      auto base = Model::load(root / "model-bf16", mo);
+      auto quant = Model::load(root / "model-quantized", mo);
+      std::vector<int32_t> ids(4 * 128 + 1);
+      uint64_t state = 0x9E3779B97F4A7C15ull;
+      for (auto& id : ids) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        id = int32_t((state >> 33) % uint64_t(base->vocab_size()));
+      }
+      const KlResult kl = kl_divergence(*base, *quant, ids, 128);
+      fmt::print("4. accuracy against the original on {} tokens: mean KL {:.5f} nats, p99 KL "
+                 "{:.5f}, top-1 agreement {:.1f}%\n",
+                 kl.tokens, kl.kl_mean, kl.kl_p99, 100 * kl.top1);
+      const BenchResult b0 = bench_model(*base, 64, 32);
+      const BenchResult b1 = bench_model(*quant, 64, 32);
+      fmt::print("5. decode speed: original {:.1f} tok/s ({} per token), quantized {:.1f} tok/s "
+                 "({} per token): {:.2f}x\n",
+                 b0.decode_tok_s, human_bytes(double(b0.weight_bytes_per_token)), b1.decode_tok_s,
+                 human_bytes(double(b1.weight_bytes_per_token)),
+                 b0.decode_tok_s > 0 ? b1.decode_tok_s / b0.decode_tok_s : 0.0);
       if (keep) fmt::print("results kept in {}\n", root.string());
       return 0;
     };

@@ -251,6 +251,8 @@ TEST(QuantizeCli, SynthThenQuantizeAndDemo) {
   r = test::run_qforge("demo");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("W4A16_NVFP4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("top-1 agreement"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode speed"), std::string::npos) << r.out;
   r = test::run_qforge("synth --shape llama-9000 -o " + q(dir / "x"));
   expect_one_line_error(r, "unknown shape 'llama-9000'");
 }
