@@ -27,7 +27,6 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr std::string_view kMetaSpace = "\xE2\x96\x81";  // U+2581
 // The pre-tokenizer regex of GPT-2 (and of ByteLevel with use_regex).
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -192,6 +191,10 @@ class HfTokenizer final : public TokenizerBase {
     int32_t size = 0;
     for (const auto& [token, id] : spec.vocab) size = std::max(size, id + 1);
     for (const AddedToken& t : spec.added_tokens) size = std::max(size, t.id + 1);
+    // Real vocabularies hold at most a few hundred thousand ids; a huge id is a broken file,
+    // not a reason to allocate gigabytes.
+    constexpr int32_t kMaxIds = 1 << 24;
+    if (size > kMaxIds) fail("{}: token id {} is implausibly large", source_, size - 1);
     pieces_.assign(size_t(size), std::string());
     bytes_.assign(size_t(size), std::string());
     for (const auto& [token, id] : spec.vocab) {

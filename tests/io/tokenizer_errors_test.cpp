@@ -97,6 +97,9 @@ TEST(TokenizerErrors, BadContentsAndUnsupportedFeatures) {
   j["model"]["vocab"]["c"] = -3;
   check(j, "not a non-negative");
   j = small_tokenizer();
+  j["model"]["vocab"]["c"] = 2'000'000'000;
+  check(j, "implausibly large");
+  j = small_tokenizer();
   j["normalizer"] = {{"type", "BertNormalizer"}};
   check(j, "normalizer type \"BertNormalizer\" is not supported");
   j = small_tokenizer();

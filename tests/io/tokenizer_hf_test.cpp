@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -189,6 +190,28 @@ TEST(TokenizerHf, Gpt2EndOfTextIsSpecial) {
   EXPECT_EQ(llama, (Ids{12520, 99, 247}));
   EXPECT_EQ(streamed(*tok, llama), " 🦙");
   EXPECT_EQ(tok->decode(Ids{99}), "\xEF\xBF\xBD");  // a lone continuation byte
+}
+
+TEST(TokenizerHf, ConcurrentEncodingMatchesSerial) {
+  QF_REQUIRE_FIXTURES();
+  // The word cache is shared between threads; a fresh tokenizer fills it concurrently.
+  const fs::path gpt2 = test::fixtures_dir() / "tokenizers" / "gpt2";
+  const auto serial = Tokenizer::load(gpt2);
+  const auto shared = Tokenizer::load(gpt2);
+  const std::string corpus =
+      test::read_file(test::fixtures_dir() / "corpora" / "wikitext-2-raw-test.lf.txt");
+  constexpr int kThreads = 4;
+  constexpr size_t kSlice = 100'000;
+  std::vector<Ids> expected(kThreads), got(kThreads);
+  for (int t = 0; t < kThreads; ++t)
+    expected[size_t(t)] = serial->encode(corpus.substr(size_t(t % 2) * kSlice, kSlice), false);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      got[size_t(t)] = shared->encode(corpus.substr(size_t(t % 2) * kSlice, kSlice), false);
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(got[size_t(t)] == expected[size_t(t)]) << t;
 }
 
 // A tokenizer.json written into a scratch directory.
