@@ -1,0 +1,160 @@
+// Decision units, candidate formats and their stored sizes.
+#include "plan/candidates.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace qf {
+
+int FormatChoice::effective_block() const {
+  if (!format) return 0;
+  return block > 0 ? block : format_info(*format).block;
+}
+
+std::string FormatChoice::name() const {
+  if (!format) return "keep";
+  const FormatInfo& info = format_info(*format);
+  if (*format == Format::int4 && effective_block() != info.block)
+    return std::string(info.name) + ":" + std::to_string(effective_block());
+  return std::string(info.name);
+}
+
+std::optional<FormatChoice> parse_format_choice(std::string_view text) {
+  if (text == "keep") return FormatChoice::keep();
+  const size_t colon = text.find(':');
+  const std::optional<Format> f = parse_format(text.substr(0, colon));
+  if (!f) return std::nullopt;
+  if (colon == std::string_view::npos) return FormatChoice::of(*f);
+  if (*f != Format::int4) return std::nullopt;  // only INT4 has a free group size
+  const std::string_view digits = text.substr(colon + 1);
+  int g = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), g);
+  if (ec != std::errc() || end != digits.data() + digits.size() || g <= 0 || g % 2 != 0)
+    return std::nullopt;
+  return FormatChoice::of(*f, g);
+}
+
+bool choice_fits(const FormatChoice& choice, int64_t in_features) {
+  if (choice.is_keep()) return true;
+  const int b = choice.effective_block();
+  return in_features > 0 && (b <= 1 || in_features % b == 0);
+}
+
+uint64_t linear_stored_bytes(const FormatChoice& choice, int64_t out, int64_t in, DType original) {
+  if (out <= 0 || in <= 0) fail("stored bytes of an empty [{}, {}] Linear", out, in);
+  if (!choice_fits(choice, in))
+    fail("{} cannot store a Linear with {} inputs (not a multiple of its block of {})",
+         choice.name(), in, choice.effective_block());
+  const uint64_t n = uint64_t(out) * uint64_t(in);
+  if (choice.is_keep()) return n * dtype_size(original);
+  switch (*choice.format) {
+    case Format::nvfp4: return n / 2 + n / 16 + 4;
+    case Format::mxfp4: return n / 2 + n / 32;
+    case Format::fp8: return n + 4 * uint64_t(out);
+    case Format::int4: return n / 2 + 4 * (n / uint64_t(choice.effective_block()));
+  }
+  fail("unknown format id {}", static_cast<int>(*choice.format));
+}
+
+int DecisionUnit::find(const FormatChoice& choice) const {
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (candidates[i].choice == choice) return int(i);
+  return -1;
+}
+
+namespace {
+
+// "model.layers.3.self_attn.q_proj+k_proj+v_proj": the members' common prefix (up to a dot)
+// followed by their last components.
+std::string unit_name(const Architecture& arch, const std::vector<size_t>& members) {
+  const std::string& first = arch.linears[members.front()].name;
+  if (members.size() == 1) return first;
+  const size_t dot = first.rfind('.');
+  std::string name = first.substr(0, dot + 1);
+  for (size_t i = 0; i < members.size(); ++i) {
+    const std::string& m = arch.linears[members[i]].name;
+    if (i) name += '+';
+    name += m.substr(m.rfind('.') + 1);
+  }
+  return name;
+}
+
+}  // namespace
+
+std::vector<DecisionUnit> decision_units(const Architecture& arch, const CandidateOptions& options) {
+  std::vector<FormatChoice> formats;
+  for (const FormatChoice& f : options.formats) {
+    if (f.is_keep()) continue;  // keep is governed by allow_keep
+    if (std::find(formats.begin(), formats.end(), f) == formats.end()) formats.push_back(f);
+  }
+  std::vector<DecisionUnit> units;
+  std::vector<bool> done(arch.linears.size(), false);
+  for (size_t i = 0; i < arch.linears.size(); ++i) {
+    if (done[i]) continue;
+    const LinearModule& lm = arch.linears[i];
+    std::vector<size_t> members = lm.group >= 0 ? arch.fused_groups.at(size_t(lm.group))
+                                                : std::vector<size_t>{i};
+    std::sort(members.begin(), members.end());
+    DecisionUnit u;
+    u.name = unit_name(arch, members);
+    u.layer = lm.layer;
+    u.linears = members;
+    bool excluded = false;
+    for (size_t m : members) {
+      done[m] = true;
+      const LinearModule& x = arch.linears[m];
+      u.numel += uint64_t(x.out_features) * uint64_t(x.in_features);
+      if (options.excluded && options.excluded(x)) excluded = true;
+    }
+    auto add = [&](const FormatChoice& f) {
+      Candidate c{f, 0};
+      for (size_t m : members) {
+        const LinearModule& x = arch.linears[m];
+        if (!choice_fits(f, x.in_features)) return;
+        c.bytes += linear_stored_bytes(f, x.out_features, x.in_features, options.original_dtype);
+      }
+      u.candidates.push_back(c);
+    };
+    if (!excluded)
+      for (const FormatChoice& f : formats) add(f);
+    if (options.allow_keep || u.candidates.empty()) add(FormatChoice::keep());
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
+ModuleChoice Assignment::at(const std::string& name) const {
+  const auto it = modules.find(name);
+  return it == modules.end() ? ModuleChoice{} : it->second;
+}
+
+Assignment assignment_from_choices(const Architecture& arch, const std::vector<DecisionUnit>& units,
+                                   const std::vector<int>& choice, const std::string& algo) {
+  if (choice.size() != units.size())
+    fail("assignment: {} choices for {} decision units", choice.size(), units.size());
+  Assignment a;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int c = choice[u];
+    if (c < 0 || size_t(c) >= units[u].candidates.size())
+      fail("assignment: choice {} out of range for unit {}", c, units[u].name);
+    for (size_t m : units[u].linears) {
+      ModuleChoice mc;
+      mc.format = units[u].candidates[size_t(c)].choice;
+      mc.algo = algo;
+      a.modules[arch.linears[m].name] = mc;
+    }
+  }
+  return a;
+}
+
+uint64_t assignment_bytes(const Architecture& arch, const Assignment& assignment, DType original) {
+  uint64_t total = 0;
+  for (const LinearModule& lm : arch.linears)
+    total += linear_stored_bytes(assignment.at(lm.name).format, lm.out_features, lm.in_features,
+                                 original);
+  return total;
+}
+
+}  // namespace qf

@@ -1,0 +1,113 @@
+// Decision units of a mixed-precision plan (a fused group, or a single Linear), the formats each
+// can take (plus "keep original"), the exact bytes each choice stores, and the per-module
+// assignment the planner hands to the quantization pipeline.
+#pragma once
+
+#include "core/dtype.h"
+#include "formats/registry.h"
+#include "model/architecture.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qf {
+
+// A weight format with its block (group) size, or "keep original" (format empty).
+struct FormatChoice {
+  std::optional<Format> format;  // nullopt: the weight stays in its own dtype
+  int block = 0;                 // elements per scale; 0 = the format's default (int4: 128)
+
+  static FormatChoice keep() { return {}; }
+  static FormatChoice of(Format f, int block = 0) { return {f, block}; }
+  bool is_keep() const { return !format.has_value(); }
+  // The block actually used (the format default when block == 0); 0 for keep.
+  int effective_block() const;
+  // "keep", "nvfp4", "mxfp4", "fp8", "int4" (int4 with a non-default group: "int4:64").
+  std::string name() const;
+  friend bool operator==(const FormatChoice& a, const FormatChoice& b) {
+    return a.format == b.format && a.effective_block() == b.effective_block();
+  }
+};
+
+// Parses "keep", a registry format name ("nvfp4", case-insensitive) or "int4:G". nullopt if
+// unknown or G is not a positive multiple of 2.
+std::optional<FormatChoice> parse_format_choice(std::string_view text);
+
+// Whether a Linear with `in_features` inputs can be stored in `choice` (keep: always; a block
+// format: in_features is a multiple of its block).
+bool choice_fits(const FormatChoice& choice, int64_t in_features);
+
+// Exact stored bytes of one [out, in] Linear weight in `choice`, as the exporters write it
+// (codes + block scales + tensor scales):
+//   nvfp4: out*in/2 + out*in/16 + 4        mxfp4: out*in/2 + out*in/32
+//   fp8 (per channel): out*in + 4*out       int4 group G: out*in/2 + 4*out*in/G
+//   keep: out*in*dtype_size(original)
+// Throws qf::Error if the choice does not fit (see choice_fits).
+uint64_t linear_stored_bytes(const FormatChoice& choice, int64_t out, int64_t in, DType original);
+
+struct Candidate {
+  FormatChoice choice;
+  uint64_t bytes = 0;  // stored bytes of all the unit's Linears in this choice
+};
+
+// The smallest thing the planner decides: a fused group (q/k/v, gate/up), whose members must
+// share a format, or one Linear.
+struct DecisionUnit {
+  std::string name;             // a single Linear's name, or e.g. "model.layers.3.self_attn.q_proj+k_proj+v_proj"
+  int layer = 0;
+  std::vector<size_t> linears;  // indices into Architecture::linears, in architecture order
+  uint64_t numel = 0;           // weights of all members
+  // The asked formats the unit can take, in the order asked, then keep (if allowed) last.
+  // Never empty: a unit that can take nothing asked keeps its dtype.
+  std::vector<Candidate> candidates;
+
+  // Index of `choice` in candidates, or -1.
+  int find(const FormatChoice& choice) const;
+};
+
+struct CandidateOptions {
+  std::vector<FormatChoice> formats;  // e.g. {nvfp4, fp8}; duplicates are dropped
+  DType original_dtype = DType::BF16;  // dtype of the checkpoint's Linear weights
+  bool allow_keep = true;              // add "keep original" to every unit's candidates
+  // Modules that must stay unquantized (--exclude): their unit gets only "keep". A fused group
+  // is excluded if any member is. Empty: none.
+  std::function<bool(const LinearModule&)> excluded;
+};
+
+// Units in architecture order (layer by layer: q/k/v, o, gate/up, down).
+std::vector<DecisionUnit> decision_units(const Architecture& arch, const CandidateOptions& options);
+
+// ---- assignment: what the pipeline quantizes -------------------------------------------
+struct ModuleChoice {
+  FormatChoice format;                               // keep = leave unquantized
+  std::string algo = "max";                          // max | mse | awq | gptq | smoothquant
+  nlohmann::ordered_json options = nlohmann::ordered_json::object();  // algorithm options, passed through
+  friend bool operator==(const ModuleChoice& a, const ModuleChoice& b) {
+    return a.format == b.format && a.algo == b.algo && a.options == b.options;
+  }
+};
+
+// Per Linear module name (LinearModule::name); a module not listed keeps its dtype.
+struct Assignment {
+  std::map<std::string, ModuleChoice> modules;
+
+  // The choice for `name`, keep if absent.
+  ModuleChoice at(const std::string& name) const;
+};
+
+// Every Linear of every unit set from choice[u] (an index into units[u].candidates), with `algo`.
+Assignment assignment_from_choices(const Architecture& arch, const std::vector<DecisionUnit>& units,
+                                   const std::vector<int>& choice, const std::string& algo = "max");
+
+// Stored bytes of the assignment's Linears (modules absent from it counted as kept in
+// `original`). Throws qf::Error if a module's format does not fit it.
+uint64_t assignment_bytes(const Architecture& arch, const Assignment& assignment, DType original);
+
+}  // namespace qf

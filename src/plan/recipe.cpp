@@ -1,0 +1,174 @@
+// Recipe files: parsing, first-match resolution with fused-group checks, and saving.
+#include "plan/recipe.h"
+
+#include "core/error.h"
+#include "io/json_file.h"
+
+#include <fnmatch.h>
+
+#include <array>
+#include <fstream>
+#include <sstream>
+
+namespace qf {
+namespace {
+
+constexpr std::array<std::string_view, 5> kAlgos = {"max", "mse", "awq", "gptq", "smoothquant"};
+
+bool known_algo(const std::string& a) {
+  for (std::string_view k : kAlgos)
+    if (a == k) return true;
+  return false;
+}
+
+}  // namespace
+
+bool RecipeRule::matches(const std::string& module_name) const {
+  if (regex) return std::regex_match(module_name, *regex);
+  return fnmatch(match.c_str(), module_name.c_str(), 0) == 0;
+}
+
+Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& source) {
+  Recipe recipe;
+  recipe.source = source;
+  if (!json.is_object()) fail("{}: a recipe is a JSON object with a \"rules\" list", source);
+  for (const auto& [key, value] : json.items())
+    if (key != "rules") fail("{}: unknown key \"{}\" (a recipe has only \"rules\")", source, key);
+  const auto rules = json.find("rules");
+  if (rules == json.end() || !rules->is_array())
+    fail("{}: a recipe needs a \"rules\" list", source);
+  for (size_t i = 0; i < rules->size(); ++i) {
+    const nlohmann::ordered_json& r = (*rules)[i];
+    if (!r.is_object()) fail("{}: rule {}: not an object", source, i);
+    RecipeRule rule;
+    for (const auto& [key, value] : r.items()) {
+      if (key == "match") {
+        if (!value.is_string() || value.get<std::string>().empty())
+          fail("{}: rule {}: \"match\" must be a non-empty string", source, i);
+        rule.match = value.get<std::string>();
+      } else if (key == "format") {
+        if (!value.is_string()) fail("{}: rule {}: \"format\" must be a string", source, i);
+        const auto f = parse_format_choice(value.get<std::string>());
+        if (!f)
+          fail("{}: rule {}: unknown format \"{}\" (nvfp4, mxfp4, fp8, int4, int4:G or keep)",
+               source, i, value.get<std::string>());
+        rule.format = *f;
+      } else if (key == "algo") {
+        if (!value.is_string() || !known_algo(value.get<std::string>()))
+          fail("{}: rule {}: unknown algo {} (max, mse, awq, gptq or smoothquant)", source, i,
+               value.dump());
+        rule.algo = value.get<std::string>();
+      } else if (key == "options") {
+        if (!value.is_object()) fail("{}: rule {}: \"options\" must be an object", source, i);
+        rule.options = value;
+      } else {
+        fail("{}: rule {}: unknown key \"{}\" (match, format, algo, options)", source, i, key);
+      }
+    }
+    if (rule.match.empty()) fail("{}: rule {}: missing \"match\"", source, i);
+    if (!r.contains("format")) fail("{}: rule {}: missing \"format\"", source, i);
+    if (const auto g = rule.options.find("group_size"); g != rule.options.end()) {
+      if (!rule.format.format || *rule.format.format != Format::int4)
+        fail("{}: rule {}: options.group_size applies to int4 only", source, i);
+      if (!g->is_number_integer() || g->get<int64_t>() <= 0 || g->get<int64_t>() % 2 != 0 ||
+          g->get<int64_t>() > (1 << 20))
+        fail("{}: rule {}: options.group_size must be a positive even integer", source, i);
+      const int gs = int(g->get<int64_t>());
+      if (rule.format.block > 0 && rule.format.effective_block() != gs)
+        fail("{}: rule {}: group size {} in the format and {} in options", source, i,
+             rule.format.block, gs);
+      rule.format.block = gs;
+    }
+    if (rule.match.rfind("re:", 0) == 0) {
+      try {
+        rule.regex.emplace(rule.match.substr(3), std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        fail("{}: rule {}: invalid regex \"{}\": {}", source, i, rule.match.substr(3), e.what());
+      }
+    }
+    recipe.rules.push_back(std::move(rule));
+  }
+  return recipe;
+}
+
+Recipe load_recipe(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open recipe", path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::ordered_json json;
+  try {
+    json = nlohmann::ordered_json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    fail("{}: invalid JSON: {}", path.string(), what);
+  }
+  return parse_recipe(json, path.string());
+}
+
+Assignment apply_recipe(const Recipe& recipe, const Architecture& arch,
+                        const ModuleChoice& default_choice) {
+  Assignment a;
+  std::vector<int> rule_of(arch.linears.size(), -1);
+  for (size_t m = 0; m < arch.linears.size(); ++m) {
+    const LinearModule& lm = arch.linears[m];
+    ModuleChoice mc = default_choice;
+    for (size_t i = 0; i < recipe.rules.size(); ++i) {
+      const RecipeRule& r = recipe.rules[i];
+      if (!r.matches(lm.name)) continue;
+      rule_of[m] = int(i);
+      mc.format = r.format;
+      mc.algo = r.algo.value_or(default_choice.algo);
+      mc.options = r.options;
+      break;
+    }
+    if (!choice_fits(mc.format, lm.in_features)) {
+      const std::string by = rule_of[m] >= 0 ? fmt::format("rule {}", rule_of[m]) : "the default";
+      fail("{}: {} gives {} {}, whose block of {} does not divide its {} inputs", recipe.source, by,
+           lm.name, mc.format.name(), mc.format.effective_block(), lm.in_features);
+    }
+    a.modules[lm.name] = mc;
+  }
+  auto origin = [&](size_t m) {
+    return rule_of[m] >= 0 ? fmt::format("rule {}", rule_of[m]) : std::string("the default");
+  };
+  for (const std::vector<size_t>& group : arch.fused_groups) {
+    const size_t first = group.front();
+    const FormatChoice& f0 = a.modules[arch.linears[first].name].format;
+    for (size_t m : group) {
+      const FormatChoice& f = a.modules[arch.linears[m].name].format;
+      if (f == f0) continue;
+      fail("{}: fused group of {} and {} resolves to different formats: {} by {}, {} by {} "
+           "(fused modules must share a format)",
+           recipe.source, arch.linears[first].name, arch.linears[m].name, f0.name(),
+           origin(first), f.name(), origin(m));
+    }
+  }
+  return a;
+}
+
+nlohmann::ordered_json recipe_json(const Assignment& assignment, const Architecture& arch) {
+  nlohmann::ordered_json rules = nlohmann::ordered_json::array();
+  for (const LinearModule& lm : arch.linears) {
+    const ModuleChoice mc = assignment.at(lm.name);
+    nlohmann::ordered_json r;
+    // Module names hold only [A-Za-z0-9._]: a literal name is an exact glob.
+    r["match"] = lm.name;
+    r["format"] = mc.format.name();
+    r["algo"] = mc.algo;
+    if (!mc.options.empty()) r["options"] = mc.options;
+    rules.push_back(std::move(r));
+  }
+  nlohmann::ordered_json j;
+  j["rules"] = std::move(rules);
+  return j;
+}
+
+void save_recipe(const std::filesystem::path& path, const Assignment& assignment,
+                 const Architecture& arch) {
+  write_json_file(path, recipe_json(assignment, arch));
+}
+
+}  // namespace qf

@@ -1,0 +1,63 @@
+// Recipes: ordered rules (module glob or regex -> format, algorithm, options) read from a JSON
+// file, applied to an architecture to give a per-module Assignment; and the reverse, writing an
+// Assignment as exact per-module rules so a search's choice can be reviewed and replayed.
+//
+// File format (JSON):
+//   {"rules": [{"match": "*.mlp.down_proj", "format": "fp8", "algo": "mse", "options": {...}},
+//              {"match": "re:model\\.layers\\.(0|31)\\..*", "format": "keep"}, ...]}
+// match: a shell glob (fnmatch, '*' crosses dots) over the full module name
+//   ("model.layers.3.self_attn.q_proj"), or "re:" + an ECMAScript regex that must match the
+//   whole name. format: nvfp4 | mxfp4 | fp8 | int4 | keep (int4's group size: "int4:64" or
+//   options.group_size). algo (optional): max | mse | awq | gptq | smoothquant. options
+//   (optional): an object passed to the algorithm unchanged. The first matching rule wins.
+#pragma once
+
+#include "model/architecture.h"
+#include "plan/candidates.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace qf {
+
+struct RecipeRule {
+  std::string match;            // as written (with "re:" for a regex)
+  FormatChoice format;
+  std::optional<std::string> algo;  // absent: the caller's default algorithm
+  nlohmann::ordered_json options = nlohmann::ordered_json::object();
+  bool matches(const std::string& module_name) const;
+
+  std::optional<std::regex> regex;  // compiled "re:" pattern
+};
+
+struct Recipe {
+  std::string source;  // file name (or a label) for messages
+  std::vector<RecipeRule> rules;
+};
+
+// Parses a recipe. Throws a one-line qf::Error "SOURCE: rule N: ..." (N from 0) for a missing or
+// invalid field, an unknown format / algorithm, an unknown key or a bad regex.
+Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& source);
+// Reads and parses a JSON recipe file. Throws qf::Error naming the file.
+Recipe load_recipe(const std::filesystem::path& path);
+
+// Resolves every Linear of `arch`: the first matching rule's format / algo / options (algo
+// absent: default_choice.algo), else default_choice. Throws qf::Error naming the source and the
+// rules when members of a fused group resolve to different formats, or a format does not fit a
+// module (in_features not a multiple of its block).
+Assignment apply_recipe(const Recipe& recipe, const Architecture& arch,
+                        const ModuleChoice& default_choice);
+
+// The assignment as exact rules, one per Linear of `arch` in architecture order (modules absent
+// from the assignment written as "keep"); apply_recipe of the result gives the assignment back.
+nlohmann::ordered_json recipe_json(const Assignment& assignment, const Architecture& arch);
+// Writes recipe_json to `path` (4-space JSON, through a temporary file). Throws qf::Error.
+void save_recipe(const std::filesystem::path& path, const Assignment& assignment,
+                 const Architecture& arch);
+
+}  // namespace qf

@@ -1,0 +1,287 @@
+// Proxy and exact sensitivity scores, monotonisation and rank correlation.
+#include "plan/sensitivity.h"
+
+#include "algo/round_to_nearest.h"
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "formats/fake_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+namespace qf {
+namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define QF_PLAN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define QF_PLAN_CLONES
+#endif
+
+constexpr int64_t kTaskRows = 32;  // dW rows per task: 32 x 4096 floats stay in L2
+constexpr int64_t kQuad = 4;       // rows sharing each load of an H row
+
+typedef float v8f __attribute__((vector_size(32)));
+
+// Unaligned load; a macro because returning a 32-byte vector from a function not compiled for
+// AVX changes the ABI (-Wpsabi).
+#define QF_LOAD8(dst, p) std::memcpy(&(dst), (p), sizeof(v8f))
+
+inline float hsum(const v8f& v) {
+  float s = 0.f;
+  for (int l = 0; l < 8; ++l) s += v[l];
+  return s;
+}
+
+// out[r] += d_r H d_r^T for the 4 rows d + r*ld (H symmetric [k, k] float, upper triangle read):
+// sum_i d_ri (H_ii d_ri + 2 sum_{j>i} H_ij d_rj). Each H row is loaded once for the 4 rows.
+QF_PLAN_CLONES void quad_forms4(const float* h, int64_t k, const float* d, int64_t ld,
+                                double* out) {
+  const float* d0 = d;
+  const float* d1 = d + ld;
+  const float* d2 = d + 2 * ld;
+  const float* d3 = d + 3 * ld;
+  double acc[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < k; ++i) {
+    const float* hi = h + i * k;
+    v8f a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    int64_t j = i + 1;
+    for (; j + 8 <= k; j += 8) {
+      v8f hv, x0, x1, x2, x3;
+      QF_LOAD8(hv, hi + j);
+      QF_LOAD8(x0, d0 + j);
+      QF_LOAD8(x1, d1 + j);
+      QF_LOAD8(x2, d2 + j);
+      QF_LOAD8(x3, d3 + j);
+      a0 += hv * x0;
+      a1 += hv * x1;
+      a2 += hv * x2;
+      a3 += hv * x3;
+    }
+    float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
+    for (; j < k; ++j) {
+      s0 += hi[j] * d0[j];
+      s1 += hi[j] * d1[j];
+      s2 += hi[j] * d2[j];
+      s3 += hi[j] * d3[j];
+    }
+    const double hii = hi[i];
+    acc[0] += double(d0[i]) * (hii * d0[i] + 2.0 * s0);
+    acc[1] += double(d1[i]) * (hii * d1[i] + 2.0 * s1);
+    acc[2] += double(d2[i]) * (hii * d2[i] + 2.0 * s2);
+    acc[3] += double(d3[i]) * (hii * d3[i] + 2.0 * s3);
+  }
+  for (int r = 0; r < 4; ++r) out[r] += acc[r];
+}
+
+// What the error measure needs from the statistics, prepared once per Linear input.
+struct Weighting {
+  int64_t k = 0;
+  std::vector<float> h;     // [k, k] X^T X / tokens, or empty
+  std::vector<float> diag;  // [k] fallback weights when h is empty
+};
+
+Weighting make_weighting(const LinearStats& stats, int64_t k) {
+  Weighting wt;
+  wt.k = k;
+  if (!stats.xtx.empty()) {
+    if (int64_t(stats.xtx.size()) != k * k)
+      fail("sensitivity: X^T X has {} elements, expected {} x {}", stats.xtx.size(), k, k);
+    const double inv = 1.0 / double(std::max<int64_t>(stats.tokens, 1));
+    wt.h.resize(size_t(k * k));
+    for (size_t i = 0; i < wt.h.size(); ++i) wt.h[i] = float(stats.xtx[i] * inv);
+    return wt;
+  }
+  if (int64_t(stats.channel_mean_abs.size()) != k)
+    fail("sensitivity: statistics have {} channels (and no X^T X), the weight has {} inputs",
+         stats.channel_mean_abs.size(), k);
+  wt.diag.resize(size_t(k));
+  for (int64_t c = 0; c < k; ++c)
+    wt.diag[size_t(c)] = stats.channel_mean_abs[size_t(c)] * stats.channel_mean_abs[size_t(c)];
+  return wt;
+}
+
+double weighted_error(const WeightRows& w, const float* w_hat, const Weighting& wt,
+                      ThreadPool& pool) {
+  const int64_t k = w.cols;
+  if (wt.k != k) fail("sensitivity: statistics have {} channels, the weight has {} inputs", wt.k, k);
+  const int64_t tasks = (w.rows + kTaskRows - 1) / kTaskRows;
+  std::vector<double> part(size_t(tasks), 0.0);
+  const size_t esize = dtype_size(w.dtype);
+  pool.parallel_for(tasks, [&](int64_t t) {
+    const int64_t r0 = t * kTaskRows;
+    const int64_t nr = std::min(kTaskRows, w.rows - r0);
+    const int64_t padded = (nr + kQuad - 1) / kQuad * kQuad;
+    std::vector<float> d(size_t(padded * k), 0.f);
+    convert_to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + size_t(r0 * k) * esize,
+                   d.data(), size_t(nr * k));
+    const float* wh = w_hat + r0 * k;
+    for (int64_t i = 0; i < nr * k; ++i) d[size_t(i)] = wh[i] - d[size_t(i)];
+    double sum = 0;
+    if (!wt.h.empty()) {
+      std::vector<double> q(size_t(padded), 0.0);
+      for (int64_t r = 0; r < padded; r += kQuad)
+        quad_forms4(wt.h.data(), k, d.data() + r * k, k, q.data() + r);
+      for (double v : q) sum += v;
+    } else {
+      for (int64_t r = 0; r < nr; ++r) {
+        double row = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double e = d[size_t(r * k + c)];
+          row += e * e * wt.diag[size_t(c)];
+        }
+        sum += row;
+      }
+    }
+    part[size_t(t)] = sum;
+  });
+  double total = 0;
+  for (double p : part) total += p;
+  return total;
+}
+
+}  // namespace
+
+std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice& choice,
+                                        float tensor_amax, ThreadPool& pool) {
+  std::vector<float> out(size_t(w.rows * w.cols));
+  if (choice.is_keep()) {
+    convert_to_f32(w.dtype, w.data, out.data(), out.size());
+    return out;
+  }
+  if (!choice_fits(choice, w.cols))
+    fail("sensitivity: {} does not fit a weight with {} inputs", choice.name(), w.cols);
+  if (tensor_amax <= 0.f) tensor_amax = weight_amax(w, pool).amax;
+  RtnOptions o;
+  o.format = *choice.format;
+  o.block = choice.effective_block();
+  const QuantizedTensor q = quantize_rtn(w, o, tensor_amax, pool);
+  dequantize(q, out.data());
+  return out;
+}
+
+double weighted_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
+                             ThreadPool& pool) {
+  return weighted_error(w, w_hat, make_weighting(stats, w.cols), pool);
+}
+
+std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const WeightRows> weights,
+                                      std::span<const LinearStats* const> stats, ThreadPool& pool) {
+  const size_t m = unit.linears.size();
+  if (weights.size() != m || stats.size() != m)
+    fail("sensitivity: unit {} has {} Linears, given {} weights and {} statistics", unit.name, m,
+         weights.size(), stats.size());
+  float group_amax = 0.f;
+  for (const WeightRows& w : weights) group_amax = std::max(group_amax, weight_amax(w, pool).amax);
+  // Fused members read the same input: prepare its weighting once.
+  std::vector<Weighting> weighting(m);
+  std::vector<size_t> source(m);
+  for (size_t i = 0; i < m; ++i) {
+    if (!stats[i]) fail("sensitivity: unit {} has no statistics for member {}", unit.name, i);
+    source[i] = i;
+    for (size_t j = 0; j < i; ++j)
+      if (stats[j] == stats[i] && weights[j].cols == weights[i].cols) {
+        source[i] = source[j];
+        break;
+      }
+    if (source[i] == i) weighting[i] = make_weighting(*stats[i], weights[i].cols);
+  }
+  std::vector<double> scores(unit.candidates.size(), 0.0);
+  for (size_t c = 0; c < unit.candidates.size(); ++c) {
+    const FormatChoice& choice = unit.candidates[c].choice;
+    if (choice.is_keep()) continue;
+    double s = 0;
+    for (size_t i = 0; i < m; ++i) {
+      const std::vector<float> fq = fake_quantize_choice(weights[i], choice, group_amax, pool);
+      s += weighted_error(weights[i], fq.data(), weighting[source[i]], pool);
+    }
+    scores[c] = s;
+  }
+  return scores;
+}
+
+UnitScores exact_scores(const Architecture& arch, const std::vector<DecisionUnit>& units,
+                        const KlOfAssignment& kl_of_assignment, const std::string& algo,
+                        const std::function<void(size_t, size_t)>& progress) {
+  if (!kl_of_assignment) fail("sensitivity: no exact measure given");
+  size_t total = 0, done = 0;
+  for (const DecisionUnit& u : units)
+    for (const Candidate& c : u.candidates) total += c.choice.is_keep() ? 0 : 1;
+  UnitScores scores(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    scores[u].assign(units[u].candidates.size(), 0.0);
+    for (size_t c = 0; c < units[u].candidates.size(); ++c) {
+      const FormatChoice& choice = units[u].candidates[c].choice;
+      if (choice.is_keep()) continue;
+      Assignment a;
+      for (size_t m : units[u].linears) a.modules[arch.linears[m].name] = ModuleChoice{choice, algo, {}};
+      scores[u][c] = kl_of_assignment(a);
+      if (progress) progress(++done, total);
+    }
+  }
+  return scores;
+}
+
+void monotonize(const std::vector<DecisionUnit>& units, UnitScores& scores) {
+  if (scores.size() != units.size())
+    fail("monotonize: {} score rows for {} units", scores.size(), units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    const auto& cand = units[u].candidates;
+    std::vector<double>& s = scores[u];
+    if (s.size() != cand.size())
+      fail("monotonize: unit {} has {} scores for {} candidates", units[u].name, s.size(),
+           cand.size());
+    std::vector<size_t> order(cand.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return cand[a].bytes < cand[b].bytes; });
+    double prev = std::numeric_limits<double>::infinity();
+    for (size_t i : order) {
+      if (cand[i].choice.is_keep()) s[i] = 0.0;
+      s[i] = std::min(s[i], prev);
+      prev = s[i];
+    }
+  }
+}
+
+namespace {
+
+std::vector<double> average_ranks(std::span<const double> v) {
+  std::vector<size_t> order(v.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  std::vector<double> rank(v.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+    const double r = 0.5 * double(i + j) + 1.0;
+    for (size_t t = i; t <= j; ++t) rank[order[t]] = r;
+    i = j + 1;
+  }
+  return rank;
+}
+
+}  // namespace
+
+double spearman_correlation(std::span<const double> a, std::span<const double> b) {
+  if (a.size() != b.size())
+    fail("rank correlation of {} and {} values", a.size(), b.size());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (a.size() < 2) return nan;
+  const std::vector<double> ra = average_ranks(a), rb = average_ranks(b);
+  const double mean = 0.5 * double(a.size() + 1);
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    sab += (ra[i] - mean) * (rb[i] - mean);
+    saa += (ra[i] - mean) * (ra[i] - mean);
+    sbb += (rb[i] - mean) * (rb[i] - mean);
+  }
+  if (saa == 0 || sbb == 0) return nan;
+  return sab / std::sqrt(saa * sbb);
+}
+
+}  // namespace qf

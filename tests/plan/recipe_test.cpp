@@ -1,0 +1,135 @@
+// Recipe parsing, first-match resolution, fused-group consistency, errors, save/load round trip.
+#include "plan/recipe.h"
+
+#include "core/error.h"
+#include "plan_test_util.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace qf {
+namespace {
+
+Recipe parse(const std::string& text) {
+  return parse_recipe(nlohmann::ordered_json::parse(text), "r.json");
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Recipe, FirstMatchWinsAndDefaultsApply) {
+  const Architecture arch = test::tiny_llama(3, 64, 128);
+  const Recipe r = parse(R"({"rules": [
+      {"match": "model.layers.0.*", "format": "keep"},
+      {"match": "re:model\\.layers\\.[0-9]+\\.mlp\\.down_proj", "format": "int4", "algo": "gptq",
+       "options": {"group_size": 64, "damp": 0.02}},
+      {"match": "*.self_attn.*", "format": "fp8", "algo": "mse"},
+      {"match": "*", "format": "mxfp4"}]})");
+  ASSERT_EQ(r.rules.size(), 4u);
+  ModuleChoice def;
+  def.format = FormatChoice::of(Format::nvfp4);
+  def.algo = "awq";
+  const Assignment a = apply_recipe(r, arch, def);
+  EXPECT_EQ(a.modules.size(), arch.linears.size());
+  EXPECT_TRUE(a.at("model.layers.0.self_attn.q_proj").format.is_keep());
+  EXPECT_TRUE(a.at("model.layers.0.mlp.down_proj").format.is_keep());
+  EXPECT_EQ(a.at("model.layers.0.mlp.down_proj").algo, "awq");  // rule without algo: default
+  const ModuleChoice down = a.at("model.layers.2.mlp.down_proj");
+  EXPECT_EQ(down.format, FormatChoice::of(Format::int4, 64));
+  EXPECT_EQ(down.algo, "gptq");
+  EXPECT_EQ(down.options["damp"], 0.02);
+  EXPECT_EQ(a.at("model.layers.1.self_attn.v_proj").format, FormatChoice::of(Format::fp8));
+  EXPECT_EQ(a.at("model.layers.1.self_attn.v_proj").algo, "mse");
+  EXPECT_EQ(a.at("model.layers.1.mlp.up_proj").format, FormatChoice::of(Format::mxfp4));
+
+  // No rule matches: the caller's default.
+  const Assignment b = apply_recipe(parse(R"({"rules": [{"match": "*.o_proj", "format": "fp8"}]})"), arch, def);
+  EXPECT_EQ(b.at("model.layers.1.mlp.up_proj").format, FormatChoice::of(Format::nvfp4));
+  EXPECT_EQ(b.at("model.layers.1.mlp.up_proj").algo, "awq");
+}
+
+TEST(Recipe, FusedGroupMustShareAFormat) {
+  const Architecture arch = test::tiny_llama(2);
+  const Recipe r = parse(R"({"rules": [{"match": "*.k_proj", "format": "fp8"},
+                                       {"match": "*", "format": "nvfp4"}]})");
+  const std::string e = error_of([&] { apply_recipe(r, arch, ModuleChoice{}); });
+  EXPECT_NE(e.find("r.json: fused group of model.layers.0.self_attn.q_proj and "
+                   "model.layers.0.self_attn.k_proj resolves to different formats: nvfp4 by rule 1, "
+                   "fp8 by rule 0"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+}
+
+TEST(Recipe, ErrorsNameTheFileAndRule) {
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "nvfp4"}, {"match": "*", "format": "fp5"}]})"); }),
+            "r.json: rule 1: unknown format \"fp5\" (nvfp4, mxfp4, fp8, int4, int4:G or keep)");
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"format": "fp8"}]})"); }), "r.json: rule 0: missing \"match\"");
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*"}]})"); }), "r.json: rule 0: missing \"format\"");
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "algo": "magic"}]})"); }),
+            "r.json: rule 0: unknown algo \"magic\" (max, mse, awq, gptq or smoothquant)");
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "colour": 1}]})"); }),
+            "r.json: rule 0: unknown key \"colour\" (match, format, algo, options)");
+  EXPECT_NE(error_of([] { parse(R"({"rules": [{"match": "re:(", "format": "fp8"}]})"); })
+                .find("r.json: rule 0: invalid regex \"(\""),
+            std::string::npos);
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "options": {"group_size": 64}}]})"); }),
+            "r.json: rule 0: options.group_size applies to int4 only");
+  EXPECT_EQ(error_of([] { parse(R"({"rule": []})"); }),
+            "r.json: unknown key \"rule\" (a recipe has only \"rules\")");
+  // A block that does not divide the inputs.
+  const Architecture arch = test::tiny_llama(1);
+  EXPECT_EQ(error_of([&] { apply_recipe(parse(R"({"rules": [{"match": "*", "format": "int4"}]})"), arch, ModuleChoice{}); }),
+            "r.json: rule 0 gives model.layers.0.self_attn.q_proj int4, whose block of 128 does not "
+            "divide its 64 inputs");
+  test::ScratchDir dir;
+  {
+    std::ofstream(dir / "bad.json") << "{\"rules\": [";
+  }
+  const std::string e = error_of([&] { load_recipe(dir / "bad.json"); });
+  EXPECT_EQ(e.rfind((dir / "bad.json").string() + ": invalid JSON", 0), 0u) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+  EXPECT_NE(error_of([&] { load_recipe(dir / "absent.json"); }).find("absent.json: cannot open recipe"),
+            std::string::npos);
+}
+
+TEST(Recipe, SaveLoadRoundTrip) {
+  const Architecture arch = test::tiny_llama(2, 64, 128);
+  Assignment a;
+  for (const LinearModule& lm : arch.linears) {
+    ModuleChoice mc;
+    switch (lm.layer * 7 + int(lm.role)) {
+      case 3: mc.format = FormatChoice::of(Format::fp8); mc.algo = "mse"; break;
+      case 6: mc.format = FormatChoice::of(Format::int4, 32); mc.algo = "gptq";
+              mc.options = {{"damp", 0.05}, {"block", 64}}; break;
+      case 10: mc.format = FormatChoice::keep(); break;
+      default: mc.format = FormatChoice::of(Format::nvfp4); mc.algo = "awq";
+    }
+    a.modules[lm.name] = mc;
+  }
+  test::ScratchDir dir;
+  save_recipe(dir / "saved.json", a, arch);
+  const Recipe r = load_recipe(dir / "saved.json");
+  EXPECT_EQ(r.rules.size(), arch.linears.size());
+  ModuleChoice def;
+  def.format = FormatChoice::of(Format::mxfp4);
+  const Assignment back = apply_recipe(r, arch, def);
+  ASSERT_EQ(back.modules.size(), a.modules.size());
+  for (const auto& [name, mc] : a.modules) EXPECT_TRUE(back.at(name) == mc) << name;
+  // Saving the replay gives the same file.
+  save_recipe(dir / "again.json", back, arch);
+  std::ifstream f1(dir / "saved.json"), f2(dir / "again.json");
+  const std::string s1((std::istreambuf_iterator<char>(f1)), {}), s2((std::istreambuf_iterator<char>(f2)), {});
+  EXPECT_EQ(s1, s2);
+}
+
+}  // namespace
+}  // namespace qf
