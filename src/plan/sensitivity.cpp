@@ -218,7 +218,10 @@ UnitScores exact_scores(const Architecture& arch, const std::vector<DecisionUnit
       const FormatChoice& choice = units[u].candidates[c].choice;
       if (choice.is_keep()) continue;
       Assignment a;
-      for (size_t m : units[u].linears) a.modules[arch.linears[m].name] = ModuleChoice{choice, algo, {}};
+      ModuleChoice mc;
+      mc.format = choice;
+      mc.algo = algo;
+      for (size_t m : units[u].linears) a.modules[arch.linears[m].name] = mc;
       scores[u][c] = kl_of_assignment(a);
       if (progress) progress(++done, total);
     }
