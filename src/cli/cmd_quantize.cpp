@@ -25,6 +25,14 @@ void print_quantize_summary(const QuantizeReport& r) {
   fmt::print("  {:<28} {:.2f} s\n", "time", r.seconds);
   fmt::print("  {:<28} {:.1f} MB/s\n", "throughput (input)", mbps);
   fmt::print("  {:<28} {}\n", "peak memory (RSS)", human_bytes(double(r.peak_rss_bytes)));
+  fmt::print("  {:<28} {}\n", "algorithm", r.algo);
+  if (r.calib_tokens > 0) {
+    fmt::print("  {:<28} {} / kv cache {}\n", "activations", r.activations, r.kv_cache);
+    fmt::print("  {:<28} {} tokens, {:.2f} s, {:.0f} tokens/s\n", "calibration", r.calib_tokens,
+               r.calib_seconds, r.calib_seconds > 0 ? double(r.calib_tokens) / r.calib_seconds : 0.0);
+    fmt::print("  {:<28} {:.2f} s\n", "algorithm time", r.algo_seconds);
+    fmt::print("  {:<28} {}\n", "calibration activations", human_bytes(double(r.activation_bytes)));
+  }
   if (!r.excluded.empty()) {
     fmt::print("  unquantized modules:\n");
     for (const auto& e : r.excluded) fmt::print("    {:<44} {}\n", e.name, e.reason);
@@ -46,6 +54,14 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["bits_per_quantized_weight"] = r.bits_per_quantized_weight();
   j["shards"] = r.shards;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["algo"] = r.algo;
+  j["activations"] = r.activations;
+  j["kv_cache"] = r.kv_cache;
+  j["calib_tokens"] = r.calib_tokens;
+  j["calib_seconds"] = r.calib_seconds;
+  j["calib_tokens_per_second"] = r.calib_seconds > 0 ? double(r.calib_tokens) / r.calib_seconds : 0.0;
+  j["algo_seconds"] = r.algo_seconds;
+  j["activation_bytes"] = r.activation_bytes;
   j["excluded"] = nlohmann::ordered_json::array();
   for (const auto& e : r.excluded) j["excluded"].push_back({{"name", e.name}, {"reason", e.reason}});
   j["warnings"] = r.warnings;
@@ -55,15 +71,19 @@ std::string quantize_report_json(const QuantizeReport& r) {
 void register_quantize(CLI::App& app, Action& run) {
   struct Args {
     std::string model, out, format = "nvfp4", export_format = "modelopt", max_shard = "5GB";
-    std::vector<std::string> exclude;
+    std::vector<std::string> exclude, calib;
+    std::string algo = "max", activations = "none", kv_cache = "none";
+    int64_t calib_samples = 128, calib_seq = 512;
+    uint64_t seed = 0;
     int threads = 0, group_size = 0;
-    bool force = false, json = false, quiet = false;
+    bool force = false, json = false, quiet = false, calib_quantized_inputs = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "quantize",
-      "Quantize the Linear weights of a Hugging Face checkpoint (weight-only, round to nearest "
-      "with max calibration) and write a checkpoint that engines load.");
+      "Quantize the Linear weights of a Hugging Face checkpoint (weight-only by default, round "
+      "to nearest with max calibration; with --calib: W4A4 / W8A8 activation scales, FP8 KV "
+      "cache scales, AWQ, GPTQ) and write a checkpoint that engines load.");
   cmd->add_option("model", args->model, "Input model directory (config.json + safetensors)")
       ->required();
   cmd->add_option("-o,--output", args->out, "Output directory (written under a temporary name, "
@@ -88,6 +108,35 @@ void register_quantize(CLI::App& app, Action& run) {
                   "INT4 group size (elements per scale along the input dimension): 32, 64 or 128; "
                   "default 128")
       ->check(CLI::IsMember({32, 64, 128}));
+  cmd->add_option("--algo", args->algo,
+                  "Weight algorithm: max (round to nearest, no data), mse (amax search, no data), "
+                  "awq (activation-aware scales + clip search; needs --calib), gptq (inverse-Hessian "
+                  "error feedback; needs --calib), awq+gptq")
+      ->check(CLI::IsMember({"max", "mse", "awq", "gptq", "awq+gptq"}))
+      ->capture_default_str();
+  cmd->add_option("--activations", args->activations,
+                  "Activation quantization: none (weight-only), nvfp4 (W4A4 with --format nvfp4: "
+                  "input_scale from calibration), fp8 (W8A8 per-tensor with --format fp8), int8 "
+                  "(SmoothQuant W8A8). Anything but none needs --calib")
+      ->check(CLI::IsMember({"none", "nvfp4", "fp8", "int8"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-cache", args->kv_cache,
+                  "KV-cache quantization: none or fp8 (k_scale / v_scale from calibration)")
+      ->check(CLI::IsMember({"none", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--calib", args->calib,
+                  "Calibration text: plain text, or JSON Lines with a \"text\" field (repeatable)");
+  cmd->add_option("--calib-samples", args->calib_samples, "Calibration windows")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--calib-seq", args->calib_seq, "Tokens per calibration window (BOS included)")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the calibration window choice and row samples")
+      ->capture_default_str();
+  cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
+                "Calibrate each layer on the outputs of the already-quantized previous layers "
+                "(as GPTQ recipes do) instead of the original model's");
   cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--max-shard-size", args->max_shard,
@@ -107,6 +156,16 @@ void register_quantize(CLI::App& app, Action& run) {
       o.max_shard_bytes = parse_size(args->max_shard);
       o.force = args->force;
       o.progress = !args->quiet && !args->json;
+      o.algo = *parse_weight_algo(args->algo);
+      o.activations = args->activations == "nvfp4" ? ActQuant::nvfp4
+                      : args->activations == "fp8" ? ActQuant::fp8
+                      : args->activations == "int8" ? ActQuant::int8 : ActQuant::none;
+      o.kv_fp8 = args->kv_cache == "fp8";
+      for (const auto& f : args->calib) o.calib.files.emplace_back(f);
+      o.calib.samples = args->calib_samples;
+      o.calib.seq_len = args->calib_seq;
+      o.calib.seed = args->seed;
+      o.calib_quantized_inputs = args->calib_quantized_inputs;
       const QuantizeReport r = quantize_checkpoint(args->model, args->out, o);
       if (!args->quiet)
         for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);

@@ -16,6 +16,27 @@ namespace qf {
 
 class ThreadPool;
 
+// The four distinct Linear inputs of a decoder layer.
+enum class LayerInput : uint8_t {
+  attn_norm,  // q/k/v: the attention RMSNorm output
+  attn_out,   // o_proj: the attention output
+  ffn_norm,   // gate/up: the MLP RMSNorm output
+  mlp_act,    // down_proj: silu(gate) * up
+};
+inline constexpr int kLayerInputs = 4;
+
+// Receives what flows through one layer during forward_layer (calibration). Called on the
+// calling thread, in layer order, with float32 row-major data valid only during the call.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  // x: [n, cols], the input as the Linear sees it before any pre_scale or activation
+  // quantization.
+  virtual void linear_input(LayerInput which, const float* x, int64_t n, int64_t cols) = 0;
+  // Post-RoPE keys and values about to enter the KV cache: [n, kv_dim] each.
+  virtual void key_value(const float* k, const float* v, int64_t n, int64_t kv_dim) = 0;
+};
+
 struct ModelOptions {
   int threads = 0;        // 0: all hardware threads
   int64_t max_seq = 0;    // KV cache length; 0: max_position_embeddings
@@ -40,9 +61,23 @@ class Model {
   // or a token id is out of range.
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits);
 
+  // ---- One layer at a time (layer-by-layer calibration) ------------------------------------
+  // x [n, hidden] = the token embeddings of `tokens`. Throws qf::Error for an id out of range.
+  void embed(std::span<const int32_t> tokens, float* x) const;
+  // Runs decoder layer `layer` in place on the hidden states x [n, hidden] of one sequence at
+  // positions [0, n), using that layer's slot of the KV cache as scratch (n <= max_seq()).
+  // `weights` replaces the layer's own weights when given (e.g. fake-quantized copies);
+  // `observer` (optional) sees each Linear input and the keys/values.
+  void forward_layer(int64_t layer, float* x, int64_t n, LayerObserver* observer = nullptr,
+                     const LayerWeights* weights = nullptr);
+  // logits [n, vocab] from the hidden states x [n, hidden] (final RMSNorm, output head).
+  void head(const float* x, int64_t n, float* logits);
+
  private:
   void ensure_capacity(int64_t n);
   void linear(const EngineLinear& L, const float* x, int64_t n, float* y);
+  // One layer over x_ [n, hidden] at positions [pos, pos + n).
+  void run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n, LayerObserver* obs);
 
   ModelWeights w_;
   int64_t max_seq_ = 0;
@@ -50,7 +85,7 @@ class Model {
   RopeTable rope_;
   // Run state, [capacity, ...] rows per token.
   int64_t capacity_ = 0;
-  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scaled_;
+  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scaled_, actq_;
   std::vector<float> key_cache_, value_cache_;  // [layers, max_seq, kv_dim]
 };
 

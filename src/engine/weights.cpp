@@ -22,6 +22,11 @@ struct QuantScheme {
   int group = 0;  // from the config, 0 if not given
   std::string algo;
   std::vector<std::string> ignore;
+  bool int8 = false;               // ModelOpt W8A8_SQ_PER_CHANNEL: INT8 per-channel weights
+  ActQuant act = ActQuant::none;   // what the config says about Linear inputs
+  bool kv_fp8 = false;             // FP8 KV cache with per-layer k/v scales
+
+  bool quantizes() const { return format.has_value() || int8; }
 
   bool ignored(const std::string& module) const {
     for (const auto& p : ignore) {
@@ -89,7 +94,23 @@ QuantScheme read_scheme(const Checkpoint& ck, const std::string& label) {
     s.algo = qc.contains("quant_algo") && qc["quant_algo"].is_string()
                  ? qc["quant_algo"].get<std::string>() : "";
     s.format = modelopt_format(s.algo);
-    if (!s.format) fail("{}: config.json: unsupported ModelOpt quant_algo '{}'", label, s.algo);
+    if (s.algo == "W8A8_SQ_PER_CHANNEL") {
+      s.int8 = true;
+      s.act = ActQuant::int8;
+    } else if (s.algo == "NVFP4" || s.algo == "NVFP4_AWQ") {
+      s.act = ActQuant::nvfp4;  // NVFP4_AWQ without input_scale tensors runs weight-only
+    } else if (s.algo == "FP8") {
+      s.act = ActQuant::fp8;
+    }
+    if (qc.contains("kv_cache_scheme") && !qc["kv_cache_scheme"].is_null()) s.kv_fp8 = true;
+    if (qc.contains("kv_cache_quant_algo") && qc["kv_cache_quant_algo"].is_string()) s.kv_fp8 = true;
+    if (std::filesystem::exists(hf_quant)) {
+      const auto j = read_json_file(hf_quant);
+      if (j.contains("quantization") && j["quantization"].contains("kv_cache_quant_algo") &&
+          j["quantization"]["kv_cache_quant_algo"].is_string())
+        s.kv_fp8 = true;
+    }
+    if (!s.format && !s.int8) fail("{}: config.json: unsupported ModelOpt quant_algo '{}'", label, s.algo);
     s.ignore = string_list(qc.value("ignore", nlohmann::json::array()));
     if (qc.contains("group_size") && qc["group_size"].is_number_integer())
       s.group = qc["group_size"].get<int>();
@@ -109,9 +130,21 @@ QuantScheme read_scheme(const Checkpoint& ck, const std::string& label) {
     s.ignore = string_list(qc.value("ignore", nlohmann::json::array()));
     if (qc.contains("config_groups") && qc["config_groups"].is_object())
       for (const auto& [name, g] : qc["config_groups"].items())
+      {
         if (g.contains("weights") && g["weights"].contains("group_size") &&
             g["weights"]["group_size"].is_number_integer())
           s.group = g["weights"]["group_size"].get<int>();
+        if (g.contains("input_activations") && g["input_activations"].is_object()) {
+          const auto& ia = g["input_activations"];
+          const int bits = ia.value("num_bits", 0);
+          const std::string type = ia.value("type", "");
+          if (bits == 4 && type == "float") s.act = ActQuant::nvfp4;
+          else if (bits == 8 && type == "float") s.act = ActQuant::fp8;
+          else if (bits == 8 && type == "int") s.act = ActQuant::int8;
+          else fail("{}: config.json: unsupported compressed-tensors input_activations", label);
+        }
+      }
+    if (qc.contains("kv_cache_scheme") && qc["kv_cache_scheme"].is_object()) s.kv_fp8 = true;
   } else if (!method.empty()) {
     fail("{}: config.json: unsupported quantization method '{}'", label, method);
   }
@@ -142,6 +175,14 @@ class Loader {
     if (!is_quantizable_float(v.dtype) || v.numel() != n)
       mismatch(name, v, fmt::format("F32/F16/BF16 [{}]", n));
     return to_f32(v);
+  }
+
+  // A float scalar stored as [] or [1] in F32/BF16/F16 (input_scale, k_scale, ...).
+  float scalar(const std::string& name, const std::string& why) const {
+    const TensorView v = require(name, why);
+    if (!is_quantizable_float(v.dtype) || v.numel() != 1 || v.shape.size() > 1)
+      mismatch(name, v, fmt::format("F32/BF16/F16 [] or [1] ({})", why));
+    return to_f32(v)[0];
   }
 
   static std::vector<float> to_f32(const TensorView& v) {
@@ -208,7 +249,7 @@ class Loader {
                       const QuantScheme& s, bool allow_bias, bool must_float = false) const {
     EngineLinear L;
     L.name = module;
-    const bool quantized = s.format && !must_float && !s.ignored(module);
+    const bool quantized = s.quantizes() && !must_float && !s.ignored(module);
     const bool ct = s.exporter == QuantScheme::Exporter::compressed_tensors;
     const std::string what =
         quantized ? fmt::format("the quantization config makes {} {} {}", module,
@@ -219,15 +260,53 @@ class Loader {
         fail("{}: tensor '{}.weight_scale' present but the quantization config does not quantize "
              "'{}'", label_, module, module);
       L.w = float_weight(module + ".weight", rows, cols, what);
+    } else if (s.int8) {
+      int8_weight(L, module, rows, cols, what);
     } else {
       L.w = quantized_weight(module, rows, cols, s, what);
     }
     if (allow_bias && find(module + ".bias")) L.bias = vector(module + ".bias", rows);
     if (find(module + ".pre_quant_scale")) L.pre_scale = vector(module + ".pre_quant_scale", cols);
+    if (quantized && s.act != ActQuant::none) {
+      const bool ct_nvfp4 = s.exporter == QuantScheme::Exporter::compressed_tensors &&
+                            s.act == ActQuant::nvfp4;
+      const std::string iname = module + (ct_nvfp4 ? ".input_global_scale" : ".input_scale");
+      if (find(iname)) {
+        L.input_scale = scalar(iname, what);
+        if (ct_nvfp4) L.input_scale = 1.0f / L.input_scale;
+        if (!std::isfinite(L.input_scale) || L.input_scale <= 0)
+          fail("{}: tensor '{}' is not a positive finite scale", label_, iname);
+        L.act = s.act;
+      } else if (s.algo != "NVFP4_AWQ") {
+        fail("{}: tensor '{}' missing ({})", label_, iname, what);
+      }
+    }
     return L;
   }
 
  private:
+  // INT8 per-channel (SmoothQuant W8A8): no INT8 kernel, so the weight is dequantized once to
+  // float32 (the products then match an INT8 GEMM with float accumulation up to rounding).
+  void int8_weight(EngineLinear& L, const std::string& m, int64_t rows, int64_t cols,
+                   const std::string& what) const {
+    const TensorView q = expect(m + ".weight", {DType::I8}, {rows, cols}, what);
+    const std::string sname = m + ".weight_scale";
+    const TensorView sv = require(sname, what);
+    if (!is_quantizable_float(sv.dtype) || sv.numel() != rows)
+      mismatch(sname, sv, fmt::format("F32/BF16/F16 [{}] ({})", rows, what));
+    const std::vector<float> sc = to_f32(sv);
+    auto w = std::make_shared<std::vector<float>>(size_t(rows * cols));
+    const auto* codes = reinterpret_cast<const int8_t*>(q.data);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        (*w)[size_t(r * cols + c)] = float(codes[r * cols + c]) * sc[size_t(r)];
+    L.w.format = WeightFormat::f32;
+    L.w.rows = rows;
+    L.w.cols = cols;
+    L.w.data = w->data();
+    L.storage = std::move(w);
+  }
+
   LinearWeight quantized_weight(const std::string& m, int64_t rows, int64_t cols,
                                 const QuantScheme& s, const std::string& what) const {
     const bool ct = s.exporter == QuantScheme::Exporter::compressed_tensors;
@@ -353,7 +432,7 @@ ModelWeights ModelWeights::load(const std::filesystem::path& dir) {
   mw.arch = Architecture::from_config(ck.config(), label + "/config.json");
   const Architecture& a = mw.arch;
   const QuantScheme scheme = read_scheme(ck, label);
-  mw.quantization = !scheme.format ? "none"
+  mw.quantization = !scheme.quantizes() ? "none"
                     : fmt::format("{} {}",
                                   scheme.exporter == QuantScheme::Exporter::modelopt
                                       ? "modelopt" : "compressed-tensors",
@@ -398,6 +477,18 @@ ModelWeights ModelWeights::load(const std::filesystem::path& dir) {
     L.gate = ld.linear(p + "mlp.gate_proj", a.intermediate_size, a.hidden_size, scheme, false);
     L.up = ld.linear(p + "mlp.up_proj", a.intermediate_size, a.hidden_size, scheme, false);
     L.down = ld.linear(p + "mlp.down_proj", a.hidden_size, a.intermediate_size, scheme, false);
+    if (scheme.kv_fp8) {
+      // ModelOpt puts the scales on k_proj / v_proj, compressed-tensors on the attention.
+      const bool ct = scheme.exporter == QuantScheme::Exporter::compressed_tensors;
+      const std::string kn = p + (ct ? "self_attn.k_scale" : "self_attn.k_proj.k_scale");
+      const std::string vn = p + (ct ? "self_attn.v_scale" : "self_attn.v_proj.v_scale");
+      // Cast mode writes no scales: engines then use 1.0 (§6.2).
+      L.k_scale = ld.find(kn) ? ld.scalar(kn, "FP8 KV cache") : 1.f;
+      L.v_scale = ld.find(vn) ? ld.scalar(vn, "FP8 KV cache") : 1.f;
+      if (!(L.k_scale > 0) || !(L.v_scale > 0) || !std::isfinite(L.k_scale) ||
+          !std::isfinite(L.v_scale))
+        fail("{}: layer {}: k_scale/v_scale must be positive and finite", label, l);
+    }
     mw.layers.push_back(std::move(L));
   }
   return mw;

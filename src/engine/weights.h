@@ -4,6 +4,7 @@
 // quantization config (ModelOpt or compressed-tensors) and checked against the tensors present.
 #pragma once
 
+#include "engine/activation_quant.h"
 #include "io/checkpoint.h"
 #include "kernels/linear.h"
 #include "model/architecture.h"
@@ -21,12 +22,18 @@ struct EngineLinear {
   LinearWeight w;
   std::vector<float> bias;        // [out] or empty (Qwen2 q/k/v)
   std::vector<float> pre_scale;   // [in] or empty (ModelOpt AWQ pre_quant_scale)
+  ActQuant act = ActQuant::none;  // input quantization (W4A4, W8A8), applied after pre_scale
+  float input_scale = 0.f;        // its static scale (ModelOpt input_scale; CT 1/input_global_scale)
+  // Owns `w.data` when the weight was made in memory (dequantized INT8, fake-quantized
+  // calibration weights); null for views of the checkpoint.
+  std::shared_ptr<const std::vector<float>> storage;
 };
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;  // [hidden]
   std::vector<float> q_norm, k_norm;       // [head_dim], Qwen3 only
   EngineLinear q, k, v, o, gate, up, down;
+  float k_scale = 0.f, v_scale = 0.f;      // FP8 KV cache scales; 0: float32 cache
 };
 
 // The token embedding table as stored: F32, F16 or BF16 [vocab, hidden].

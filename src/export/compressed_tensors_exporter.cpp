@@ -53,14 +53,52 @@ class CompressedTensorsExporter final : public Exporter {
   std::string unsupported_reason(const ExportedLinear& l) const override {
     if (l.format == Format::int4 && l.cols % 8 != 0)
       return "INT4 packs 8 values per int32 and in_features is not a multiple of 8";
-    return {};
+    return unsupported_reason_extra(l);
   }
 
   DType scale_dtype(const ExportedLinear& l) const override {
     return float_scale_dtype(l.model_dtype);
   }
 
+  std::string unsupported_reason_extra(const ExportedLinear& l) const {
+    if (l.pre_quant_scale) return "compressed-tensors has no pre_quant_scale";
+    return {};
+  }
+
   std::vector<TensorSpec> linear_specs(const ExportedLinear& l) const override {
+    std::vector<TensorSpec> specs = weight_specs(l);
+    const std::string& m = l.module;
+    const DType sd = float_scale_dtype(l.model_dtype);
+    if (l.act == ActQuant::nvfp4) specs.push_back({m + ".input_global_scale", DType::F32, {1}});
+    else if (l.act != ActQuant::none) specs.push_back({m + ".input_scale", sd, {1}});
+    if (l.kv_scale) specs.push_back({attention_prefix(m) + "." + l.kv_scale + "_scale", sd, {1}});
+    return specs;
+  }
+
+  std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l, const QuantizedTensor& q,
+                                                  const LinearExtras& x) const override {
+    std::vector<std::vector<std::byte>> out = weight_data(l, q);
+    const DType sd = float_scale_dtype(l.model_dtype);
+    if (l.act == ActQuant::nvfp4) {
+      // The reciprocal of ModelOpt's input_scale (engine-formats §2.2).
+      const float g = 1.0f / x.input_scale;
+      out.push_back(copy_bytes(&g, sizeof(float)));
+    } else if (l.act != ActQuant::none) {
+      out.push_back(scales_to_bytes({x.input_scale}, sd));
+    }
+    if (l.kv_scale) out.push_back(scales_to_bytes({x.kv_scale}, sd));
+    return out;
+  }
+
+ private:
+  // "model.layers.3.self_attn.k_proj" -> "model.layers.3.self_attn" (CT keeps KV scales on the
+  // attention module).
+  static std::string attention_prefix(const std::string& module) {
+    const auto dot = module.rfind('.');
+    return dot == std::string::npos ? module : module.substr(0, dot);
+  }
+
+  std::vector<TensorSpec> weight_specs(const ExportedLinear& l) const {
     const std::string& m = l.module;
     switch (l.format) {
       case Format::nvfp4:
@@ -72,7 +110,8 @@ class CompressedTensorsExporter final : public Exporter {
                 {m + ".weight_scale", DType::U8, {l.rows, l.cols / l.block}}};
       case Format::fp8:
         return {{m + ".weight", DType::F8_E4M3, {l.rows, l.cols}},
-                {m + ".weight_scale", float_scale_dtype(l.model_dtype), {l.rows, 1}}};
+                {m + ".weight_scale", float_scale_dtype(l.model_dtype),
+                 l.per_tensor ? Shape{1} : Shape{l.rows, 1}}};
       case Format::int4:
         return {{m + ".weight_packed", DType::I32, {l.rows, l.cols / 8}},
                 {m + ".weight_scale", float_scale_dtype(l.model_dtype), {l.rows, l.cols / l.block}},
@@ -81,8 +120,8 @@ class CompressedTensorsExporter final : public Exporter {
     return {};
   }
 
-  std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l,
-                                                  const QuantizedTensor& q) const override {
+  std::vector<std::vector<std::byte>> weight_data(const ExportedLinear& l,
+                                                  const QuantizedTensor& q) const {
     std::vector<std::vector<std::byte>> out;
     switch (l.format) {
       case Format::nvfp4: {
@@ -99,7 +138,10 @@ class CompressedTensorsExporter final : public Exporter {
         break;
       case Format::fp8:
         out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
-        out.push_back(scales_to_bytes(q.scales, float_scale_dtype(l.model_dtype)));
+        if (l.per_tensor)
+          out.push_back(scales_to_bytes({q.scales.at(0)}, float_scale_dtype(l.model_dtype)));
+        else
+          out.push_back(scales_to_bytes(q.scales, float_scale_dtype(l.model_dtype)));
         break;
       case Format::int4: {
         std::vector<std::byte> packed(size_t(q.rows * (q.cols / 8)) * sizeof(int32_t));
@@ -115,6 +157,7 @@ class CompressedTensorsExporter final : public Exporter {
     return out;
   }
 
+ public:
   nlohmann::ordered_json quantization_config(const QuantizationSummary& s) const override {
     // QuantizationArgs.model_dump() with sort_keys, as llm-compressor writes it.
     nlohmann::json w;
@@ -143,7 +186,7 @@ class CompressedTensorsExporter final : public Exporter {
       case Format::fp8:
         w["num_bits"] = 8;
         w["type"] = "float";
-        w["strategy"] = "channel";
+        w["strategy"] = s.per_tensor ? "tensor" : "channel";
         w["group_size"] = nullptr;
         w["scale_dtype"] = nullptr;
         w["observer"] = "minmax";
@@ -160,6 +203,22 @@ class CompressedTensorsExporter final : public Exporter {
     nlohmann::json group;
     group["format"] = ct_format_name(s.format);
     group["input_activations"] = nullptr;
+    if (s.act != ActQuant::none) {
+      nlohmann::json a = w;
+      if (s.act == ActQuant::nvfp4) {
+        a["dynamic"] = "local";  // per-16 scales dynamic, the global scale static (§2.1)
+        a["observer"] = "static_minmax";
+      } else {
+        a["num_bits"] = 8;
+        a["type"] = s.act == ActQuant::fp8 ? "float" : "int";
+        a["strategy"] = "tensor";
+        a["group_size"] = nullptr;
+        a["scale_dtype"] = nullptr;
+        a["dynamic"] = false;
+        a["observer"] = "minmax";
+      }
+      group["input_activations"] = a;
+    }
     group["output_activations"] = nullptr;
     group["targets"] = {"Linear"};
     group["weights"] = w;
@@ -169,6 +228,22 @@ class CompressedTensorsExporter final : public Exporter {
     c["global_compression_ratio"] = nullptr;
     c["ignore"] = s.excluded_modules;
     c["kv_cache_scheme"] = nullptr;
+    if (s.kv_fp8) {
+      nlohmann::json kv;
+      kv["actorder"] = nullptr;
+      kv["block_structure"] = nullptr;
+      kv["dynamic"] = false;
+      kv["group_size"] = nullptr;
+      kv["num_bits"] = 8;
+      kv["observer"] = "minmax";
+      kv["observer_kwargs"] = nlohmann::json::object();
+      kv["scale_dtype"] = nullptr;
+      kv["strategy"] = "tensor";
+      kv["symmetric"] = true;
+      kv["type"] = "float";
+      kv["zp_dtype"] = nullptr;
+      c["kv_cache_scheme"] = kv;
+    }
     c["quant_method"] = "compressed-tensors";
     c["quantization_status"] = "compressed";
     c["sparsity_config"] = nlohmann::json::object();

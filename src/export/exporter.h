@@ -4,6 +4,7 @@
 // their headers written before any data is produced, then for the bytes, module by module.
 #pragma once
 
+#include "engine/activation_quant.h"
 #include "formats/quantized_tensor.h"
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"
@@ -32,6 +33,19 @@ struct ExportedLinear {
   int64_t cols = 0;  // in_features
   int block = 0;
   DType model_dtype = DType::BF16;  // dtype of the original weight
+  // Beyond weight-only (calibrated exports):
+  ActQuant act = ActQuant::none;   // input quantization: adds input_scale (CT NVFP4: input_global_scale)
+  bool per_tensor = false;         // fp8: one weight_scale for the tensor (FP8 W8A8), not per row
+  bool pre_quant_scale = false;    // exports <module>.pre_quant_scale [cols] (AWQ, SmoothQuant)
+  char kv_scale = 0;               // 'k' / 'v': this k_proj / v_proj also carries the layer's
+                                   // FP8 KV-cache scale (ModelOpt k_proj.k_scale, CT self_attn.k_scale)
+};
+
+// Values of the extra tensors ExportedLinear asks for.
+struct LinearExtras {
+  float input_scale = 0.f;               // ModelOpt convention: amax_in / maxbound
+  std::vector<float> pre_quant_scale;    // [cols]
+  float kv_scale = 0.f;                  // amax / 448
 };
 
 // What the quantization config of a (single-format) export describes.
@@ -39,6 +53,10 @@ struct QuantizationSummary {
   Format format = Format::nvfp4;
   int block = 0;
   std::vector<std::string> excluded_modules;  // every unquantized Linear, sorted, incl. lm_head
+  ActQuant act = ActQuant::none;  // activation quantization of the quantized Linears
+  bool per_tensor = false;        // fp8 per-tensor weights (FP8 W8A8)
+  bool awq = false;               // weights made by AWQ (ModelOpt W4A16_AWQ / NVFP4_AWQ names)
+  bool kv_fp8 = false;            // FP8 KV cache scales written
 };
 
 class Exporter {
@@ -53,7 +71,8 @@ class Exporter {
   // The tensors that replace `<module>.weight`, in the order linear_data returns them.
   virtual std::vector<TensorSpec> linear_specs(const ExportedLinear& linear) const = 0;
   virtual std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& linear,
-                                                          const QuantizedTensor& q) const = 0;
+                                                          const QuantizedTensor& q,
+                                                          const LinearExtras& extras = {}) const = 0;
   // The `quantization_config` block of config.json.
   virtual nlohmann::ordered_json quantization_config(const QuantizationSummary& summary) const = 0;
   // Files besides config.json (ModelOpt's hf_quant_config.json). Default: none.

@@ -15,19 +15,28 @@ constexpr const char* kProducerName = "qforge";
 constexpr const char* kProducerVersion = "0.1.0";
 
 // The per-layer config ModelOpt writes for each weight-only format (modelopt-nvfp4.md §4.6).
-nlohmann::ordered_json layer_config(Format format, int block) {
+nlohmann::ordered_json layer_config(const QuantizationSummary& s) {
+  const Format format = s.format;
+  const int block = s.block;
   nlohmann::ordered_json c;
   switch (format) {
     case Format::nvfp4:
-      c["quant_algo"] = "W4A16_NVFP4";
-      c["group_size"] = block;
+      if (s.awq) {
+        c["quant_algo"] = "NVFP4_AWQ";
+        c["group_size"] = block;
+        c["has_zero_point"] = false;
+        c["pre_quant_scale"] = true;
+      } else {
+        c["quant_algo"] = s.act == ActQuant::nvfp4 ? "NVFP4" : "W4A16_NVFP4";
+        c["group_size"] = block;
+      }
       break;
     case Format::mxfp4:
       // ModelOpt has no named weight-only MXFP4 algo and emits its internal name lowercase.
       c["quant_algo"] = "mxfp4";
       break;
     case Format::fp8:
-      c["quant_algo"] = "FP8_PER_CHANNEL_PER_TOKEN";
+      c["quant_algo"] = s.per_tensor ? "FP8" : "FP8_PER_CHANNEL_PER_TOKEN";
       break;
     case Format::int4:
       c["quant_algo"] = "W4A16_AWQ";
@@ -56,6 +65,25 @@ class ModelOptExporter final : public Exporter {
   }
 
   std::vector<TensorSpec> linear_specs(const ExportedLinear& l) const override {
+    std::vector<TensorSpec> specs = weight_specs(l);
+    const std::string& m = l.module;
+    if (l.act != ActQuant::none) specs.push_back({m + ".input_scale", DType::F32, {}});
+    if (l.pre_quant_scale) specs.push_back({m + ".pre_quant_scale", DType::F32, {l.cols}});
+    if (l.kv_scale) specs.push_back({m + "." + l.kv_scale + "_scale", DType::F32, {}});
+    return specs;
+  }
+
+  std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l, const QuantizedTensor& q,
+                                                  const LinearExtras& x) const override {
+    std::vector<std::vector<std::byte>> out = weight_data(l, q);
+    if (l.act != ActQuant::none) out.push_back(copy_bytes(&x.input_scale, sizeof(float)));
+    if (l.pre_quant_scale) out.push_back(scales_to_bytes(x.pre_quant_scale, DType::F32));
+    if (l.kv_scale) out.push_back(copy_bytes(&x.kv_scale, sizeof(float)));
+    return out;
+  }
+
+ private:
+  std::vector<TensorSpec> weight_specs(const ExportedLinear& l) const {
     const std::string& m = l.module;
     switch (l.format) {
       case Format::nvfp4:
@@ -66,6 +94,9 @@ class ModelOptExporter final : public Exporter {
         return {{m + ".weight", DType::U8, {l.rows, l.cols / 2}},
                 {m + ".weight_scale", DType::U8, {l.rows, l.cols / l.block}}};
       case Format::fp8:
+        if (l.per_tensor)
+          return {{m + ".weight", DType::F8_E4M3, {l.rows, l.cols}},
+                  {m + ".weight_scale", DType::F32, {}}};
         return {{m + ".weight", DType::F8_E4M3, {l.rows, l.cols}},
                 {m + ".weight_scale", DType::F32, {l.rows}}};
       case Format::int4:
@@ -75,8 +106,8 @@ class ModelOptExporter final : public Exporter {
     return {};
   }
 
-  std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l,
-                                                  const QuantizedTensor& q) const override {
+  std::vector<std::vector<std::byte>> weight_data(const ExportedLinear& l,
+                                                  const QuantizedTensor& q) const {
     std::vector<std::vector<std::byte>> out;
     switch (l.format) {
       case Format::nvfp4:
@@ -90,7 +121,8 @@ class ModelOptExporter final : public Exporter {
         break;
       case Format::fp8:
         out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
-        out.push_back(scales_to_bytes(q.scales, DType::F32));
+        if (l.per_tensor) out.push_back(copy_bytes(q.scales.data(), sizeof(float)));
+        else out.push_back(scales_to_bytes(q.scales, DType::F32));
         break;
       case Format::int4: {
         std::vector<std::byte> packed(size_t(q.rows / 2 * q.cols));
@@ -104,23 +136,35 @@ class ModelOptExporter final : public Exporter {
     return out;
   }
 
+ public:
   // config.json: the flat form vLLM reads first (engine-formats.md §1.1, modelopt-nvfp4.md §4.7).
   nlohmann::ordered_json quantization_config(const QuantizationSummary& s) const override {
     nlohmann::ordered_json c;
-    const auto layer = layer_config(s.format, s.block);
-    if (s.format == Format::nvfp4) {
+    const auto layer = layer_config(s);
+    // Only NVFP4, W4A16_NVFP4 and FP8 get config_groups (§4.7); AWQ variants do not.
+    if (s.format == Format::nvfp4 && !s.awq) {
       nlohmann::ordered_json weights;
       weights["dynamic"] = false;
       weights["num_bits"] = 4;
       weights["type"] = "float";
       weights["group_size"] = s.block;
+      if (s.act == ActQuant::nvfp4) c["config_groups"]["group_0"]["input_activations"] = weights;
       c["config_groups"]["group_0"]["weights"] = weights;
+      c["config_groups"]["group_0"]["targets"] = {"Linear"};
+    } else if (s.format == Format::fp8 && s.per_tensor) {
+      nlohmann::ordered_json e;
+      e["dynamic"] = false;
+      e["num_bits"] = 8;
+      e["type"] = "float";
+      if (s.act == ActQuant::fp8) c["config_groups"]["group_0"]["input_activations"] = e;
+      c["config_groups"]["group_0"]["weights"] = e;
       c["config_groups"]["group_0"]["targets"] = {"Linear"};
     }
     c["ignore"] = s.excluded_modules;
     // As ModelOpt: the flat form carries no group_size or other per-algo fields; engines take
     // them from config_groups (NVFP4) or from hf_quant_config.json.
     c["quant_algo"] = layer["quant_algo"];
+    if (s.kv_fp8) c["kv_cache_scheme"] = {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}};
     c["producer"] = {{"name", kProducerName}, {"version", kProducerVersion}};
     c["quant_method"] = "modelopt";
     return c;
@@ -130,9 +174,10 @@ class ModelOptExporter final : public Exporter {
   void write_extra_files(const QuantizationSummary& s,
                          const std::filesystem::path& out_dir) const override {
     nlohmann::ordered_json q;
-    const auto layer = layer_config(s.format, s.block);
+    const auto layer = layer_config(s);
     q["quant_algo"] = layer["quant_algo"];
-    q["kv_cache_quant_algo"] = nullptr;
+    if (s.kv_fp8) q["kv_cache_quant_algo"] = "FP8";
+    else q["kv_cache_quant_algo"] = nullptr;
     for (const auto& [key, value] : layer.items())
       if (key != "quant_algo") q[key] = value;
     q["exclude_modules"] = s.excluded_modules;

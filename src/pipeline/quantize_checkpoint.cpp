@@ -1,6 +1,14 @@
 #include "pipeline/quantize_checkpoint.h"
 
+#include "algo/awq.h"
+#include "algo/gptq.h"
+#include "algo/mse.h"
 #include "algo/round_to_nearest.h"
+#include "calib/layer_calibration.h"
+#include "core/convert.h"
+#include "engine/model.h"
+#include "formats/fake_quant.h"
+#include "io/tokenizer.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -13,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -62,7 +71,54 @@ std::string shard_name(size_t index, size_t count) {
   return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
 }
 
+// Which calibrated input a Linear reads.
+LayerInput input_of(LinearRole r) {
+  switch (r) {
+    case LinearRole::q_proj:
+    case LinearRole::k_proj:
+    case LinearRole::v_proj: return LayerInput::attn_norm;
+    case LinearRole::o_proj: return LayerInput::attn_out;
+    case LinearRole::gate_proj:
+    case LinearRole::up_proj: return LayerInput::ffn_norm;
+    case LinearRole::down_proj: return LayerInput::mlp_act;
+  }
+  return LayerInput::attn_norm;
+}
+
+// A weight as float32 (the algorithms that rescale or sweep need it).
+std::vector<float> to_float(const WeightRows& w) {
+  std::vector<float> out(size_t(w.rows * w.cols));
+  convert_to_f32(w.dtype, w.data, out.data(), out.size());
+  return out;
+}
+
+// A Linear quantized during calibration (algorithms that need data, or quantized inputs).
+struct Precomputed {
+  QuantizedTensor q;
+  std::vector<float> pre_quant_scale;  // exported when non-empty
+  float input_amax = -1.f;             // the input amax after AWQ scaling; -1: the captured one
+};
+
 }  // namespace
+
+std::string_view weight_algo_name(WeightAlgo a) {
+  switch (a) {
+    case WeightAlgo::max: return "max";
+    case WeightAlgo::mse: return "mse";
+    case WeightAlgo::awq: return "awq";
+    case WeightAlgo::gptq: return "gptq";
+    case WeightAlgo::awq_gptq: return "awq+gptq";
+  }
+  return "max";
+}
+
+std::optional<WeightAlgo> parse_weight_algo(std::string_view name) {
+  for (WeightAlgo a : {WeightAlgo::max, WeightAlgo::mse, WeightAlgo::awq, WeightAlgo::gptq,
+                       WeightAlgo::awq_gptq})
+    if (weight_algo_name(a) == name) return a;
+  if (name == "awq_gptq") return WeightAlgo::awq_gptq;
+  return std::nullopt;
+}
 
 QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& out_dir,
                                    const QuantizeOptions& options) {
@@ -78,7 +134,33 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   if (options.block > 0 && options.format != Format::int4)
     fail("--group-size applies to int4 only ({} has a fixed block of {})", info.name, info.block);
 
+  // Calibrated modes and their combinations.
+  const bool awq = options.algo == WeightAlgo::awq || options.algo == WeightAlgo::awq_gptq;
+  const bool data_algo = awq || options.algo == WeightAlgo::gptq;
+  const bool calibrate = options.activations != ActQuant::none || options.kv_fp8 || data_algo ||
+                         options.calib_quantized_inputs;
+  if (calibrate && options.calib.files.empty()) {
+    const std::string what =
+        options.activations != ActQuant::none
+            ? fmt::format("--activations {}", act_quant_name(options.activations))
+        : options.kv_fp8 ? std::string("--kv-cache fp8")
+        : data_algo      ? fmt::format("--algo {}", weight_algo_name(options.algo))
+                         : std::string("--calib-quantized-inputs");
+    fail("{} needs calibration data: pass --calib FILE (plain text or JSON Lines)", what);
+  }
+  if (options.activations == ActQuant::nvfp4 && options.format != Format::nvfp4)
+    fail("--activations nvfp4 (W4A4) needs --format nvfp4, not {}", info.name);
+  if (options.activations == ActQuant::fp8 && options.format != Format::fp8)
+    fail("--activations fp8 (FP8 W8A8 per-tensor) needs --format fp8, not {}", info.name);
+  if (options.activations == ActQuant::int8)
+    fail("--activations int8 (SmoothQuant W8A8) is not supported yet");
+  const bool per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
+  if (per_tensor && awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
+
   QuantizeReport report;
+  report.algo = std::string(weight_algo_name(options.algo));
+  report.activations = std::string(act_quant_name(options.activations));
+  report.kv_cache = options.kv_fp8 ? "fp8" : "none";
   report.output = out_dir;
   report.format = std::string(info.name);
   report.export_format = std::string(export_format_name(options.export_format));
@@ -100,6 +182,14 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
            t->file->path().string(), m.weight_name(), dtype_name(e.dtype));
     weights[i] = t;
     exported[i] = {m.name, options.format, m.out_features, m.in_features, block, e.dtype};
+    exported[i].act = options.activations;
+    exported[i].per_tensor = per_tensor;
+    // AWQ scales of o_proj / down_proj cannot be folded into a norm: ModelOpt exports them;
+    // compressed-tensors has no such tensor, so those two are quantized with max there.
+    exported[i].pre_quant_scale = awq && options.export_format == ExportFormat::modelopt &&
+                                  (m.role == LinearRole::o_proj || m.role == LinearRole::down_proj);
+    if (options.kv_fp8 && m.role == LinearRole::k_proj) exported[i].kv_scale = 'k';
+    if (options.kv_fp8 && m.role == LinearRole::v_proj) exported[i].kv_scale = 'v';
     std::string pattern;
     if (matches_any(m.name, options.exclude, &pattern)) {
       reason[i] = fmt::format("excluded by --exclude '{}'", pattern);
@@ -185,6 +275,220 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     return a;
   };
 
+  // The write-time quantization of one Linear with a data-free algorithm: max (round to
+  // nearest with the weights' amax; the weight-only path) or mse.
+  std::map<int, float> group_mse_amax;
+  auto quantize_max_or_mse = [&](size_t i) -> QuantizedTensor {
+    const ExportedLinear& l = exported[i];
+    const CheckpointTensor& t = *weights[i];
+    const WeightRows w = weight_rows(t.file->view(*t.entry));
+    RtnOptions rtn{options.format, block, exporter->scale_dtype(l)};
+    if (l.per_tensor) {
+      // FP8 W8A8: one scale from the tensor's own amax (FP8 per-tensor is not group-unified).
+      const float amax = tensor_amax(i);
+      std::vector<float> amaxes(size_t(l.rows), amax);
+      QuantizedTensor q = scales_from_amax(Format::fp8, l.rows, l.cols, 0, amaxes.data(), 0.f,
+                                           rtn.scale_dtype);
+      const std::vector<float> f = to_float(w);
+      encode_with_scales(q, f.data(), pool);
+      return q;
+    }
+    if (options.algo == WeightAlgo::mse) {
+      if (options.format != Format::nvfp4) return quantize_mse(w, rtn, MseOptions{}, pool);
+      const int g = arch.linears[i].group;
+      auto searched = [&](size_t m) {
+        const CheckpointTensor& mt = *weights[m];
+        return nvfp4_mse_global_amax(weight_rows(mt.file->view(*mt.entry)), tensor_amax(m),
+                                     MseOptions{}, pool);
+      };
+      float ga = 0.f;
+      if (g < 0) {
+        ga = searched(i);
+      } else if (auto it = group_mse_amax.find(g); it != group_mse_amax.end()) {
+        ga = it->second;
+      } else {
+        for (size_t m : arch.fused_groups[size_t(g)]) ga = std::max(ga, searched(m));
+        group_mse_amax[g] = ga;
+      }
+      return quantize_mse(w, rtn, MseOptions{}, pool, ga);
+    }
+    return quantize_rtn(w, rtn, amax_for(i), pool);
+  };
+
+  // ---- Calibration: layer by layer over the calibration windows ----------------------------
+  std::vector<float> act_amax(arch.linears.size(), 0.f);
+  std::vector<std::pair<float, float>> kv_amax(size_t(arch.num_layers), {0.f, 0.f});
+  std::map<size_t, Precomputed> precomputed;
+  std::map<std::string, std::vector<float>> vector_override;  // norms that absorbed AWQ scales
+  if (calibrate) {
+    const auto tokenizer = Tokenizer::load(model_dir);
+    const CalibrationData data = load_calibration_data(options.calib, *tokenizer);
+    for (const auto& w : data.warnings) report.warnings.push_back(w);
+    ModelOptions mo;
+    mo.threads = options.threads;
+    mo.max_seq = options.calib.seq_len;
+    auto model = Model::load(model_dir, mo);
+    LayerCalibrationOptions co;
+    co.capture.seed = options.calib.seed;
+    co.capture.xtx = options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq;
+    co.capture.sample_rows = awq ? 512 : 0;
+    co.quantized_inputs = options.calib_quantized_inputs;
+    co.progress = options.progress;
+    const bool precompute = data_algo || options.calib_quantized_inputs;
+
+    // Quantizes the members of one group (or a lone Linear) that read `stats`.
+    auto quantize_group = [&](const std::vector<size_t>& members, const LinearStats& stats,
+                              const std::string& norm_name) {
+      std::vector<WeightRows> rows;
+      for (size_t m : members) {
+        const CheckpointTensor& t = *weights[m];
+        rows.push_back(weight_rows(t.file->view(*t.entry)));
+      }
+      const RtnOptions rtn{options.format, block, exporter->scale_dtype(exported[members[0]])};
+      float members_amax = 0.f;
+      for (size_t m : members) members_amax = std::max(members_amax, tensor_amax(m));
+      const bool can_awq = awq && (!norm_name.empty() || exported[members[0]].pre_quant_scale);
+      if (can_awq) {
+        AwqOptions ao;
+        ao.format = rtn;
+        ao.clip = options.algo == WeightAlgo::awq;
+        AwqResult r = quantize_awq(rows, stats, ao, pool);
+        if (!norm_name.empty()) {
+          auto& norm = vector_override[norm_name];
+          if (norm.empty()) {
+            const CheckpointTensor* nt = ckpt.find(norm_name);
+            if (!nt) fail("{}: tensor '{}' is missing", model_dir.string(), norm_name);
+            const TensorView nv = nt->file->view(*nt->entry);
+            norm.resize(size_t(nv.numel()));
+            convert_to_f32(nv.dtype, nv.data, norm.data(), norm.size());
+          }
+          fold_pre_quant_scale_into_norm(norm.data(), nullptr, r.pre_quant_scale);
+        }
+        std::vector<QuantizedTensor> tensors = std::move(r.tensors);
+        if (options.algo == WeightAlgo::awq_gptq) {
+          const LinearStats scaled = scale_linear_stats(stats, r.pre_quant_scale);
+          float sa = 0.f;
+          for (const auto& w : r.scaled_weights)
+            for (float v : w) sa = std::max(sa, std::fabs(v));
+          GptqOptions go;
+          go.format = rtn;
+          for (size_t k = 0; k < members.size(); ++k) {
+            const WeightRows sw{r.scaled_weights[k].data(), DType::F32, rows[k].rows, rows[k].cols};
+            QuantizedTensor frozen = quantize_rtn(sw, rtn, sa, pool);
+            tensors[k] = gptq_with_scales(r.scaled_weights[k], std::move(frozen), scaled.xtx,
+                                          scaled.tokens, go, pool).tensor;
+          }
+        }
+        for (size_t k = 0; k < members.size(); ++k) {
+          Precomputed& p = precomputed[members[k]];
+          p.q = std::move(tensors[k]);
+          if (norm_name.empty()) p.pre_quant_scale = r.pre_quant_scale;
+          p.input_amax = r.input_amax;
+        }
+        return;
+      }
+      for (size_t k = 0; k < members.size(); ++k) {
+        Precomputed& p = precomputed[members[k]];
+        if ((options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq) &&
+            !stats.xtx.empty()) {
+          GptqOptions go;
+          go.format = rtn;
+          if (exported[members[k]].per_tensor) {
+            std::vector<float> amaxes(size_t(rows[k].rows), tensor_amax(members[k]));
+            QuantizedTensor frozen = scales_from_amax(Format::fp8, rows[k].rows, rows[k].cols, 0,
+                                                      amaxes.data(), 0.f, rtn.scale_dtype);
+            p.q = gptq_with_scales(to_float(rows[k]), std::move(frozen), stats.xtx, stats.tokens,
+                                   go, pool).tensor;
+          } else {
+            p.q = quantize_gptq(rows[k], stats, go, members_amax, pool).tensor;
+          }
+        } else {
+          p.q = quantize_max_or_mse(members[k]);
+        }
+      }
+    };
+
+    LayerWeights replaced;
+    auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
+      const std::string p = fmt::format("model.layers.{}.", l);
+      kv_amax[size_t(l)] = {cap.k_amax, cap.v_amax};
+      std::vector<size_t> in_layer;
+      for (size_t i = 0; i < arch.linears.size(); ++i)
+        if (arch.linears[i].layer == l) {
+          in_layer.push_back(i);
+          act_amax[i] = cap.input(input_of(arch.linears[i].role)).input_amax;
+        }
+      if (!precompute) return nullptr;
+      std::set<size_t> done;
+      for (size_t i : in_layer) {
+        if (done.count(i) || !reason[i].empty()) continue;
+        const LinearModule& m = arch.linears[i];
+        std::vector<size_t> members = {i};
+        if (m.group >= 0) members = arch.fused_groups[size_t(m.group)];
+        for (size_t k : members) done.insert(k);
+        const LayerInput in = input_of(m.role);
+        const std::string norm = in == LayerInput::attn_norm ? p + "input_layernorm.weight"
+                                 : in == LayerInput::ffn_norm ? p + "post_attention_layernorm.weight"
+                                                              : std::string();
+        quantize_group(members, cap.input(in), norm);
+      }
+      cap = LayerCapture{};  // X^T X and samples are no longer needed
+      if (!options.calib_quantized_inputs) return nullptr;
+      // The layer with fake-quantized weights (and folded norms) advances the hidden states.
+      replaced = model->weights().layers[size_t(l)];
+      if (auto it = vector_override.find(p + "input_layernorm.weight"); it != vector_override.end())
+        replaced.attn_norm = it->second;
+      if (auto it = vector_override.find(p + "post_attention_layernorm.weight");
+          it != vector_override.end())
+        replaced.ffn_norm = it->second;
+      EngineLinear* slots[] = {&replaced.q, &replaced.k, &replaced.v, &replaced.o,
+                               &replaced.gate, &replaced.up, &replaced.down};
+      for (size_t i : in_layer) {
+        auto it = precomputed.find(i);
+        if (it == precomputed.end()) continue;
+        EngineLinear& L = *slots[size_t(arch.linears[i].role)];
+        auto w = std::make_shared<std::vector<float>>(size_t(it->second.q.rows * it->second.q.cols));
+        dequantize(it->second.q, w->data());
+        L.w = LinearWeight{};
+        L.w.format = WeightFormat::f32;
+        L.w.rows = it->second.q.rows;
+        L.w.cols = it->second.q.cols;
+        L.w.data = w->data();
+        L.storage = std::move(w);
+        L.pre_scale = it->second.pre_quant_scale;
+      }
+      return &replaced;
+    };
+    const LayerCalibrationReport cr = calibrate_layers(*model, data.windows, co, on_layer);
+    report.calib_tokens = cr.tokens;
+    report.calib_seconds = cr.forward_seconds;
+    report.algo_seconds = cr.callback_seconds;
+    report.activation_bytes = cr.activation_bytes;
+  }
+
+  // input_scale = amax_in / maxbound; NVFP4 unifies it over fused groups (specs §4.4), FP8
+  // per-tensor does not.
+  auto input_amax_of = [&](size_t i) {
+    auto it = precomputed.find(i);
+    return it != precomputed.end() && it->second.input_amax >= 0 ? it->second.input_amax : act_amax[i];
+  };
+  std::map<size_t, float> awq_input_amax;  // precomputed entries are consumed while writing
+  for (const auto& [i, p] : precomputed) awq_input_amax[i] = input_amax_of(i);
+  auto input_scale_for = [&](size_t i) {
+    auto amax_in = [&](size_t m) {
+      auto it = awq_input_amax.find(m);
+      return it != awq_input_amax.end() ? it->second : act_amax[m];
+    };
+    float amax = amax_in(i);
+    const int g = arch.linears[i].group;
+    if (options.activations == ActQuant::nvfp4 && g >= 0)
+      for (size_t m : arch.fused_groups[size_t(g)]) amax = std::max(amax, amax_in(m));
+    if (!(amax > 0.f))
+      fail("{}: calibration saw an all-zero input for '{}'; it has no input scale",
+           model_dir.string(), arch.linears[i].name);
+    return options.activations == ActQuant::nvfp4 ? amax * (1.0f / 2688.0f) : amax * (1.0f / 448.0f);
+  };
+
   std::map<std::string, std::string> weight_map;
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string file_name = shard_name(s, shards.size());
@@ -208,18 +512,37 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       const OutputItem& item = items[i];
       const CheckpointTensor& t = *item.source;
       const TensorView view = t.file->view(*t.entry);
-      if (item.linear < 0) {
+      if (item.linear < 0 && vector_override.count(t.name)) {
+        // A norm that absorbed AWQ scales, in its own dtype.
+        const auto bytes = scales_to_bytes(vector_override[t.name], t.entry->dtype);
+        writer.write(t.name, bytes);
+        ++report.tensors_copied;
+      } else if (item.linear < 0) {
         // Large tensors (embeddings) are streamed so their pages never all stay resident.
         writer.write(t.name, {view.data, view.nbytes}, [&](size_t offset, size_t length) {
           t.file->release(*t.entry, offset, length);
         });
         ++report.tensors_copied;
       } else {
-        const ExportedLinear& l = exported[size_t(item.linear)];
-        const float amax = amax_for(size_t(item.linear));
-        RtnOptions rtn{options.format, block, exporter->scale_dtype(l)};
-        const QuantizedTensor q = quantize_rtn(weight_rows(view), rtn, amax, pool);
-        const auto data = exporter->linear_data(l, q);
+        const size_t li = size_t(item.linear);
+        const ExportedLinear& l = exported[li];
+        QuantizedTensor q;
+        LinearExtras extras;
+        if (auto it = precomputed.find(li); it != precomputed.end()) {
+          q = std::move(it->second.q);
+          extras.pre_quant_scale = std::move(it->second.pre_quant_scale);
+          precomputed.erase(it);
+        } else {
+          q = quantize_max_or_mse(li);
+        }
+        if (l.act != ActQuant::none) extras.input_scale = input_scale_for(li);
+        if (l.pre_quant_scale && extras.pre_quant_scale.empty())
+          extras.pre_quant_scale.assign(size_t(l.cols), 1.f);  // AWQ fell back to max
+        if (l.kv_scale) {
+          const auto& kv = kv_amax[size_t(arch.linears[li].layer)];
+          extras.kv_scale = (l.kv_scale == 'k' ? kv.first : kv.second) * (1.0f / 448.0f);
+        }
+        const auto data = exporter->linear_data(l, q, extras);
         for (size_t k = 0; k < data.size(); ++k) {
           writer.write(item.specs[k].name, data[k]);
           report.quantized_bytes += data[k].size();
@@ -247,7 +570,11 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   // config.json keeps the input's key order (already validated by Checkpoint::open).
   std::ifstream config_file(model_dir / "config.json");
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(config_file);
-  const QuantizationSummary summary{options.format, block, excluded_names};
+  QuantizationSummary summary{options.format, block, excluded_names};
+  summary.act = options.activations;
+  summary.per_tensor = per_tensor;
+  summary.awq = awq;
+  summary.kv_fp8 = options.kv_fp8;
   config["quantization_config"] = exporter->quantization_config(summary);
   write_json_file(staged.path() / "config.json", config);
   exporter->write_extra_files(summary, staged.path());

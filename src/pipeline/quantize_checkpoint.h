@@ -3,18 +3,30 @@
 // holds one tensor (and its quantized form) at a time, whatever the model's size.
 #pragma once
 
+#include "calib/calibration_data.h"
 #include "export/exporter.h"
 #include "formats/registry.h"
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace qf {
 
+// Weight algorithm (--algo). max and mse need no data; the others calibrate.
+enum class WeightAlgo { max, mse, awq, gptq, awq_gptq };
+std::string_view weight_algo_name(WeightAlgo a);
+std::optional<WeightAlgo> parse_weight_algo(std::string_view name);
+
 struct QuantizeOptions {
   Format format = Format::nvfp4;
+  WeightAlgo algo = WeightAlgo::max;
+  ActQuant activations = ActQuant::none;  // nvfp4 needs format nvfp4, fp8 needs format fp8
+  bool kv_fp8 = false;                    // --kv-cache fp8
+  CalibrationOptions calib;               // --calib files (required when anything calibrates)
+  bool calib_quantized_inputs = false;    // layers see the outputs of quantized predecessors
   ExportFormat export_format = ExportFormat::modelopt;
   std::vector<std::string> exclude;  // glob patterns over module names (fnmatch)
   int block = 0;                     // INT4 group size; 0 = the format's default
@@ -43,6 +55,14 @@ struct QuantizeReport {
   uint64_t quantized_bytes = 0;   // bytes of the tensors that replace them (codes and scales)
   int shards = 0;
   uint64_t peak_rss_bytes = 0;
+  // Calibration (zero when none ran).
+  std::string algo = "max";
+  std::string activations = "none";
+  std::string kv_cache = "none";
+  int64_t calib_tokens = 0;
+  double calib_seconds = 0;       // layer forwards and statistics
+  double algo_seconds = 0;        // the weight algorithms during calibration
+  uint64_t activation_bytes = 0;  // hidden states held during calibration
   std::vector<ExcludedModule> excluded;
   std::vector<std::string> warnings;
 

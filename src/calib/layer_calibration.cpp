@@ -1,0 +1,173 @@
+// Layer-by-layer calibration and the statistics accumulators behind it.
+#include "calib/layer_calibration.h"
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+namespace qf {
+
+StatsAccumulator::StatsAccumulator(int64_t cols, const CaptureOptions& options, uint64_t stream_seed)
+    : cols_(cols), opt_(options), channel_amax_(size_t(cols), 0.f), sum_abs_(size_t(cols), 0.0),
+      rng_(options.seed * 0x9E3779B97F4A7C15ull + stream_seed) {
+  if (opt_.xtx) xtx_.assign(size_t(cols * cols), 0.0);
+}
+
+void StatsAccumulator::add(const float* x, int64_t n, ThreadPool* pool) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = x + t * cols_;
+    for (int64_t c = 0; c < cols_; ++c) {
+      const float a = std::fabs(row[c]);
+      if (!std::isfinite(a)) fail("calibration: a Linear input holds NaN or Inf");
+      channel_amax_[size_t(c)] = std::max(channel_amax_[size_t(c)], a);
+      sum_abs_[size_t(c)] += double(a);
+    }
+    // Reservoir sample over all rows in arrival order.
+    const int64_t k = tokens_ + t;
+    if (opt_.sample_rows > 0) {
+      if (k < opt_.sample_rows) {
+        samples_.insert(samples_.end(), row, row + cols_);
+        sample_order_.push_back(k);
+      } else {
+        const uint64_t j = rng_() % uint64_t(k + 1);
+        if (j < uint64_t(opt_.sample_rows)) {
+          std::copy_n(row, cols_, samples_.begin() + int64_t(j) * cols_);
+          sample_order_[size_t(j)] = k;
+        }
+      }
+    }
+  }
+  for (float a : channel_amax_) amax_ = std::max(amax_, a);
+  if (opt_.xtx) {
+    // Upper triangle, one task per row i: each element sums its tokens in order (deterministic).
+    auto body = [&](int64_t i) {
+      double* out = xtx_.data() + i * cols_;
+      for (int64_t t = 0; t < n; ++t) {
+        const float* row = x + t * cols_;
+        const double xi = row[i];
+        if (xi == 0.0) continue;
+        for (int64_t j = i; j < cols_; ++j) out[j] += xi * double(row[j]);
+      }
+    };
+    if (pool) pool->parallel_for(cols_, body);
+    else for (int64_t i = 0; i < cols_; ++i) body(i);
+  }
+  tokens_ += n;
+}
+
+LinearStats StatsAccumulator::finish() const {
+  LinearStats s;
+  s.tokens = tokens_;
+  s.input_amax = amax_;
+  s.channel_amax = channel_amax_;
+  s.channel_mean_abs.resize(size_t(cols_));
+  for (int64_t c = 0; c < cols_; ++c)
+    s.channel_mean_abs[size_t(c)] = tokens_ ? float(sum_abs_[size_t(c)] / double(tokens_)) : 0.f;
+  if (opt_.xtx) {
+    s.xtx = xtx_;
+    for (int64_t i = 0; i < cols_; ++i)
+      for (int64_t j = 0; j < i; ++j) s.xtx[size_t(i * cols_ + j)] = s.xtx[size_t(j * cols_ + i)];
+  }
+  // Kept rows in arrival order, so the sample does not depend on replacement history.
+  std::vector<size_t> idx(sample_order_.size());
+  std::iota(idx.begin(), idx.end(), size_t(0));
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return sample_order_[a] < sample_order_[b]; });
+  s.samples.reserve(samples_.size());
+  for (size_t i : idx)
+    s.samples.insert(s.samples.end(), samples_.begin() + int64_t(i) * cols_,
+                     samples_.begin() + int64_t(i + 1) * cols_);
+  return s;
+}
+
+namespace {
+
+class CaptureObserver final : public LayerObserver {
+ public:
+  CaptureObserver(const Architecture& a, const CaptureOptions& o, int64_t layer, ThreadPool* pool)
+      : pool_(pool) {
+    const int64_t cols[kLayerInputs] = {a.hidden_size, a.num_heads * a.head_dim, a.hidden_size,
+                                        a.intermediate_size};
+    for (int i = 0; i < kLayerInputs; ++i)
+      acc_.emplace_back(cols[i], o, uint64_t(layer) * kLayerInputs + uint64_t(i));
+  }
+  void linear_input(LayerInput which, const float* x, int64_t n, int64_t) override {
+    acc_[size_t(which)].add(x, n, pool_);
+  }
+  void key_value(const float* k, const float* v, int64_t n, int64_t kv_dim) override {
+    for (int64_t i = 0; i < n * kv_dim; ++i) {
+      k_amax_ = std::max(k_amax_, std::fabs(k[i]));
+      v_amax_ = std::max(v_amax_, std::fabs(v[i]));
+    }
+    if (!std::isfinite(k_amax_) || !std::isfinite(v_amax_))
+      fail("calibration: keys or values hold NaN or Inf");
+  }
+  LayerCapture finish() const {
+    LayerCapture c;
+    for (int i = 0; i < kLayerInputs; ++i) c.inputs[size_t(i)] = acc_[size_t(i)].finish();
+    c.k_amax = k_amax_;
+    c.v_amax = v_amax_;
+    return c;
+  }
+
+ private:
+  ThreadPool* pool_;
+  std::vector<StatsAccumulator> acc_;
+  float k_amax_ = 0.f, v_amax_ = 0.f;
+};
+
+}  // namespace
+
+LayerCalibrationReport calibrate_layers(Model& model,
+                                        const std::vector<std::vector<int32_t>>& windows,
+                                        const LayerCalibrationOptions& options,
+                                        const LayerCallback& callback) {
+  using clock = std::chrono::steady_clock;
+  const Architecture& a = model.arch();
+  if (windows.empty()) fail("calibration: no calibration windows");
+  const int64_t seq = int64_t(windows[0].size());
+  for (const auto& w : windows)
+    if (int64_t(w.size()) != seq || seq == 0) fail("calibration: windows must share one non-zero length");
+  const int64_t dim = a.hidden_size, per = seq * dim;
+
+  LayerCalibrationReport report;
+  report.layers = a.num_layers;
+  report.tokens = seq * int64_t(windows.size());
+  const auto t0 = clock::now();
+  std::vector<float> hidden(size_t(per) * windows.size());
+  std::vector<float> scratch(options.quantized_inputs ? size_t(per) : 0);
+  report.activation_bytes = (hidden.size() + scratch.size()) * sizeof(float);
+  for (size_t w = 0; w < windows.size(); ++w) model.embed(windows[w], hidden.data() + int64_t(w) * per);
+
+  Progress progress("calibrate", uint64_t(a.num_layers * int64_t(windows.size())), options.progress);
+  for (int64_t l = 0; l < a.num_layers; ++l) {
+    CaptureObserver obs(a, options.capture, l, &model.pool());
+    for (size_t w = 0; w < windows.size(); ++w) {
+      float* h = hidden.data() + int64_t(w) * per;
+      if (options.quantized_inputs) {
+        std::copy_n(h, per, scratch.data());
+        model.forward_layer(l, scratch.data(), seq, &obs);
+      } else {
+        model.forward_layer(l, h, seq, &obs);
+      }
+      progress.advance(1);
+    }
+    LayerCapture capture = obs.finish();
+    const auto c0 = clock::now();
+    const LayerWeights* replaced = callback ? callback(l, capture) : nullptr;
+    report.callback_seconds += std::chrono::duration<double>(clock::now() - c0).count();
+    if (options.quantized_inputs)
+      for (size_t w = 0; w < windows.size(); ++w)
+        model.forward_layer(l, hidden.data() + int64_t(w) * per, seq, nullptr, replaced);
+  }
+  progress.finish();
+  report.forward_seconds =
+      std::chrono::duration<double>(clock::now() - t0).count() - report.callback_seconds;
+  return report;
+}
+
+}  // namespace qf
