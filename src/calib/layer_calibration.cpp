@@ -5,6 +5,8 @@
 #include "core/progress.h"
 #include "core/thread_pool.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -163,6 +165,12 @@ LayerCalibrationReport calibrate_layers(Model& model,
     if (options.quantized_inputs)
       for (size_t w = 0; w < windows.size(); ++w)
         model.forward_layer(l, hidden.data() + int64_t(w) * per, seq, nullptr, replaced);
+    // Drop the layer's mapped pages: resident memory stays one layer plus the activations.
+    if (const auto& ck = model.weights().checkpoint) {
+      const std::string prefix = fmt::format("model.layers.{}.", l);
+      for (const auto& t : ck->tensors())
+        if (t.name.rfind(prefix, 0) == 0) t.file->release(*t.entry);
+    }
   }
   progress.finish();
   report.forward_seconds =
