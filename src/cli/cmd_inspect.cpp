@@ -36,6 +36,9 @@ void register_inspect(CLI::App& app, Action& run) {
         j["quantized_weights"] = r.quantized_weights;
         j["quantized_bytes"] = r.quantized_bytes;
         j["bits_per_quantized_weight"] = r.bits_per_quantized_weight();
+        j["linear_weights"] = r.linear_weights;
+        j["linear_bytes"] = r.linear_bytes;
+        j["bits_per_linear_weight"] = r.bits_per_linear_weight();
         j["tensors"] = nlohmann::ordered_json::array();
         if (!args->brief)
           for (const auto& t : r.tensors)

@@ -145,8 +145,10 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_flag("--force", args->force, "Replace the output directory if it exists");
   cmd->add_flag("--json", args->json, "Print the summary as JSON on stdout");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or warnings on stderr");
-  cmd->callback([args, &run] {
-    run = [args] {
+  auto plan = std::make_shared<PlanArgs>();
+  add_plan_options(cmd, *plan);
+  cmd->callback([args, plan, &run] {
+    run = [args, plan] {
       QuantizeOptions o;
       o.format = *parse_format(args->format);
       o.export_format = *parse_export_format(args->export_format);
@@ -166,6 +168,7 @@ void register_quantize(CLI::App& app, Action& run) {
       o.calib.seq_len = args->calib_seq;
       o.calib.seed = args->seed;
       o.calib_quantized_inputs = args->calib_quantized_inputs;
+      apply_plan(*plan, o, args->model, args->quiet);
       const QuantizeReport r = quantize_checkpoint(args->model, args->out, o);
       if (!args->quiet)
         for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);

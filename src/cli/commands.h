@@ -20,9 +20,39 @@ void register_generate(CLI::App& app, Action& run);
 void register_eval(CLI::App& app, Action& run);
 void register_bench(CLI::App& app, Action& run);
 void register_tokenize(CLI::App& app, Action& run);
+void register_sensitivity(CLI::App& app, Action& run);
 
 // Parses "5GB", "500MB", "1.5GiB", "123" (bytes) into bytes; throws qf::Error if malformed.
 uint64_t parse_size(const std::string& text);
+
+}  // namespace qf::cli
+
+#include "plan/candidates.h"
+
+namespace qf::cli {
+// Parses "nvfp4,fp8,int4:64" (--formats); throws qf::Error for an unknown or empty list.
+std::vector<FormatChoice> parse_format_list(const std::string& list);
+
+// The planning flags of `quantize` (--recipe, --save-recipe, --auto and its targets).
+struct PlanArgs {
+  std::string recipe, save_recipe, formats = "nvfp4,fp8", target_size, fit_memory;
+  bool auto_plan = false;
+  double target_bits = 0, min_speedup = 0;
+  int64_t context = 0, batch = 1;
+};
+void add_plan_options(CLI::App* cmd, PlanArgs& args);
+}  // namespace qf::cli
+
+namespace qf {
+struct QuantizeOptions;
+}
+
+namespace qf::cli {
+// Sets options.assignment from --recipe or --auto (printing the choice on stderr unless quiet)
+// and writes --save-recipe. False when no plan was asked for. Throws qf::Error for conflicting
+// flags, a missing --calib, or an unreachable target (naming the closest achievable value).
+bool apply_plan(const PlanArgs& args, QuantizeOptions& options, const std::string& model,
+                bool quiet);
 
 }  // namespace qf::cli
 

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   qf::cli::register_eval(app, run);
   qf::cli::register_bench(app, run);
   qf::cli::register_tokenize(app, run);
+  qf::cli::register_sensitivity(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

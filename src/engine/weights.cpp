@@ -9,6 +9,7 @@
 #include <fnmatch.h>
 #include <fmt/format.h>
 
+#include <map>
 #include <optional>
 #include <regex>
 
@@ -26,7 +27,30 @@ struct QuantScheme {
   ActQuant act = ActQuant::none;   // what the config says about Linear inputs
   bool kv_fp8 = false;             // FP8 KV cache with per-layer k/v scales
 
+  // Mixed precision (ModelOpt MIXED_PRECISION quantized_layers, compressed-tensors groups
+  // whose targets name modules): each listed module's format and group; unlisted modules stay
+  // float. `format` then holds the first listed format (quantizes() is true).
+  bool mixed = false;
+  std::map<std::string, std::pair<Format, int>> layers;
+
   bool quantizes() const { return format.has_value() || int8; }
+
+  // The scheme of one module: itself, or for mixed precision that module's format and group
+  // (no format when the module is not listed).
+  QuantScheme for_module(const std::string& module) const {
+    if (!mixed) return *this;
+    QuantScheme one = *this;
+    one.mixed = false;
+    one.layers.clear();
+    auto it = layers.find(module);
+    if (it == layers.end()) {
+      one.format.reset();
+    } else {
+      one.format = it->second.first;
+      one.group = it->second.second;
+    }
+    return one;
+  }
 
   bool ignored(const std::string& module) const {
     for (const auto& p : ignore) {
@@ -85,6 +109,7 @@ QuantScheme read_scheme(const Checkpoint& ck, const std::string& label) {
       qc["quant_algo"] = q.value("quant_algo", "");
       qc["ignore"] = q.contains("exclude_modules") ? q["exclude_modules"] : nlohmann::json::array();
       if (q.contains("group_size")) qc["group_size"] = q["group_size"];
+      if (q.contains("quantized_layers")) qc["quantized_layers"] = q["quantized_layers"];
     }
   }
   if (qc.is_null()) return s;
@@ -94,7 +119,30 @@ QuantScheme read_scheme(const Checkpoint& ck, const std::string& label) {
     s.algo = qc.contains("quant_algo") && qc["quant_algo"].is_string()
                  ? qc["quant_algo"].get<std::string>() : "";
     s.format = modelopt_format(s.algo);
-    if (s.algo == "W8A8_SQ_PER_CHANNEL") {
+    if (s.algo == "MIXED_PRECISION") {
+      // quantized_layers: module -> {"quant_algo", ["group_size"]}, in either config file.
+      nlohmann::json layers = qc.value("quantized_layers", nlohmann::json());
+      if (!layers.is_object() && std::filesystem::exists(hf_quant)) {
+        const auto j = read_json_file(hf_quant);
+        if (j.contains("quantization") && j["quantization"].contains("quantized_layers"))
+          layers = j["quantization"]["quantized_layers"];
+      }
+      if (!layers.is_object() || layers.empty())
+        fail("{}: config.json: MIXED_PRECISION without a quantized_layers map", label);
+      for (const auto& [module, lc] : layers.items()) {
+        const std::string algo = lc.is_object() ? lc.value("quant_algo", "") : "";
+        const auto f = modelopt_format(algo);
+        // Mixed checkpoints are weight-only here: activation-quantized algos are refused.
+        if (!f || algo == "NVFP4" || algo == "FP8" || algo == "NVFP4_AWQ")
+          fail("{}: config.json: quantized_layers['{}']: unsupported quant_algo '{}'", label, module,
+               algo);
+        const int group = lc.contains("group_size") && lc["group_size"].is_number_integer()
+                              ? lc["group_size"].get<int>() : 0;
+        s.layers[module] = {*f, group};
+        if (!s.format) s.format = f;
+      }
+      s.mixed = true;
+    } else if (s.algo == "W8A8_SQ_PER_CHANNEL") {
       s.int8 = true;
       s.act = ActQuant::int8;
     } else if (s.algo == "NVFP4" || s.algo == "NVFP4_AWQ") {
@@ -125,6 +173,27 @@ QuantScheme read_scheme(const Checkpoint& ck, const std::string& label) {
     s.exporter = QuantScheme::Exporter::compressed_tensors;
     s.algo = qc.value("format", "");
     s.format = ct_format(s.algo);
+    if (s.algo == "mixed-precision" && qc.contains("config_groups") &&
+        qc["config_groups"].is_object()) {
+      // One group per format, each naming its modules in targets.
+      for (const auto& [name, g] : qc["config_groups"].items()) {
+        const auto f = ct_format(g.value("format", ""));
+        if (!f) fail("{}: config.json: config group '{}': unsupported format", label, name);
+        if (g.contains("input_activations") && !g["input_activations"].is_null())
+          fail("{}: config.json: config group '{}': mixed precision with activation "
+               "quantization is not supported", label, name);
+        const int group = g.contains("weights") && g["weights"].contains("group_size") &&
+                                  g["weights"]["group_size"].is_number_integer()
+                              ? g["weights"]["group_size"].get<int>() : 0;
+        for (const auto& t : string_list(g.value("targets", nlohmann::json::array())))
+          s.layers[t] = {*f, group};
+        if (!s.format) s.format = f;
+      }
+      s.mixed = true;
+      s.ignore = string_list(qc.value("ignore", nlohmann::json::array()));
+      if (qc.contains("kv_cache_scheme") && qc["kv_cache_scheme"].is_object()) s.kv_fp8 = true;
+      return s;
+    }
     if (!s.format)
       fail("{}: config.json: unsupported compressed-tensors format '{}'", label, s.algo);
     s.ignore = string_list(qc.value("ignore", nlohmann::json::array()));
@@ -246,7 +315,8 @@ class Loader {
   }
 
   EngineLinear linear(const std::string& module, int64_t rows, int64_t cols,
-                      const QuantScheme& s, bool allow_bias, bool must_float = false) const {
+                      const QuantScheme& scheme, bool allow_bias, bool must_float = false) const {
+    const QuantScheme s = scheme.for_module(module);
     EngineLinear L;
     L.name = module;
     const bool quantized = s.quantizes() && !must_float && !s.ignored(module);

@@ -51,7 +51,17 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     const CheckpointTensor* weight = nullptr;
     if (auto it = leaves.find("weight_packed"); it != leaves.end()) weight = it->second;
     else if (leaves.count("weight") && leaves.count("weight_scale")) weight = leaves.at("weight");
-    if (!weight) continue;
+    const bool decoder_linear = module.find(".layers.") != std::string::npos &&
+                                module.size() > 5 && module.compare(module.size() - 5, 5, "_proj") == 0;
+    if (!weight) {
+      // An unquantized decoder Linear still counts in the bits per Linear weight.
+      if (auto it = leaves.find("weight"); decoder_linear && it != leaves.end() &&
+                                           is_quantizable_float(it->second->entry->dtype)) {
+        r.linear_weights += shape_numel(it->second->entry->shape);
+        r.linear_bytes += it->second->entry->end - it->second->entry->begin;
+      }
+      continue;
+    }
     const SafetensorsEntry& e = *weight->entry;
     const int64_t numel = shape_numel(e.shape);
     int64_t elements = 0;
@@ -72,10 +82,15 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     }
     ++r.quantized_modules;
     r.quantized_weights += elements;
+    const uint64_t before = r.quantized_bytes;
     r.quantized_bytes += e.end - e.begin;
     for (const char* suffix : kScaleSuffixes)
       if (auto it = leaves.find(suffix); it != leaves.end())
         r.quantized_bytes += it->second->entry->end - it->second->entry->begin;
+    if (decoder_linear) {
+      r.linear_weights += elements;
+      r.linear_bytes += r.quantized_bytes - before;
+    }
   }
 
   const fs::path hf_quant = dir / "hf_quant_config.json";

@@ -31,7 +31,16 @@ struct InspectReport {
   int quantized_modules = 0;
   int64_t quantized_weights = 0;  // logical weight elements stored quantized
   uint64_t quantized_bytes = 0;   // bytes of those weights with all their scales
+  // Every decoder Linear (model.layers.*._proj), quantized or not: its weight elements and
+  // stored bytes (scales included). bits_per_linear_weight is what `quantize --auto
+  // --target-bits` aims at.
+  int64_t linear_weights = 0;
+  uint64_t linear_bytes = 0;
   std::vector<InspectedTensor> tensors;  // in file order
+
+  double bits_per_linear_weight() const {
+    return linear_weights ? double(linear_bytes) * 8.0 / double(linear_weights) : 0.0;
+  }
 
   double bits_per_quantized_weight() const {
     return quantized_weights ? double(quantized_bytes) * 8.0 / double(quantized_weights) : 0.0;

@@ -5,6 +5,10 @@
 
 #include "formats/int4.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
 #include <cstring>
 
 namespace qf {
@@ -159,6 +163,7 @@ class CompressedTensorsExporter final : public Exporter {
 
  public:
   nlohmann::ordered_json quantization_config(const QuantizationSummary& s) const override {
+    if (!s.mixed.empty()) return mixed_quantization_config(s);
     // QuantizationArgs.model_dump() with sort_keys, as llm-compressor writes it.
     nlohmann::json w;
     w["actorder"] = nullptr;
@@ -250,6 +255,39 @@ class CompressedTensorsExporter final : public Exporter {
     c["transform_config"] = nlohmann::json::object();
     c["version"] = kCompressedTensorsVersion;
     return nlohmann::ordered_json::parse(c.dump());  // keeps the sorted key order
+  }
+
+ private:
+  // One config group per (format, block), each with its own "format" and targets = its module
+  // names (sorted); the global format is "mixed-precision".
+  nlohmann::ordered_json mixed_quantization_config(const QuantizationSummary& s) const {
+    std::vector<std::pair<std::pair<Format, int>, std::vector<std::string>>> groups;
+    for (const auto& l : s.mixed) {
+      const std::pair<Format, int> key{l.format, l.block};
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&](const auto& g) { return g.first == key; });
+      if (it == groups.end()) {
+        groups.emplace_back(key, std::vector<std::string>{});
+        it = std::prev(groups.end());
+      }
+      it->second.push_back(l.module);
+    }
+    nlohmann::json c;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      QuantizationSummary one = s;
+      one.format = groups[i].first.first;
+      one.block = groups[i].first.second;
+      one.mixed.clear();
+      nlohmann::json single = quantization_config(one);
+      if (i == 0) c = single;
+      nlohmann::json group = single["config_groups"]["group_0"];
+      auto targets = groups[i].second;
+      std::sort(targets.begin(), targets.end());
+      group["targets"] = targets;
+      c["config_groups"][fmt::format("group_{}", i)] = group;
+    }
+    c["format"] = "mixed-precision";
+    return nlohmann::ordered_json::parse(c.dump());
   }
 };
 

@@ -57,6 +57,15 @@ struct QuantizationSummary {
   bool per_tensor = false;        // fp8 per-tensor weights (FP8 W8A8)
   bool awq = false;               // weights made by AWQ (ModelOpt W4A16_AWQ / NVFP4_AWQ names)
   bool kv_fp8 = false;            // FP8 KV cache scales written
+  // Mixed precision: every quantized Linear with its own format and block, in architecture
+  // order. Empty: every quantized Linear is `format` / `block`. Only filled when at least two
+  // distinct (format, block) pairs are used; then excluded_modules still lists the rest.
+  struct Layer {
+    std::string module;
+    Format format = Format::nvfp4;
+    int block = 0;
+  };
+  std::vector<Layer> mixed;
 };
 
 class Exporter {

@@ -6,6 +6,10 @@
 #include "core/error.h"
 #include "formats/int4.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
 #include <cstring>
 
 namespace qf {
@@ -139,6 +143,7 @@ class ModelOptExporter final : public Exporter {
  public:
   // config.json: the flat form vLLM reads first (engine-formats.md §1.1, modelopt-nvfp4.md §4.7).
   nlohmann::ordered_json quantization_config(const QuantizationSummary& s) const override {
+    if (!s.mixed.empty()) return mixed_quantization_config(s);
     nlohmann::ordered_json c;
     const auto layer = layer_config(s);
     // Only NVFP4, W4A16_NVFP4 and FP8 get config_groups (§4.7); AWQ variants do not.
@@ -174,6 +179,18 @@ class ModelOptExporter final : public Exporter {
   void write_extra_files(const QuantizationSummary& s,
                          const std::filesystem::path& out_dir) const override {
     nlohmann::ordered_json q;
+    if (!s.mixed.empty()) {
+      // MIXED_PRECISION (§4.6): quantized_layers, no exclude_modules; unquantized Linears are
+      // simply absent from the map.
+      q["quant_algo"] = "MIXED_PRECISION";
+      q["kv_cache_quant_algo"] = s.kv_fp8 ? nlohmann::ordered_json("FP8") : nlohmann::ordered_json();
+      q["quantized_layers"] = quantized_layers(s);
+      nlohmann::ordered_json root;
+      root["producer"] = {{"name", kProducerName}, {"version", kProducerVersion}};
+      root["quantization"] = q;
+      write_json_file(out_dir / "hf_quant_config.json", root);
+      return;
+    }
     const auto layer = layer_config(s);
     q["quant_algo"] = layer["quant_algo"];
     if (s.kv_fp8) q["kv_cache_quant_algo"] = "FP8";
@@ -185,6 +202,65 @@ class ModelOptExporter final : public Exporter {
     root["producer"] = {{"name", kProducerName}, {"version", kProducerVersion}};
     root["quantization"] = q;
     write_json_file(out_dir / "hf_quant_config.json", root);
+  }
+
+ private:
+  // The summary of one layer of a mixed export, for layer_config.
+  static QuantizationSummary layer_summary(const QuantizationSummary& s,
+                                           const QuantizationSummary::Layer& l) {
+    QuantizationSummary one = s;
+    one.format = l.format;
+    one.block = l.block;
+    one.mixed.clear();
+    return one;
+  }
+
+  static nlohmann::ordered_json quantized_layers(const QuantizationSummary& s) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& l : s.mixed) m[l.module] = layer_config(layer_summary(s, l));
+    return m;
+  }
+
+  // The flat form of MIXED_PRECISION (§4.7): one config group per distinct layer config, in
+  // order of first appearance, targets = its sorted module names; ignore = [].
+  static nlohmann::ordered_json mixed_quantization_config(const QuantizationSummary& s) {
+    std::vector<std::pair<nlohmann::ordered_json, std::vector<std::string>>> groups;
+    for (const auto& l : s.mixed) {
+      const auto layer = layer_config(layer_summary(s, l));
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&](const auto& g) { return g.first == layer; });
+      if (it == groups.end()) {
+        groups.emplace_back(layer, std::vector<std::string>{});
+        it = std::prev(groups.end());
+      }
+      it->second.push_back(l.module);
+    }
+    nlohmann::ordered_json c;
+    c["config_groups"] = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const auto& layer = groups[i].first;
+      const std::string algo = layer["quant_algo"].get<std::string>();
+      nlohmann::ordered_json w;
+      w["dynamic"] = false;
+      const bool eight = algo.rfind("FP8", 0) == 0;
+      w["num_bits"] = eight ? 8 : 4;
+      w["type"] = algo == "W4A16_AWQ" ? "int" : "float";
+      if (layer.contains("group_size")) w["group_size"] = layer["group_size"];
+      else if (algo == "mxfp4") w["group_size"] = 32;
+      auto targets = groups[i].second;
+      std::sort(targets.begin(), targets.end());
+      nlohmann::ordered_json g;
+      g["weights"] = w;
+      g["targets"] = targets;
+      c["config_groups"][fmt::format("group_{}", i)] = g;
+    }
+    c["quantized_layers"] = quantized_layers(s);
+    c["ignore"] = nlohmann::ordered_json::array();
+    c["quant_algo"] = "MIXED_PRECISION";
+    if (s.kv_fp8) c["kv_cache_scheme"] = {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}};
+    c["producer"] = {{"name", kProducerName}, {"version", kProducerVersion}};
+    c["quant_method"] = "modelopt";
+    return c;
   }
 };
 

@@ -155,6 +155,13 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   if (options.activations == ActQuant::int8)
     fail("--activations int8 (SmoothQuant W8A8) is not supported yet");
   const bool per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
+  if (options.assignment && (calibrate || options.algo != WeightAlgo::max))
+    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now");
+  if (options.assignment)
+    for (const auto& [name, c] : options.assignment->modules)
+      if (c.algo != "max")
+        fail("module '{}': the plan asks for algo '{}'; per-module plans support max only", name,
+             c.algo);
   if (per_tensor && awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
 
   QuantizeReport report;
@@ -191,16 +198,30 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     if (options.kv_fp8 && m.role == LinearRole::k_proj) exported[i].kv_scale = 'k';
     if (options.kv_fp8 && m.role == LinearRole::v_proj) exported[i].kv_scale = 'v';
     std::string pattern;
-    if (matches_any(m.name, options.exclude, &pattern)) {
+    const ModuleChoice planned = options.assignment ? options.assignment->at(m.name) : ModuleChoice{};
+    if (options.assignment && !planned.format.is_keep()) {
+      exported[i].format = *planned.format.format;
+      exported[i].block = planned.format.effective_block();
+    }
+    if (options.assignment && planned.format.is_keep()) {
+      reason[i] = "kept in its dtype by the plan";
+    } else if (matches_any(m.name, options.exclude, &pattern)) {
       reason[i] = fmt::format("excluded by --exclude '{}'", pattern);
-    } else if (m.in_features % block != 0) {
+    } else if (m.in_features % exported[i].block != 0) {
       reason[i] = fmt::format("in_features {} is not a multiple of the {} block of {}",
-                              m.in_features, info.name, block);
+                              m.in_features, format_info(exported[i].format).name,
+                              exported[i].block);
     } else if (auto why = exporter->unsupported_reason(exported[i]); !why.empty()) {
       reason[i] = why;
     }
   }
-  // Engines fuse q/k/v and gate/up: a group is quantized entirely or not at all.
+  // Engines fuse q/k/v and gate/up: a group is quantized entirely or not at all, in one format.
+  for (const auto& group : arch.fused_groups)
+    for (size_t i : group)
+      if (exported[i].format != exported[group[0]].format ||
+          exported[i].block != exported[group[0]].block)
+        fail("the plan gives fused modules '{}' and '{}' different formats",
+             arch.linears[group[0]].name, arch.linears[i].name);
   for (const auto& group : arch.fused_groups) {
     auto excluded_member = std::find_if(group.begin(), group.end(),
                                         [&](size_t i) { return !reason[i].empty(); });
@@ -282,7 +303,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     const ExportedLinear& l = exported[i];
     const CheckpointTensor& t = *weights[i];
     const WeightRows w = weight_rows(t.file->view(*t.entry));
-    RtnOptions rtn{options.format, block, exporter->scale_dtype(l)};
+    RtnOptions rtn{l.format, l.block, exporter->scale_dtype(l)};
     if (l.per_tensor) {
       // FP8 W8A8: one scale from the tensor's own amax (FP8 per-tensor is not group-unified).
       const float amax = tensor_amax(i);
@@ -575,6 +596,22 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   summary.per_tensor = per_tensor;
   summary.awq = awq;
   summary.kv_fp8 = options.kv_fp8;
+  if (options.assignment) {
+    // One format: the single-format config as usual; several: the mixed-precision config.
+    std::set<std::pair<Format, int>> used;
+    for (size_t i = 0; i < arch.linears.size(); ++i)
+      if (reason[i].empty()) {
+        used.insert({exported[i].format, exported[i].block});
+        summary.mixed.push_back({arch.linears[i].name, exported[i].format, exported[i].block});
+      }
+    if (used.size() <= 1) summary.mixed.clear();
+    if (used.size() == 1) {
+      summary.format = used.begin()->first;
+      summary.block = used.begin()->second;
+    }
+    report.format = used.size() > 1 ? "mixed" : used.empty() ? "none"
+                                                : std::string(format_info(summary.format).name);
+  }
   config["quantization_config"] = exporter->quantization_config(summary);
   write_json_file(staged.path() / "config.json", config);
   exporter->write_extra_files(summary, staged.path());

@@ -6,6 +6,7 @@
 #include "calib/calibration_data.h"
 #include "export/exporter.h"
 #include "formats/registry.h"
+#include "plan/candidates.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -34,6 +35,10 @@ struct QuantizeOptions {
   uint64_t max_shard_bytes = 5'000'000'000;
   bool force = false;     // replace an existing output directory
   bool progress = true;   // progress bar on stderr when it is a terminal
+  // Mixed precision (--auto, --recipe): each Linear's own format and block (fused groups must
+  // agree; a module absent or "keep" stays unquantized); `format` and `block` are then unused.
+  // Weight-only with algo max for now (no activations, KV cache or calibration).
+  std::optional<Assignment> assignment;
 };
 
 struct ExcludedModule {

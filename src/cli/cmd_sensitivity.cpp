@@ -1,0 +1,103 @@
+// `qforge sensitivity`: how much each quantizable module (fused groups together) changes the
+// model's output in each candidate format, as a sorted table, JSON and an HTML report.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "pipeline/sensitivity_run.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+namespace qf::cli {
+
+std::vector<FormatChoice> parse_format_list(const std::string& list) {
+  std::vector<FormatChoice> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto c = parse_format_choice(item);
+    if (!c || c->is_keep())
+      fail("--formats: unknown format '{}' (nvfp4, mxfp4, fp8, int4, int4:G)", item);
+    out.push_back(*c);
+  }
+  if (out.empty()) fail("--formats: no format given");
+  return out;
+}
+
+void register_sensitivity(CLI::App& app, Action& run) {
+  struct Args {
+    std::string model, formats = "nvfp4,fp8", html;
+    std::vector<std::string> calib;
+    int64_t calib_samples = 32, calib_seq = 256;
+    uint64_t seed = 0;
+    int threads = 0;
+    bool exact = false, json = false, quiet = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "sensitivity",
+      "Score how much quantizing each module (fused groups together) in each candidate format "
+      "changes the model's output: a layer-local proxy (output error weighted by the calibration "
+      "inputs' X^T X) and, with --exact, the KL of the final logits with only that module "
+      "quantized.");
+  cmd->add_option("model", args->model, "Model directory (unquantized Hugging Face checkpoint)")
+      ->required();
+  cmd->add_option("--calib", args->calib,
+                  "Calibration text: plain text, or JSON Lines with a \"text\" field (repeatable)")
+      ->required();
+  cmd->add_option("--calib-samples", args->calib_samples, "Calibration windows")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--calib-seq", args->calib_seq, "Tokens per calibration window (BOS included)")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the calibration window choice")
+      ->capture_default_str();
+  cmd->add_option("--formats", args->formats,
+                  "Candidate formats, comma-separated: nvfp4, mxfp4, fp8, int4 (int4:G for group G)")
+      ->capture_default_str();
+  cmd->add_flag("--exact", args->exact,
+                "Also the exact measure: KL of the final logits vs the original with only that "
+                "module quantized (one model run over the windows per module and format), and "
+                "the proxy's Spearman rank correlation to it");
+  cmd->add_option("--html", args->html, "Write a self-contained HTML report to this file");
+  cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_flag("--json", args->json,
+                "Print JSON on stdout: {model, modules: [{name, format, proxy, exact, bytes}], "
+                "rank_correlation}");
+  cmd->add_flag("-q,--quiet", args->quiet, "No progress on stderr");
+  cmd->callback([args, &run] {
+    run = [args] {
+      SensitivityOptions o;
+      for (const auto& f : args->calib) o.calib.files.emplace_back(f);
+      o.calib.samples = args->calib_samples;
+      o.calib.seq_len = args->calib_seq;
+      o.calib.seed = args->seed;
+      o.formats = parse_format_list(args->formats);
+      o.exact = args->exact;
+      o.threads = args->threads;
+      o.progress = !args->quiet && !args->json;
+      const SensitivityResult r = run_sensitivity(args->model, o);
+      if (!args->html.empty()) write_text_file(args->html, sensitivity_report_html(r.report));
+      if (args->json) {
+        auto j = sensitivity_report_json(r.report);
+        j["calib_tokens"] = r.calib_tokens;
+        j["calib_seconds"] = r.calib_seconds;
+        j["proxy_seconds"] = r.proxy_seconds;
+        j["exact_seconds"] = r.exact_seconds;
+        fmt::print("{}\n", j.dump(2));
+      } else {
+        fmt::print("{}", sensitivity_report_table(r.report));
+        fmt::print("calibration {} tokens: forward {:.2f} s, proxy {:.2f} s{}\n", r.calib_tokens,
+                   r.calib_seconds, r.proxy_seconds,
+                   args->exact ? fmt::format(", exact {:.2f} s", r.exact_seconds) : "");
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace qf::cli

@@ -1,0 +1,91 @@
+// The planning flags of `qforge quantize`: --recipe, --save-recipe, and --auto with one target
+// (--target-bits, --target-size, --fit-memory + --context [--batch], --min-speedup).
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "io/checkpoint.h"
+#include "pipeline/auto_plan.h"
+#include "pipeline/quantize_checkpoint.h"
+#include "plan/recipe.h"
+
+#include <fmt/format.h>
+
+namespace qf::cli {
+
+void add_plan_options(CLI::App* cmd, PlanArgs& a) {
+  cmd->add_option("--recipe", a.recipe,
+                  "Per-module formats from a JSON recipe: {\"rules\": [{\"match\": GLOB or "
+                  "\"re:REGEX\", \"format\": nvfp4|mxfp4|fp8|int4|keep}, ...]}; the first "
+                  "matching rule wins, unmatched modules take --format");
+  cmd->add_option("--save-recipe", a.save_recipe,
+                  "Write the per-module choice (of --auto or --recipe) as a recipe file that "
+                  "--recipe replays exactly");
+  cmd->add_flag("--auto", a.auto_plan,
+                "Choose each module's format (from --formats, or keep) to meet one target with "
+                "the least sensitivity (calibration proxy; needs --calib)");
+  cmd->add_option("--formats", a.formats, "--auto: candidate formats, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--target-bits", a.target_bits,
+                  "--auto: average bits per weight over the quantizable Linear weights, scales "
+                  "included (kept modules count at their dtype)");
+  cmd->add_option("--target-size", a.target_size,
+                  "--auto: largest size of the output's safetensors files, e.g. 1.5GB");
+  cmd->add_option("--fit-memory", a.fit_memory,
+                  "--auto: weights plus the KV cache of --context tokens (x --batch) must fit this");
+  cmd->add_option("--context", a.context, "--fit-memory: tokens of KV cache per sequence");
+  cmd->add_option("--batch", a.batch, "--fit-memory: sequences")->capture_default_str();
+  cmd->add_option("--min-speedup", a.min_speedup,
+                  "--auto: estimated decode speedup over BF16 from bytes read per token");
+}
+
+bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model, bool quiet) {
+  const int targets = (a.target_bits > 0) + !a.target_size.empty() + !a.fit_memory.empty() +
+                      (a.min_speedup > 0);
+  if (!a.auto_plan && targets > 0)
+    fail("--target-bits / --target-size / --fit-memory / --min-speedup need --auto");
+  if (a.auto_plan && !a.recipe.empty()) fail("--auto and --recipe are exclusive");
+  if (!a.auto_plan && a.recipe.empty()) {
+    if (!a.save_recipe.empty()) fail("--save-recipe needs --auto or --recipe");
+    return false;
+  }
+  const Checkpoint ck = Checkpoint::open(model);
+  const Architecture arch = Architecture::from_config(ck.config(), model + "/config.json");
+  if (!a.recipe.empty()) {
+    ModuleChoice def;
+    def.format = FormatChoice::of(o.format, o.block);
+    o.assignment = apply_recipe(load_recipe(a.recipe), arch, def);
+  } else {
+    if (targets != 1)
+      fail("--auto needs exactly one of --target-bits, --target-size, --fit-memory, --min-speedup");
+    if (o.calib.files.empty()) fail("--auto needs calibration data: pass --calib FILE");
+    AutoPlanOptions ao;
+    ao.sensitivity.calib = o.calib;
+    ao.sensitivity.formats = parse_format_list(a.formats);
+    ao.sensitivity.threads = o.threads;
+    ao.sensitivity.progress = o.progress;
+    if (a.target_bits > 0) {
+      ao.target = {TargetKind::bits, a.target_bits};
+    } else if (!a.target_size.empty()) {
+      ao.target = {TargetKind::size, double(parse_size(a.target_size))};
+    } else if (!a.fit_memory.empty()) {
+      if (a.context < 1) fail("--fit-memory needs --context N (tokens of KV cache)");
+      ao.target = {TargetKind::memory, double(parse_size(a.fit_memory)), a.context, a.batch};
+    } else {
+      ao.target = {TargetKind::speedup, a.min_speedup};
+    }
+    const AutoPlan p = plan_auto(model, ao);
+    if (!quiet) {
+      fmt::print(stderr, "qforge: --auto {}: {:.3f} bits per weight, {} of Linears ({} bytes), "
+                         "target value {:.4g}{}\n",
+                 describe_target(ao.target), p.bits_per_weight,
+                 human_bytes(double(p.result.total_bytes)), p.result.total_bytes, p.achieved,
+                 p.result.exact() ? "" : " (approximate solve)");
+      fmt::print(stderr, "{}", p.summary);
+    }
+    o.assignment = p.assignment;
+  }
+  if (!a.save_recipe.empty()) save_recipe(a.save_recipe, *o.assignment, arch);
+  return true;
+}
+
+}  // namespace qf::cli

@@ -1,0 +1,204 @@
+// Sensitivity analysis over a real checkpoint: the calibration pass feeds proxy_unit_scores
+// layer by layer; the exact measure reruns the model with one unit's weights fake-quantized.
+#include "pipeline/sensitivity_run.h"
+
+#include "calib/layer_calibration.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "io/checkpoint.h"
+#include "io/tokenizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+namespace qf {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+LayerInput input_of(LinearRole r) {
+  switch (r) {
+    case LinearRole::q_proj:
+    case LinearRole::k_proj:
+    case LinearRole::v_proj: return LayerInput::attn_norm;
+    case LinearRole::o_proj: return LayerInput::attn_out;
+    case LinearRole::gate_proj:
+    case LinearRole::up_proj: return LayerInput::ffn_norm;
+    case LinearRole::down_proj: return LayerInput::mlp_act;
+  }
+  return LayerInput::attn_norm;
+}
+
+// The stored weight of a Linear as quantizer input; it must be a float tensor.
+WeightRows weight_of(const Model& model, const LinearModule& m) {
+  const auto& ck = model.weights().checkpoint;
+  const CheckpointTensor* t = ck ? ck->find(m.weight_name()) : nullptr;
+  if (!t) fail("sensitivity: tensor '{}' missing", m.weight_name());
+  const TensorView v = t->file->view(*t->entry);
+  if (!is_quantizable_float(v.dtype) || v.shape.size() != 2)
+    fail("sensitivity: tensor '{}' is {} {}, expected a float matrix", m.weight_name(),
+         dtype_name(v.dtype), shape_str(v.shape));
+  return WeightRows{v.data, v.dtype, v.rows(), v.cols()};
+}
+
+EngineLinear* slot(LayerWeights& L, LinearRole r) {
+  EngineLinear* slots[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+  return slots[size_t(r)];
+}
+
+// x [n, vocab] -> log-softmax in place.
+void log_softmax_rows(float* x, int64_t n, int64_t vocab) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* r = x + i * vocab;
+    const float mx = *std::max_element(r, r + vocab);
+    double s = 0;
+    for (int64_t v = 0; v < vocab; ++v) s += std::exp(double(r[v] - mx));
+    const float lse = mx + float(std::log(s));
+    for (int64_t v = 0; v < vocab; ++v) r[v] -= lse;
+  }
+}
+
+}  // namespace
+
+AssignmentKl::AssignmentKl(Model& model, std::vector<std::vector<int32_t>> windows)
+    : model_(model), windows_(std::move(windows)) {
+  if (windows_.empty()) fail("sensitivity: no calibration windows");
+  const Architecture& a = model_.arch();
+  for (const auto& w : windows_) {
+    const int64_t seq = int64_t(w.size());
+    std::vector<float> x(size_t(seq * a.hidden_size));
+    model_.embed(w, x.data());
+    for (int64_t l = 0; l < a.num_layers; ++l) model_.forward_layer(l, x.data(), seq);
+    std::vector<float> logits(size_t(seq * a.vocab_size));
+    model_.head(x.data(), seq, logits.data());
+    log_softmax_rows(logits.data(), seq, a.vocab_size);
+    log_p_.push_back(std::move(logits));
+  }
+}
+
+double AssignmentKl::operator()(const Assignment& assignment) {
+  const Architecture& a = model_.arch();
+  ThreadPool& pool = model_.pool();
+  // Replacement layers for every layer with a quantized module; fused groups share max |w|.
+  std::map<int64_t, LayerWeights> replaced;
+  for (size_t i = 0; i < a.linears.size(); ++i) {
+    const LinearModule& m = a.linears[i];
+    const ModuleChoice c = assignment.at(m.name);
+    if (c.format.is_keep()) continue;
+    float amax = 0.f;
+    const std::vector<size_t> members =
+        m.group >= 0 ? a.fused_groups[size_t(m.group)] : std::vector<size_t>{i};
+    for (size_t k : members) amax = std::max(amax, weight_amax(weight_of(model_, a.linears[k]), pool).amax);
+    auto it = replaced.find(m.layer);
+    if (it == replaced.end())
+      it = replaced.emplace(m.layer, model_.weights().layers[size_t(m.layer)]).first;
+    const WeightRows w = weight_of(model_, m);
+    auto data = std::make_shared<std::vector<float>>(fake_quantize_choice(w, c.format, amax, pool));
+    EngineLinear& L = *slot(it->second, m.role);
+    L.w = LinearWeight{};
+    L.w.format = WeightFormat::f32;
+    L.w.rows = w.rows;
+    L.w.cols = w.cols;
+    L.w.data = data->data();
+    L.storage = std::move(data);
+  }
+  double total = 0;
+  int64_t positions = 0;
+  for (size_t wi = 0; wi < windows_.size(); ++wi) {
+    const auto& w = windows_[wi];
+    const int64_t seq = int64_t(w.size());
+    std::vector<float> x(size_t(seq * a.hidden_size));
+    model_.embed(w, x.data());
+    for (int64_t l = 0; l < a.num_layers; ++l) {
+      auto it = replaced.find(l);
+      model_.forward_layer(l, x.data(), seq, nullptr, it == replaced.end() ? nullptr : &it->second);
+    }
+    std::vector<float> logq(size_t(seq * a.vocab_size));
+    model_.head(x.data(), seq, logq.data());
+    log_softmax_rows(logq.data(), seq, a.vocab_size);
+    const std::vector<float>& logp = log_p_[wi];
+    for (int64_t t = 0; t < seq; ++t) {
+      double kl = 0;
+      for (int64_t v = 0; v < a.vocab_size; ++v) {
+        const size_t k = size_t(t * a.vocab_size + v);
+        kl += std::exp(double(logp[k])) * (double(logp[k]) - double(logq[k]));
+      }
+      total += std::max(0.0, kl);
+      ++positions;
+    }
+  }
+  return positions ? total / double(positions) : 0.0;
+}
+
+SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
+                                  const SensitivityOptions& options) {
+  if (options.formats.empty()) fail("sensitivity: no candidate formats given");
+  const auto tokenizer = Tokenizer::load(model_dir);
+  const CalibrationData data = load_calibration_data(options.calib, *tokenizer);
+  ModelOptions mo;
+  mo.threads = options.threads;
+  mo.max_seq = options.calib.seq_len;
+  auto model = Model::load(model_dir, mo);
+  if (model->weights().quantization != "none")
+    fail("{}: sensitivity needs an unquantized checkpoint (this one is {})", model_dir.string(),
+         model->weights().quantization);
+
+  SensitivityResult r;
+  r.arch = model->arch();
+  const Architecture& a = r.arch;
+  if (a.linears.empty()) fail("{}: no Linear modules to analyse", model_dir.string());
+  r.original_dtype = weight_of(*model, a.linears[0]).dtype;
+  CandidateOptions co;
+  co.formats = options.formats;
+  co.original_dtype = r.original_dtype;
+  r.units = decision_units(a, co);
+  r.proxy.assign(r.units.size(), {});
+
+  // Units by layer, to score each layer's units in its callback.
+  std::map<int64_t, std::vector<size_t>> by_layer;
+  for (size_t u = 0; u < r.units.size(); ++u) by_layer[r.units[u].layer].push_back(u);
+
+  LayerCalibrationOptions lo;
+  lo.capture.xtx = true;
+  lo.capture.sample_rows = 0;
+  lo.capture.seed = options.calib.seed;
+  lo.progress = options.progress;
+  auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
+    for (size_t u : by_layer[l]) {
+      const DecisionUnit& unit = r.units[u];
+      std::vector<WeightRows> w;
+      std::vector<const LinearStats*> st;
+      for (size_t i : unit.linears) {
+        w.push_back(weight_of(*model, a.linears[i]));
+        st.push_back(&cap.input(input_of(a.linears[i].role)));
+      }
+      r.proxy[u] = proxy_unit_scores(unit, w, st, model->pool());
+    }
+    return nullptr;
+  };
+  const LayerCalibrationReport cr = calibrate_layers(*model, data.windows, lo, on_layer);
+  r.calib_tokens = cr.tokens;
+  r.calib_seconds = cr.forward_seconds;
+  r.proxy_seconds = cr.callback_seconds;
+
+  if (options.exact) {
+    const auto t0 = clock_type::now();
+    AssignmentKl kl(*model, data.windows);
+    r.exact = exact_scores(a, r.units, [&](const Assignment& as) { return kl(as); });
+    r.exact_seconds = since(t0);
+  }
+  r.report = build_sensitivity_report(model_dir.filename().string(), r.units, r.proxy, r.exact);
+  r.monotone = options.exact ? r.exact : r.proxy;
+  monotonize(r.units, r.monotone);
+  return r;
+}
+
+}  // namespace qf

@@ -1,0 +1,85 @@
+// End to end: `quantize --auto` with each target measured by `qforge inspect`, recipes saved and
+// replayed byte for byte, and the one-line error of an unreachable target.
+#include "plan/budget_solver.h"
+#include "test_util.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+namespace fs = std::filesystem;
+
+namespace qf {
+namespace {
+
+fs::path model_dir(const std::string& name) { return test::fixtures_dir() / "models" / name; }
+std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
+
+std::string auto_cmd(const fs::path& out) {
+  return "quantize " + q(model_dir("tinystories-656K-hf")) + " -o " + q(out) + " --calib " +
+         q(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+         " --calib-samples 8 --calib-seq 64 --threads 2 -q --auto";
+}
+
+nlohmann::json inspect(const fs::path& dir) {
+  const auto r = test::run_qforge("inspect " + q(dir) + " --json --brief");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
+}
+
+TEST(AutoQuantize, TargetBitsIsMetAndRecipeReplaysIdentically) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  auto r = test::run_qforge(auto_cmd(dir / "a") + " --target-bits 5 --save-recipe " +
+                            q(dir / "plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = inspect(dir / "a");
+  const double bits = j["bits_per_linear_weight"].get<double>();
+  EXPECT_LE(bits, 5.0);
+  EXPECT_GT(bits, 4.5);  // the budget is spent, not wasted on NVFP4 everywhere
+  ASSERT_TRUE(fs::exists(dir / "plan.json"));
+  r = test::run_qforge("quantize " + q(model_dir("tinystories-656K-hf")) + " -o " + q(dir / "b") +
+                       " -q --recipe " + q(dir / "plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test::read_file(dir / "a" / "model.safetensors"),
+            test::read_file(dir / "b" / "model.safetensors"));
+  EXPECT_EQ(test::read_file(dir / "a" / "config.json"), test::read_file(dir / "b" / "config.json"));
+}
+
+TEST(AutoQuantize, TargetSizeAndFitMemoryAreMet) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  const auto original = inspect(model_dir("tinystories-656K-hf"));
+  // Halfway between the checkpoint and a rough all-4-bit size.
+  const uint64_t size = original["total_bytes"].get<uint64_t>() * 6 / 10;
+  auto r = test::run_qforge(auto_cmd(dir / "s") + fmt::format(" --target-size {}", size));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(inspect(dir / "s")["total_bytes"].get<uint64_t>(), size);
+
+  // TinyStories-656K: 2 layers, 4 KV heads of 16.
+  const uint64_t kv = kv_cache_bytes(2, 4, 16, 256, 1, 2);
+  const uint64_t memory = size + kv;
+  r = test::run_qforge(auto_cmd(dir / "m") +
+                       fmt::format(" --fit-memory {} --context 256", memory));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(inspect(dir / "m")["tensor_bytes"].get<uint64_t>() + kv, memory);
+}
+
+TEST(AutoQuantize, UnreachableTargetNamesTheClosest) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  const auto r = test::run_qforge(auto_cmd(dir / "x") + " --target-bits 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.err.rfind("qforge: error: --target-bits 2", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("cannot be met"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "x"));
+  const auto r2 = test::run_qforge(auto_cmd(dir / "x"));
+  EXPECT_NE(r2.err.find("--auto needs exactly one of"), std::string::npos) << r2.err;
+}
+
+}  // namespace
+}  // namespace qf
