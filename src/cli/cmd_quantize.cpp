@@ -111,8 +111,11 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_option("--algo", args->algo,
                   "Weight algorithm: max (round to nearest, no data), mse (amax search, no data), "
                   "awq (activation-aware scales + clip search; needs --calib), gptq (inverse-Hessian "
-                  "error feedback; needs --calib), awq+gptq")
-      ->check(CLI::IsMember({"max", "mse", "awq", "gptq", "awq+gptq"}))
+                  "error feedback; needs --calib), awq+gptq, local_hessian (NVFP4: per-block FP8 "
+                  "scale sweep weighted by the inputs' block Hessian; needs --calib), "
+                  "local_hessian+gptq (GPTQ with those block scales frozen)")
+      ->check(CLI::IsMember({"max", "mse", "awq", "gptq", "awq+gptq", "local_hessian",
+                             "local_hessian+gptq"}))
       ->capture_default_str();
   cmd->add_option("--activations", args->activations,
                   "Activation quantization: none (weight-only), nvfp4 (W4A4 with --format nvfp4: "

@@ -2,6 +2,7 @@
 
 #include "algo/awq.h"
 #include "algo/gptq.h"
+#include "algo/local_hessian.h"
 #include "algo/mse.h"
 #include "algo/round_to_nearest.h"
 #include "calib/layer_calibration.h"
@@ -108,15 +109,19 @@ std::string_view weight_algo_name(WeightAlgo a) {
     case WeightAlgo::awq: return "awq";
     case WeightAlgo::gptq: return "gptq";
     case WeightAlgo::awq_gptq: return "awq+gptq";
+    case WeightAlgo::local_hessian: return "local_hessian";
+    case WeightAlgo::local_hessian_gptq: return "local_hessian+gptq";
   }
   return "max";
 }
 
 std::optional<WeightAlgo> parse_weight_algo(std::string_view name) {
   for (WeightAlgo a : {WeightAlgo::max, WeightAlgo::mse, WeightAlgo::awq, WeightAlgo::gptq,
-                       WeightAlgo::awq_gptq})
+                       WeightAlgo::awq_gptq, WeightAlgo::local_hessian,
+                       WeightAlgo::local_hessian_gptq})
     if (weight_algo_name(a) == name) return a;
   if (name == "awq_gptq") return WeightAlgo::awq_gptq;
+  if (name == "local_hessian_gptq") return WeightAlgo::local_hessian_gptq;
   return std::nullopt;
 }
 
@@ -136,7 +141,11 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
 
   // Calibrated modes and their combinations.
   const bool awq = options.algo == WeightAlgo::awq || options.algo == WeightAlgo::awq_gptq;
-  const bool data_algo = awq || options.algo == WeightAlgo::gptq;
+  const bool local_hessian = options.algo == WeightAlgo::local_hessian ||
+                             options.algo == WeightAlgo::local_hessian_gptq;
+  const bool gptq = options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq ||
+                    options.algo == WeightAlgo::local_hessian_gptq;
+  const bool data_algo = awq || gptq || local_hessian;
   const bool calibrate = options.activations != ActQuant::none || options.kv_fp8 || data_algo ||
                          options.calib_quantized_inputs;
   if (calibrate && options.calib.files.empty()) {
@@ -163,6 +172,9 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
         fail("module '{}': the plan asks for algo '{}'; per-module plans support max only", name,
              c.algo);
   if (per_tensor && awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
+  if (local_hessian && options.format != Format::nvfp4)
+    fail("--algo {} needs --format nvfp4 (it sweeps NVFP4 block scales), not {}",
+         weight_algo_name(options.algo), info.name);
 
   QuantizeReport report;
   report.algo = std::string(weight_algo_name(options.algo));
@@ -351,7 +363,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     auto model = Model::load(model_dir, mo);
     LayerCalibrationOptions co;
     co.capture.seed = options.calib.seed;
-    co.capture.xtx = options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq;
+    co.capture.xtx = gptq || local_hessian;
     co.capture.sample_rows = awq ? 512 : 0;
     co.quantized_inputs = options.calib_quantized_inputs;
     co.progress = options.progress;
@@ -410,8 +422,17 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       }
       for (size_t k = 0; k < members.size(); ++k) {
         Precomputed& p = precomputed[members[k]];
-        if ((options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq) &&
-            !stats.xtx.empty()) {
+        if (local_hessian && !stats.xtx.empty()) {
+          // Static-block scales from the Hessian-weighted sweep under the group's global amax;
+          // local_hessian+gptq keeps them frozen through the column sweep.
+          p.q = quantize_nvfp4_local_hessian(rows[k], stats, members_amax, pool);
+          if (options.algo == WeightAlgo::local_hessian_gptq) {
+            GptqOptions go;
+            go.format = rtn;
+            p.q = gptq_with_scales(to_float(rows[k]), std::move(p.q), stats.xtx, stats.tokens, go,
+                                   pool).tensor;
+          }
+        } else if (gptq && !stats.xtx.empty()) {
           GptqOptions go;
           go.format = rtn;
           if (exported[members[k]].per_tensor) {

@@ -16,8 +16,10 @@
 
 namespace qf {
 
-// Weight algorithm (--algo). max and mse need no data; the others calibrate.
-enum class WeightAlgo { max, mse, awq, gptq, awq_gptq };
+// Weight algorithm (--algo). max and mse need no data; the others calibrate. local_hessian and
+// local_hessian+gptq are NVFP4 only (static-block scales from the Hessian-weighted FP8 sweep;
+// the latter then runs GPTQ with those scales frozen).
+enum class WeightAlgo { max, mse, awq, gptq, awq_gptq, local_hessian, local_hessian_gptq };
 std::string_view weight_algo_name(WeightAlgo a);
 std::optional<WeightAlgo> parse_weight_algo(std::string_view name);
 
