@@ -37,6 +37,7 @@ std::vector<FormatChoice> parse_format_list(const std::string& list);
 struct PlanArgs {
   std::string recipe, save_recipe, formats = "nvfp4,fp8", target_size, fit_memory;
   bool auto_plan = false;
+  bool auto_exact = false;  // score units with the exact KL instead of the proxy
   double target_bits = 0, min_speedup = 0;
   int64_t context = 0, batch = 1;
 };

@@ -23,6 +23,10 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
   cmd->add_flag("--auto", a.auto_plan,
                 "Choose each module's format (from --formats, or keep) to meet one target with "
                 "the least sensitivity (calibration proxy; needs --calib)");
+  cmd->add_flag("--auto-exact", a.auto_exact,
+                "--auto: score each module and format by the exact KL of the final logits with "
+                "only it quantized (one model run per module and format over the calibration "
+                "windows) instead of the layer-local proxy: slower, better choices on small models");
   cmd->add_option("--formats", a.formats, "--auto: candidate formats, comma-separated")
       ->capture_default_str();
   cmd->add_option("--target-bits", a.target_bits,
@@ -41,8 +45,8 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
 bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model, bool quiet) {
   const int targets = (a.target_bits > 0) + !a.target_size.empty() + !a.fit_memory.empty() +
                       (a.min_speedup > 0);
-  if (!a.auto_plan && targets > 0)
-    fail("--target-bits / --target-size / --fit-memory / --min-speedup need --auto");
+  if (!a.auto_plan && (targets > 0 || a.auto_exact))
+    fail("--auto-exact / --target-bits / --target-size / --fit-memory / --min-speedup need --auto");
   if (a.auto_plan && !a.recipe.empty()) fail("--auto and --recipe are exclusive");
   if (!a.auto_plan && a.recipe.empty()) {
     if (!a.save_recipe.empty()) fail("--save-recipe needs --auto or --recipe");
@@ -63,6 +67,7 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model,
     ao.sensitivity.formats = parse_format_list(a.formats);
     ao.sensitivity.threads = o.threads;
     ao.sensitivity.progress = o.progress;
+    ao.sensitivity.exact = a.auto_exact;
     if (a.target_bits > 0) {
       ao.target = {TargetKind::bits, a.target_bits};
     } else if (!a.target_size.empty()) {

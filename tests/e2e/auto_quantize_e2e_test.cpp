@@ -49,6 +49,18 @@ TEST(AutoQuantize, TargetBitsIsMetAndRecipeReplaysIdentically) {
   EXPECT_EQ(test::read_file(dir / "a" / "config.json"), test::read_file(dir / "b" / "config.json"));
 }
 
+TEST(AutoQuantize, ExactScoresMeetTheTargetToo) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  auto r = test::run_qforge(auto_cmd(dir / "e") + " --auto-exact --target-bits 5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(inspect(dir / "e")["bits_per_linear_weight"].get<double>(), 5.0);
+  r = test::run_qforge("quantize " + q(model_dir("tinystories-656K-hf")) + " -o " +
+                       q(dir / "f") + " -q --auto-exact");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("need --auto"), std::string::npos) << r.err;
+}
+
 TEST(AutoQuantize, TargetSizeAndFitMemoryAreMet) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir dir;
