@@ -1,10 +1,31 @@
 #!/usr/bin/env bash
 # Builds qforge and runs the whole test suite: unit and end-to-end tests (ctest), then a short
-# fuzzing run of the safetensors header parser. FUZZ_SECONDS=0 skips fuzzing.
+# fuzzing run of the safetensors header parser (log in build-fuzz/fuzz.log). FUZZ_SECONDS=0
+# skips fuzzing. Ends with one summary line "qforge: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
-(cd build && ctest --output-on-failure -j "$(nproc)" --timeout 900)
+set +e
+(cd build && ctest --output-on-failure -j "$(nproc)" --timeout 900) 2>&1 | tee build/ctest.log
+ctest_status=${PIPESTATUS[0]}
+fuzz_status=0
 if [ "${FUZZ_SECONDS:-30}" != "0" ] && [ -x scripts/fuzz.sh ]; then
-  scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+  mkdir -p build-fuzz
+  scripts/fuzz.sh "${FUZZ_SECONDS:-30}" >build-fuzz/fuzz.log 2>&1
+  fuzz_status=$?
+  if [ "$fuzz_status" -ne 0 ]; then
+    tail -n 60 build-fuzz/fuzz.log
+    echo "fuzz: FAILED (exit $fuzz_status), see build-fuzz/fuzz.log"
+  else
+    echo "fuzz: $(grep -E '^Done [0-9]+ runs' build-fuzz/fuzz.log | tail -n 1), no crash"
+  fi
 fi
+set -e
+summary=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' build/ctest.log | tail -n 1)
+failed=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/')
+total=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/')
+if [ -n "$summary" ]; then
+  [ "$fuzz_status" -ne 0 ] && failed=$((failed + 1)) && total=$((total + 1))
+  echo "qforge: $((total - failed)) passed, $failed failed"
+fi
+[ "$ctest_status" -eq 0 ] && [ "$fuzz_status" -eq 0 ]
