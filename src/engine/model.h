@@ -25,6 +25,20 @@ enum class LayerInput : uint8_t {
 };
 inline constexpr int kLayerInputs = 4;
 
+// Which of those inputs a Linear reads.
+inline LayerInput layer_input_of(LinearRole role) {
+  switch (role) {
+    case LinearRole::q_proj:
+    case LinearRole::k_proj:
+    case LinearRole::v_proj: return LayerInput::attn_norm;
+    case LinearRole::o_proj: return LayerInput::attn_out;
+    case LinearRole::gate_proj:
+    case LinearRole::up_proj: return LayerInput::ffn_norm;
+    case LinearRole::down_proj: return LayerInput::mlp_act;
+  }
+  return LayerInput::attn_norm;
+}
+
 // Receives what flows through one layer during forward_layer (calibration). Called on the
 // calling thread, in layer order, with float32 row-major data valid only during the call.
 class LayerObserver {

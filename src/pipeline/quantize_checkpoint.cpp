@@ -72,20 +72,6 @@ std::string shard_name(size_t index, size_t count) {
   return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
 }
 
-// Which calibrated input a Linear reads.
-LayerInput input_of(LinearRole r) {
-  switch (r) {
-    case LinearRole::q_proj:
-    case LinearRole::k_proj:
-    case LinearRole::v_proj: return LayerInput::attn_norm;
-    case LinearRole::o_proj: return LayerInput::attn_out;
-    case LinearRole::gate_proj:
-    case LinearRole::up_proj: return LayerInput::ffn_norm;
-    case LinearRole::down_proj: return LayerInput::mlp_act;
-  }
-  return LayerInput::attn_norm;
-}
-
 // A weight as float32 (the algorithms that rescale or sweep need it).
 std::vector<float> to_float(const WeightRows& w) {
   std::vector<float> out(size_t(w.rows * w.cols));
@@ -458,7 +444,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       for (size_t i = 0; i < arch.linears.size(); ++i)
         if (arch.linears[i].layer == l) {
           in_layer.push_back(i);
-          act_amax[i] = cap.input(input_of(arch.linears[i].role)).input_amax;
+          act_amax[i] = cap.input(layer_input_of(arch.linears[i].role)).input_amax;
         }
       if (!precompute) return nullptr;
       std::set<size_t> done;
@@ -468,7 +454,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
         std::vector<size_t> members = {i};
         if (m.group >= 0) members = arch.fused_groups[size_t(m.group)];
         for (size_t k : members) done.insert(k);
-        const LayerInput in = input_of(m.role);
+        const LayerInput in = layer_input_of(m.role);
         const std::string norm = in == LayerInput::attn_norm ? p + "input_layernorm.weight"
                                  : in == LayerInput::ffn_norm ? p + "post_attention_layernorm.weight"
                                                               : std::string();

@@ -24,19 +24,6 @@ double since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
-LayerInput input_of(LinearRole r) {
-  switch (r) {
-    case LinearRole::q_proj:
-    case LinearRole::k_proj:
-    case LinearRole::v_proj: return LayerInput::attn_norm;
-    case LinearRole::o_proj: return LayerInput::attn_out;
-    case LinearRole::gate_proj:
-    case LinearRole::up_proj: return LayerInput::ffn_norm;
-    case LinearRole::down_proj: return LayerInput::mlp_act;
-  }
-  return LayerInput::attn_norm;
-}
-
 // The stored weight of a Linear as quantizer input; it must be a float tensor.
 WeightRows weight_of(const Model& model, const LinearModule& m) {
   const auto& ck = model.weights().checkpoint;
@@ -178,7 +165,7 @@ SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
       std::vector<const LinearStats*> st;
       for (size_t i : unit.linears) {
         w.push_back(weight_of(*model, a.linears[i]));
-        st.push_back(&cap.input(input_of(a.linears[i].role)));
+        st.push_back(&cap.input(layer_input_of(a.linears[i].role)));
       }
       r.proxy[u] = proxy_unit_scores(unit, w, st, model->pool());
     }
