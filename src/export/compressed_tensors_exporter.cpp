@@ -39,12 +39,6 @@ std::string_view torch_dtype_name(DType dtype) {
   }
 }
 
-std::vector<std::byte> copy_bytes(const void* data, size_t n) {
-  std::vector<std::byte> out(n);
-  if (n) std::memcpy(out.data(), data, n);
-  return out;
-}
-
 // Scale dtype of FP8 and INT4 scales: the model's own dtype, as llm-compressor stores them.
 DType float_scale_dtype(DType model_dtype) {
   return (model_dtype == DType::BF16 || model_dtype == DType::F16) ? model_dtype : DType::F32;

@@ -3,6 +3,8 @@
 #include "core/convert.h"
 #include "core/error.h"
 
+#include <cstring>
+
 
 namespace qf {
 
@@ -29,6 +31,12 @@ std::string Exporter::unsupported_reason(const ExportedLinear&) const { return {
 DType Exporter::scale_dtype(const ExportedLinear&) const { return DType::F32; }
 
 void Exporter::write_extra_files(const QuantizationSummary&, const std::filesystem::path&) const {}
+
+std::vector<std::byte> copy_bytes(const void* data, size_t n) {
+  std::vector<std::byte> out(n);
+  if (n) std::memcpy(out.data(), data, n);
+  return out;
+}
 
 std::vector<std::byte> scales_to_bytes(const std::vector<float>& scales, DType dtype) {
   std::vector<std::byte> out(scales.size() * dtype_size(dtype));

@@ -91,6 +91,9 @@ class Exporter {
 
 std::unique_ptr<Exporter> make_exporter(ExportFormat format);
 
+// A copy of `n` bytes at `data`, as one output tensor's bytes.
+std::vector<std::byte> copy_bytes(const void* data, size_t n);
+
 // Serializes float scales in `dtype` (F32, BF16 or F16), little-endian.
 std::vector<std::byte> scales_to_bytes(const std::vector<float>& scales, DType dtype);
 

@@ -52,12 +52,6 @@ nlohmann::ordered_json layer_config(const QuantizationSummary& s) {
   return c;
 }
 
-std::vector<std::byte> copy_bytes(const void* data, size_t n) {
-  std::vector<std::byte> out(n);
-  if (n) std::memcpy(out.data(), data, n);
-  return out;
-}
-
 class ModelOptExporter final : public Exporter {
  public:
   ExportFormat kind() const override { return ExportFormat::modelopt; }
