@@ -6,6 +6,7 @@
 #include "core/thread_pool.h"
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"
+#include "io/shard_layout.h"
 #include "io/staged_directory.h"
 
 #include <fmt/format.h>
@@ -118,21 +119,16 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   }
 
   // Shards in order, cut at max_shard_bytes.
-  std::vector<std::vector<size_t>> shards(1);
-  uint64_t shard_bytes = 0, total_bytes = 0;
+  uint64_t total_bytes = 0;
   SynthReport report;
   report.output = out_dir;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t n = tensors[i].spec.nbytes();
-    if (!shards.back().empty() && shard_bytes + n > o.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(i);
-    shard_bytes += n;
-    total_bytes += n;
-    report.parameters += shape_numel(tensors[i].spec.shape);
+  std::vector<uint64_t> sizes;
+  for (const auto& t : tensors) {
+    sizes.push_back(t.spec.nbytes());
+    total_bytes += sizes.back();
+    report.parameters += shape_numel(t.spec.shape);
   }
+  const auto shards = plan_shards(sizes, o.max_shard_bytes);
 
   StagedDirectory staged(out_dir, o.force);
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
@@ -141,10 +137,7 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   std::map<std::string, std::string> weight_map;
   std::vector<std::byte> buffer;
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string file = shards.size() == 1
-                                 ? "model.safetensors"
-                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
-                                               shards.size());
+    const std::string file = shard_file_name(s, shards.size());
     std::vector<TensorSpec> specs;
     for (size_t i : shards[s]) {
       specs.push_back(tensors[i].spec);
@@ -172,12 +165,7 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   progress.finish();
   buffer = {};
   report.shards = int(shards.size());
-  if (shards.size() > 1) {
-    nlohmann::ordered_json index;
-    index["metadata"]["total_size"] = total_bytes;
-    index["weight_map"] = weight_map;
-    write_json_file(staged.path() / "model.safetensors.index.json", index);
-  }
+  if (shards.size() > 1) write_shard_index(staged.path(), total_bytes, weight_map);
 
   nlohmann::ordered_json config;
   config["architectures"] = {"LlamaForCausalLM"};

@@ -14,6 +14,7 @@
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "io/shard_layout.h"
 #include "io/staged_directory.h"
 #include "model/architecture.h"
 
@@ -25,6 +26,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -67,10 +69,6 @@ WeightRows weight_rows(const TensorView& v) {
   return WeightRows{v.data, v.dtype, v.rows(), v.cols()};
 }
 
-std::string shard_name(size_t index, size_t count) {
-  if (count == 1) return "model.safetensors";
-  return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
-}
 
 // A weight as float32 (the algorithms that rescale or sweep need it).
 std::vector<float> to_float(const WeightRows& w) {
@@ -258,17 +256,9 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     }
     items.push_back(std::move(item));
   }
-  std::vector<std::vector<size_t>> shards(1);
-  uint64_t shard_bytes = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const uint64_t n = items[i].nbytes();
-    if (!shards.back().empty() && shard_bytes + n > options.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(i);
-    shard_bytes += n;
-  }
+  std::vector<uint64_t> item_bytes;
+  for (const auto& item : items) item_bytes.push_back(item.nbytes());
+  const auto shards = plan_shards(item_bytes, options.max_shard_bytes);
 
   ThreadPool pool(options.threads > 0 ? options.threads : ThreadPool::hardware_threads());
   StagedDirectory staged(out_dir, options.force);
@@ -519,7 +509,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
 
   std::map<std::string, std::string> weight_map;
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string file_name = shard_name(s, shards.size());
+    const std::string file_name = shard_file_name(s, shards.size());
     std::vector<TensorSpec> specs;
     std::set<std::string> names;
     for (size_t i : shards[s])
@@ -586,14 +576,10 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   progress.finish();
   report.shards = int(shards.size());
 
-  if (shards.size() > 1) {
-    uint64_t total = 0;
-    for (const auto& item : items) total += item.nbytes();
-    nlohmann::ordered_json index;
-    index["metadata"]["total_size"] = total;
-    index["weight_map"] = weight_map;
-    write_json_file(staged.path() / "model.safetensors.index.json", index);
-  }
+  if (shards.size() > 1)
+    write_shard_index(staged.path(),
+                      std::accumulate(item_bytes.begin(), item_bytes.end(), uint64_t(0)),
+                      weight_map);
 
   // config.json keeps the input's key order (already validated by Checkpoint::open).
   std::ifstream config_file(model_dir / "config.json");
