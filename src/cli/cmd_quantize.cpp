@@ -71,10 +71,9 @@ std::string quantize_report_json(const QuantizeReport& r) {
 void register_quantize(CLI::App& app, Action& run) {
   struct Args {
     std::string model, out, format = "nvfp4", export_format = "modelopt", max_shard = "5GB";
-    std::vector<std::string> exclude, calib;
+    std::vector<std::string> exclude, calib_files;
+    CalibrationOptions calib;  // defaults 128 x 512, seed 0
     std::string algo = "max", activations = "none", kv_cache = "none";
-    int64_t calib_samples = 128, calib_seq = 512;
-    uint64_t seed = 0;
     int threads = 0, group_size = 0;
     bool force = false, json = false, quiet = false, calib_quantized_inputs = false;
   };
@@ -127,16 +126,7 @@ void register_quantize(CLI::App& app, Action& run) {
                   "KV-cache quantization: none or fp8 (k_scale / v_scale from calibration)")
       ->check(CLI::IsMember({"none", "fp8"}))
       ->capture_default_str();
-  cmd->add_option("--calib", args->calib,
-                  "Calibration text: plain text, or JSON Lines with a \"text\" field (repeatable)");
-  cmd->add_option("--calib-samples", args->calib_samples, "Calibration windows")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
-      ->capture_default_str();
-  cmd->add_option("--calib-seq", args->calib_seq, "Tokens per calibration window (BOS included)")
-      ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
-      ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the calibration window choice and row samples")
-      ->capture_default_str();
+  add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/false);
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
                 "Calibrate each layer on the outputs of the already-quantized previous layers "
                 "(as GPTQ recipes do) instead of the original model's");
@@ -166,10 +156,8 @@ void register_quantize(CLI::App& app, Action& run) {
                       : args->activations == "fp8" ? ActQuant::fp8
                       : args->activations == "int8" ? ActQuant::int8 : ActQuant::none;
       o.kv_fp8 = args->kv_cache == "fp8";
-      for (const auto& f : args->calib) o.calib.files.emplace_back(f);
-      o.calib.samples = args->calib_samples;
-      o.calib.seq_len = args->calib_seq;
-      o.calib.seed = args->seed;
+      o.calib = args->calib;
+      o.calib.files.assign(args->calib_files.begin(), args->calib_files.end());
       o.calib_quantized_inputs = args->calib_quantized_inputs;
       apply_plan(*plan, o, args->model, args->quiet);
       const QuantizeReport r = quantize_checkpoint(args->model, args->out, o);

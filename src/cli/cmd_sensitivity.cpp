@@ -29,9 +29,8 @@ std::vector<FormatChoice> parse_format_list(const std::string& list) {
 void register_sensitivity(CLI::App& app, Action& run) {
   struct Args {
     std::string model, formats = "nvfp4,fp8", html;
-    std::vector<std::string> calib;
-    int64_t calib_samples = 32, calib_seq = 256;
-    uint64_t seed = 0;
+    std::vector<std::string> calib_files;
+    CalibrationOptions calib{{}, 32, 256, 0};  // smaller default than quantize: one pass per unit
     int threads = 0;
     bool exact = false, json = false, quiet = false;
   };
@@ -44,17 +43,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
       "quantized.");
   cmd->add_option("model", args->model, "Model directory (unquantized Hugging Face checkpoint)")
       ->required();
-  cmd->add_option("--calib", args->calib,
-                  "Calibration text: plain text, or JSON Lines with a \"text\" field (repeatable)")
-      ->required();
-  cmd->add_option("--calib-samples", args->calib_samples, "Calibration windows")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
-      ->capture_default_str();
-  cmd->add_option("--calib-seq", args->calib_seq, "Tokens per calibration window (BOS included)")
-      ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
-      ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the calibration window choice")
-      ->capture_default_str();
+  add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/true);
   cmd->add_option("--formats", args->formats,
                   "Candidate formats, comma-separated: nvfp4, mxfp4, fp8, int4 (int4:G for group G)")
       ->capture_default_str();
@@ -72,10 +61,8 @@ void register_sensitivity(CLI::App& app, Action& run) {
   cmd->callback([args, &run] {
     run = [args] {
       SensitivityOptions o;
-      for (const auto& f : args->calib) o.calib.files.emplace_back(f);
-      o.calib.samples = args->calib_samples;
-      o.calib.seq_len = args->calib_seq;
-      o.calib.seed = args->seed;
+      o.calib = args->calib;
+      o.calib.files.assign(args->calib_files.begin(), args->calib_files.end());
       o.formats = parse_format_list(args->formats);
       o.exact = args->exact;
       o.threads = args->threads;

@@ -2,11 +2,14 @@
 // to the action to perform when it is the one chosen; actions return the exit code.
 #pragma once
 
+#include "calib/calibration_data.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace qf::cli {
 
@@ -21,6 +24,12 @@ void register_eval(CLI::App& app, Action& run);
 void register_bench(CLI::App& app, Action& run);
 void register_tokenize(CLI::App& app, Action& run);
 void register_sensitivity(CLI::App& app, Action& run);
+
+// The calibration flags shared by quantize and sensitivity: --calib (repeatable), --calib-samples,
+// --calib-seq, --seed, bound to `calib` (whose current values are the defaults shown in --help).
+// `files` receives the --calib paths; copy them into calib.files after parsing.
+void add_calibration_flags(CLI::App* cmd, CalibrationOptions& calib, std::vector<std::string>& files,
+                           bool required);
 
 // Parses "5GB", "500MB", "1.5GiB", "123" (bytes) into bytes; throws qf::Error if malformed.
 uint64_t parse_size(const std::string& text);
