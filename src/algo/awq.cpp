@@ -24,7 +24,8 @@ int64_t unit_span(const RtnOptions& f, int64_t cols) {
     case Format::nvfp4: return kNvfp4Block;
     case Format::mxfp4: return kMxfp4Block;
     case Format::int4: return f.block > 0 ? f.block : kInt4DefaultGroup;
-    case Format::fp8: return cols;
+    case Format::fp8:
+    case Format::int8: return cols;
   }
   return cols;
 }

@@ -1,8 +1,10 @@
 #include "algo/round_to_nearest.h"
 
+#include "core/convert.h"
 #include "core/error.h"
 #include "formats/fp8.h"
 #include "formats/int4.h"
+#include "formats/int8.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
 
@@ -45,6 +47,13 @@ QuantizedTensor quantize_rtn(const WeightRows& w, const RtnOptions& options, flo
       int4_quantize(w, q.block, options.scale_dtype, reinterpret_cast<int8_t*>(q.codes.data()),
                     q.scales.data(), pool);
       break;
+    case Format::int8: {
+      // Per-channel INT8 (the SmoothQuant weight format without smoothing).
+      std::vector<float> f(n);
+      convert_to_f32(w.dtype, w.data, f.data(), n);
+      q = int8_to_quantized(int8_channel_quantize(f.data(), w.rows, w.cols, options.scale_dtype, pool));
+      break;
+    }
   }
   return q;
 }

@@ -23,7 +23,6 @@ struct QuantScheme {
   int group = 0;  // from the config, 0 if not given
   std::string algo;
   std::vector<std::string> ignore;
-  bool int8 = false;               // ModelOpt W8A8_SQ_PER_CHANNEL: INT8 per-channel weights
   ActQuant act = ActQuant::none;   // what the config says about Linear inputs
   bool kv_fp8 = false;             // FP8 KV cache with per-layer k/v scales
 
@@ -33,7 +32,7 @@ struct QuantScheme {
   bool mixed = false;
   std::map<std::string, std::pair<Format, int>> layers;
 
-  bool quantizes() const { return format.has_value() || int8; }
+  bool quantizes() const { return format.has_value(); }
 
   // The scheme of one module: itself, or for mixed precision that module's format and group
   // (no format when the module is not listed).
@@ -73,6 +72,7 @@ std::optional<Format> modelopt_format(const std::string& algo) {
   if (algo == "mxfp4" || algo == "MXFP4" || algo == "W4A16_MXFP4") return Format::mxfp4;
   if (algo == "FP8_PER_CHANNEL_PER_TOKEN" || algo == "FP8") return Format::fp8;
   if (algo == "W4A16_AWQ" || algo == "INT4_AWQ" || algo == "W4A16") return Format::int4;
+  if (algo == "W8A8_SQ_PER_CHANNEL") return Format::int8;  // SmoothQuant W8A8
   return std::nullopt;
 }
 
@@ -81,6 +81,7 @@ std::optional<Format> ct_format(const std::string& f) {
   if (f == "mxfp4-pack-quantized") return Format::mxfp4;
   if (f == "float-quantized") return Format::fp8;
   if (f == "pack-quantized") return Format::int4;
+  if (f == "int-quantized") return Format::int8;  // INT8 channel weights (W8A8)
   return std::nullopt;
 }
 
@@ -133,7 +134,8 @@ QuantScheme read_scheme(const Checkpoint& ck, const std::string& label) {
         const std::string algo = lc.is_object() ? lc.value("quant_algo", "") : "";
         const auto f = modelopt_format(algo);
         // Mixed checkpoints are weight-only here: activation-quantized algos are refused.
-        if (!f || algo == "NVFP4" || algo == "FP8" || algo == "NVFP4_AWQ")
+        if (!f || algo == "NVFP4" || algo == "FP8" || algo == "NVFP4_AWQ" ||
+            algo == "W8A8_SQ_PER_CHANNEL")
           fail("{}: config.json: quantized_layers['{}']: unsupported quant_algo '{}'", label, module,
                algo);
         const int group = lc.contains("group_size") && lc["group_size"].is_number_integer()
@@ -143,7 +145,6 @@ QuantScheme read_scheme(const Checkpoint& ck, const std::string& label) {
       }
       s.mixed = true;
     } else if (s.algo == "W8A8_SQ_PER_CHANNEL") {
-      s.int8 = true;
       s.act = ActQuant::int8;
     } else if (s.algo == "NVFP4" || s.algo == "NVFP4_AWQ") {
       s.act = ActQuant::nvfp4;  // NVFP4_AWQ without input_scale tensors runs weight-only
@@ -158,7 +159,7 @@ QuantScheme read_scheme(const Checkpoint& ck, const std::string& label) {
           j["quantization"]["kv_cache_quant_algo"].is_string())
         s.kv_fp8 = true;
     }
-    if (!s.format && !s.int8) fail("{}: config.json: unsupported ModelOpt quant_algo '{}'", label, s.algo);
+    if (!s.format) fail("{}: config.json: unsupported ModelOpt quant_algo '{}'", label, s.algo);
     s.ignore = string_list(qc.value("ignore", nlohmann::json::array()));
     if (qc.contains("group_size") && qc["group_size"].is_number_integer())
       s.group = qc["group_size"].get<int>();
@@ -330,7 +331,7 @@ class Loader {
         fail("{}: tensor '{}.weight_scale' present but the quantization config does not quantize "
              "'{}'", label_, module, module);
       L.w = float_weight(module + ".weight", rows, cols, what);
-    } else if (s.int8) {
+    } else if (*s.format == Format::int8) {
       int8_weight(L, module, rows, cols, what);
     } else {
       L.w = quantized_weight(module, rows, cols, s, what);
@@ -432,6 +433,8 @@ class Loader {
         w.scales = sc->data();
         break;
       }
+      case Format::int8:
+        fail("{}: module '{}': INT8 weights are loaded by int8_weight", label_, m);
       case Format::int4: {
         w.format = ct ? WeightFormat::int4_packed32 : WeightFormat::int4_row_pairs;
         if (ct) {

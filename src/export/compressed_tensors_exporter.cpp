@@ -1,5 +1,6 @@
 // The compressed-tensors format (vLLM, SGLang, HF transformers): `nvfp4-pack-quantized`,
-// `mxfp4-pack-quantized`, `float-quantized` (FP8) and `pack-quantized` (INT4), with the
+// `mxfp4-pack-quantized`, `float-quantized` (FP8), `pack-quantized` (INT4) and `int-quantized`
+// (INT8 channel weights with static per-tensor INT8 inputs, llm-compressor's W8A8), with the
 // `quantization_config` that llm-compressor writes (shared/specs/engine-formats.md §2).
 #include "export/exporter.h"
 
@@ -23,6 +24,7 @@ std::string_view ct_format_name(Format format) {
     case Format::mxfp4: return "mxfp4-pack-quantized";
     case Format::fp8: return "float-quantized";
     case Format::int4: return "pack-quantized";
+    case Format::int8: return "int-quantized";
   }
   return "";
 }
@@ -110,6 +112,9 @@ class CompressedTensorsExporter final : public Exporter {
         return {{m + ".weight", DType::F8_E4M3, {l.rows, l.cols}},
                 {m + ".weight_scale", float_scale_dtype(l.model_dtype),
                  l.per_tensor ? Shape{1} : Shape{l.rows, 1}}};
+      case Format::int8:
+        return {{m + ".weight", DType::I8, {l.rows, l.cols}},
+                {m + ".weight_scale", float_scale_dtype(l.model_dtype), {l.rows, 1}}};
       case Format::int4:
         return {{m + ".weight_packed", DType::I32, {l.rows, l.cols / 8}},
                 {m + ".weight_scale", float_scale_dtype(l.model_dtype), {l.rows, l.cols / l.block}},
@@ -140,6 +145,10 @@ class CompressedTensorsExporter final : public Exporter {
           out.push_back(scales_to_bytes({q.scales.at(0)}, float_scale_dtype(l.model_dtype)));
         else
           out.push_back(scales_to_bytes(q.scales, float_scale_dtype(l.model_dtype)));
+        break;
+      case Format::int8:
+        out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
+        out.push_back(scales_to_bytes(q.scales, float_scale_dtype(l.model_dtype)));
         break;
       case Format::int4: {
         std::vector<std::byte> packed(size_t(q.rows * (q.cols / 8)) * sizeof(int32_t));
@@ -186,6 +195,14 @@ class CompressedTensorsExporter final : public Exporter {
         w["num_bits"] = 8;
         w["type"] = "float";
         w["strategy"] = s.per_tensor ? "tensor" : "channel";
+        w["group_size"] = nullptr;
+        w["scale_dtype"] = nullptr;
+        w["observer"] = "minmax";
+        break;
+      case Format::int8:
+        w["num_bits"] = 8;
+        w["type"] = "int";
+        w["strategy"] = "channel";
         w["group_size"] = nullptr;
         w["scale_dtype"] = nullptr;
         w["observer"] = "minmax";

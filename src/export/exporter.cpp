@@ -30,6 +30,8 @@ std::string Exporter::unsupported_reason(const ExportedLinear&) const { return {
 
 DType Exporter::scale_dtype(const ExportedLinear&) const { return DType::F32; }
 
+DType Exporter::pre_quant_scale_dtype(const ExportedLinear&) const { return DType::F32; }
+
 void Exporter::write_extra_files(const QuantizationSummary&, const std::filesystem::path&) const {}
 
 std::vector<std::byte> copy_bytes(const void* data, size_t n) {

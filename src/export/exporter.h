@@ -77,6 +77,9 @@ class Exporter {
   // The dtype FP8 and INT4 scales are stored in (they are rounded to it before the codes are
   // computed, so the stored scale is exactly the one used).
   virtual DType scale_dtype(const ExportedLinear& linear) const;
+  // The dtype `<module>.pre_quant_scale` is stored in (SmoothQuant rounds its scales to it
+  // before dividing the weights, so the stored scale is exactly the one applied). Default F32.
+  virtual DType pre_quant_scale_dtype(const ExportedLinear& linear) const;
   // The tensors that replace `<module>.weight`, in the order linear_data returns them.
   virtual std::vector<TensorSpec> linear_specs(const ExportedLinear& linear) const = 0;
   virtual std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& linear,

@@ -42,6 +42,10 @@ nlohmann::ordered_json layer_config(const QuantizationSummary& s) {
     case Format::fp8:
       c["quant_algo"] = s.per_tensor ? "FP8" : "FP8_PER_CHANNEL_PER_TOKEN";
       break;
+    case Format::int8:
+      // int8_sq / int8_wo (§4.6); neither gets group_size or other fields.
+      c["quant_algo"] = s.act == ActQuant::int8 ? "W8A8_SQ_PER_CHANNEL" : "W8A16";
+      break;
     case Format::int4:
       c["quant_algo"] = "W4A16_AWQ";
       c["group_size"] = block;
@@ -62,11 +66,19 @@ class ModelOptExporter final : public Exporter {
     return {};
   }
 
+  // SmoothQuant's pre_quant_scale is a buffer of the model's dtype in ModelOpt (the scale is
+  // computed from the weight and the amax, both in that dtype); AWQ's stays F32 here.
+  DType pre_quant_scale_dtype(const ExportedLinear& l) const override {
+    if (l.format == Format::int8 && is_quantizable_float(l.model_dtype)) return l.model_dtype;
+    return DType::F32;
+  }
+
   std::vector<TensorSpec> linear_specs(const ExportedLinear& l) const override {
     std::vector<TensorSpec> specs = weight_specs(l);
     const std::string& m = l.module;
     if (l.act != ActQuant::none) specs.push_back({m + ".input_scale", DType::F32, {}});
-    if (l.pre_quant_scale) specs.push_back({m + ".pre_quant_scale", DType::F32, {l.cols}});
+    if (l.pre_quant_scale)
+      specs.push_back({m + ".pre_quant_scale", pre_quant_scale_dtype(l), {l.cols}});
     if (l.kv_scale) specs.push_back({m + "." + l.kv_scale + "_scale", DType::F32, {}});
     return specs;
   }
@@ -75,7 +87,8 @@ class ModelOptExporter final : public Exporter {
                                                   const LinearExtras& x) const override {
     std::vector<std::vector<std::byte>> out = weight_data(l, q);
     if (l.act != ActQuant::none) out.push_back(copy_bytes(&x.input_scale, sizeof(float)));
-    if (l.pre_quant_scale) out.push_back(scales_to_bytes(x.pre_quant_scale, DType::F32));
+    if (l.pre_quant_scale)
+      out.push_back(scales_to_bytes(x.pre_quant_scale, pre_quant_scale_dtype(l)));
     if (l.kv_scale) out.push_back(copy_bytes(&x.kv_scale, sizeof(float)));
     return out;
   }
@@ -96,6 +109,9 @@ class ModelOptExporter final : public Exporter {
           return {{m + ".weight", DType::F8_E4M3, {l.rows, l.cols}},
                   {m + ".weight_scale", DType::F32, {}}};
         return {{m + ".weight", DType::F8_E4M3, {l.rows, l.cols}},
+                {m + ".weight_scale", DType::F32, {l.rows}}};
+      case Format::int8:
+        return {{m + ".weight", DType::I8, {l.rows, l.cols}},
                 {m + ".weight_scale", DType::F32, {l.rows}}};
       case Format::int4:
         return {{m + ".weight", DType::U8, {l.rows / 2, l.cols}},
@@ -121,6 +137,10 @@ class ModelOptExporter final : public Exporter {
         out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
         if (l.per_tensor) out.push_back(copy_bytes(q.scales.data(), sizeof(float)));
         else out.push_back(scales_to_bytes(q.scales, DType::F32));
+        break;
+      case Format::int8:
+        out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
+        out.push_back(scales_to_bytes(q.scales, DType::F32));
         break;
       case Format::int4: {
         std::vector<std::byte> packed(size_t(q.rows / 2 * q.cols));

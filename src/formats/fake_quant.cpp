@@ -8,6 +8,7 @@
 #include "formats/formats_internal.h"
 #include "formats/fp8.h"
 #include "formats/int4.h"
+#include "formats/int8.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
 
@@ -48,6 +49,12 @@ void fake_quantize_unit(Format format, const float* x, int64_t n, float amax, DT
       for (int64_t k = 0; k < n; ++k) out[k] = std::clamp(std::nearbyint(x[k] / s), -8.f, 7.f) * s;
       return;
     }
+    case Format::int8: {
+      const float s = int8_scale_from_amax(amax, scale_dtype);
+      for (int64_t k = 0; k < n; ++k)
+        out[k] = std::clamp(std::nearbyint(x[k] / s), -128.f, 127.f) * s;
+      return;
+    }
     case Format::fp8: {
       const float s = fp8_scale_from_amax(amax, scale_dtype);
       for (int64_t k = 0; k < n; ++k)
@@ -68,14 +75,14 @@ void fake_quantize_unit(Format format, const float* x, int64_t n, float amax, DT
 namespace {
 
 int resolve_block(Format format, int block) {
-  if (format == Format::fp8) return 1;
+  if (format == Format::fp8 || format == Format::int8) return 1;
   if (format == Format::int4) return block > 0 ? block : kInt4DefaultGroup;
   return format_info(format).block;
 }
 
 // Elements one scale covers along a row (fp8: the whole row).
 int64_t scale_span(const QuantizedTensor& q) {
-  return q.format == Format::fp8 ? q.cols : int64_t(q.block);
+  return q.format == Format::fp8 || q.format == Format::int8 ? q.cols : int64_t(q.block);
 }
 
 }  // namespace
@@ -115,6 +122,10 @@ QuantizedTensor scales_from_amax(Format format, int64_t rows, int64_t cols, int 
       q.scales.resize(size_t(n));
       for (int64_t i = 0; i < n; ++i) q.scales[size_t(i)] = fp8_scale_from_amax(amax[i], scale_dtype);
       break;
+    case Format::int8:
+      q.scales.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) q.scales[size_t(i)] = int8_scale_from_amax(amax[i], scale_dtype);
+      break;
   }
   return q;
 }
@@ -143,6 +154,7 @@ FrozenQuantizer::FrozenQuantizer(const QuantizedTensor& q)
       break;
     case Format::int4:
     case Format::fp8:
+    case Format::int8:
       if (q.scales.size() != n) fail("frozen quantizer: {} needs {} scales", format_info(format_).name, n);
       std::copy(q.scales.begin(), q.scales.end(), divisor_.begin());
       break;
@@ -165,6 +177,11 @@ uint8_t FrozenQuantizer::encode(int64_t r, int64_t c, float x, float* dequantize
     }
     case Format::int4: {
       const float v = std::clamp(std::nearbyint(x / d), -8.f, 7.f);
+      *dequantized = v * d;
+      return uint8_t(int8_t(v));
+    }
+    case Format::int8: {
+      const float v = std::clamp(std::nearbyint(x / d), -128.f, 127.f);
       *dequantized = v * d;
       return uint8_t(int8_t(v));
     }
@@ -228,6 +245,12 @@ void dequantize(const QuantizedTensor& q, float* out) {
       break;
     case Format::fp8:
       fp8_channel_dequantize(q.codes.data(), q.scales.data(), q.rows, q.cols, out);
+      break;
+    case Format::int8:
+      for (int64_t r = 0; r < q.rows; ++r)
+        for (int64_t c = 0; c < q.cols; ++c)
+          out[r * q.cols + c] =
+              float(int8_t(q.codes[size_t(r * q.cols + c)])) * q.scales[size_t(r)];
       break;
   }
 }

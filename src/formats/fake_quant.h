@@ -26,10 +26,11 @@ uint8_t nvfp4_static_block_scale(float bamax_cal, float global_amax);
 // INT4 group scale: amax*fl32(1/7) (0 -> 1) rounded to scale_dtype, as int4_quantize.
 float int4_scale_from_amax(float amax, DType scale_dtype);
 // FP8 row scale: amax*fl32(1/448) (0 -> 1) rounded to scale_dtype, as fp8_channel_quantize.
+// (INT8 row scale: int8_scale_from_amax in formats/int8.h, amax*fl32(1/127).)
 float fp8_scale_from_amax(float amax, DType scale_dtype);
 
 // out[0, n) = x[0, n) quantized and dequantized with the one scale `format` derives from `amax`
-// (int4, fp8: the rules above; mxfp4: mxfp4_scale_code). For searches over one block or row.
+// (int4, fp8, int8: the rules above; mxfp4: mxfp4_scale_code). For searches over one block or row.
 // nvfp4 has two-level scales and is not supported here (throws qf::Error).
 void fake_quantize_unit(Format format, const float* x, int64_t n, float amax, DType scale_dtype,
                         float* out);
@@ -37,7 +38,7 @@ void fake_quantize_unit(Format format, const float* x, int64_t n, float amax, DT
 // Scales (codes left empty) of `format` for a [rows, cols] matrix from one amax per scale:
 //   nvfp4: block_amax [rows, cols/16], static-block rule above with `global_amax` (the group's;
 //          weight_scale_2 = nvfp4_global_scale(global_amax));
-//   mxfp4: [rows, cols/32] -> mxfp4_scale_code;  int4: [rows, cols/block];  fp8: [rows].
+//   mxfp4: [rows, cols/32] -> mxfp4_scale_code;  int4: [rows, cols/block];  fp8, int8: [rows].
 // `block` = 0 takes the format's default (int4: 128). global_amax is read for nvfp4 only.
 // Throws qf::Error for a shape the block does not divide.
 QuantizedTensor scales_from_amax(Format format, int64_t rows, int64_t cols, int block,
@@ -47,7 +48,7 @@ QuantizedTensor scales_from_amax(Format format, int64_t rows, int64_t cols, int 
 // Quantizes single elements against the frozen scales of a QuantizedTensor (its format, shape,
 // block, block_scales / scales, global_scale; its codes are not read). Encoding rules are the
 // formats' own (NVFP4: x / (e4m3*g), E2M1 RNE; MXFP4: x / 2^k; INT4: round-half-even of
-// x / scale clamped to [-8, 7]; FP8: e4m3 of x / scale clamped to +-448), so encoding a matrix
+// x / scale clamped to [-8, 7]; INT8: the same clamped to [-128, 127]; FP8: e4m3 of x / scale clamped to +-448), so encoding a matrix
 // against the scales quantize_rtn chose gives exactly quantize_rtn's codes.
 class FrozenQuantizer {
  public:

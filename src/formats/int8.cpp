@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace qf {
 
@@ -25,8 +26,7 @@ Int8ChannelTensor int8_channel_quantize(const float* w, int64_t rows, int64_t co
     const float* x = w + r * cols;
     float amax = 0.f;
     for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[c]));
-    const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 127.0f);
-    const float scale = detail::round_scale_to_dtype(raw, scale_dtype);
+    const float scale = int8_scale_from_amax(amax, scale_dtype);
     q.scales[size_t(r)] = scale;
     int8_t* out = q.codes.data() + r * cols;
     // torch.round is half to even: nearbyint under the default rounding mode.
@@ -34,6 +34,24 @@ Int8ChannelTensor int8_channel_quantize(const float* w, int64_t rows, int64_t co
       out[c] = int8_t(std::clamp(std::nearbyint(x[c] / scale), -128.f, 127.f));
   });
   return q;
+}
+
+float int8_scale_from_amax(float amax, DType scale_dtype) {
+  const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 127.0f);
+  return detail::round_scale_to_dtype(raw, scale_dtype);
+}
+
+QuantizedTensor int8_to_quantized(Int8ChannelTensor&& q) {
+  QuantizedTensor t;
+  t.format = Format::int8;
+  t.rows = q.rows;
+  t.cols = q.cols;
+  t.block = 1;
+  t.codes.resize(q.codes.size());
+  if (!q.codes.empty()) std::memcpy(t.codes.data(), q.codes.data(), q.codes.size());
+  t.scales = std::move(q.scales);
+  t.scale_dtype = q.scale_dtype;
+  return t;
 }
 
 void int8_channel_dequantize(const Int8ChannelTensor& q, float* out) {

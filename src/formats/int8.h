@@ -1,10 +1,11 @@
 // INT8 weights with one scale per output channel (row), the weight half of SmoothQuant W8A8
 // (ModelOpt `int8_sq`, specs modelopt-nvfp4 §3): scale = amax_row / 127, round half to even,
-// clamp to [-128, 127]. Not a registry format yet (registry.h has no int8 row): the SmoothQuant
-// exporter consumes this struct directly.
+// clamp to [-128, 127]. Registry format `int8` (block 1: one scale per row); SmoothQuant builds
+// this struct and hands it on as a QuantizedTensor (int8_to_quantized).
 #pragma once
 
 #include "core/dtype.h"
+#include "formats/quantized_tensor.h"
 
 #include <cstdint>
 #include <vector>
@@ -29,5 +30,9 @@ Int8ChannelTensor int8_channel_quantize(const float* w, int64_t rows, int64_t co
                                         DType scale_dtype, ThreadPool& pool);
 // out[r, c] = q[r, c] * scales[r].
 void int8_channel_dequantize(const Int8ChannelTensor& q, float* out);
+// The same tensor as a registry QuantizedTensor (format int8, block 1, codes as bytes).
+QuantizedTensor int8_to_quantized(Int8ChannelTensor&& q);
+// int8 row scale: amax*fl32(1/127) (0 -> 1) rounded to scale_dtype, as int8_channel_quantize.
+float int8_scale_from_amax(float amax, DType scale_dtype);
 
 }  // namespace qf

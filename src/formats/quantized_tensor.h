@@ -16,11 +16,12 @@ struct QuantizedTensor {
   int64_t cols = 0;  // input features
   int block = 0;     // elements per scale along a row (1 for per-row FP8)
   // nvfp4, mxfp4: packed E2M1 pairs [rows, cols/2]; fp8: E4M3 [rows, cols];
-  // int4: one int8 in [-8, 7] per element [rows, cols] (exporters pack them).
+  // int4: one int8 in [-8, 7] per element [rows, cols] (exporters pack them);
+  // int8: one int8 per element [rows, cols] (two's complement bytes).
   std::vector<uint8_t> codes;
   // nvfp4: E4M3 [rows, cols/16]; mxfp4: E8M0 [rows, cols/32]; empty otherwise.
   std::vector<uint8_t> block_scales;
-  // fp8: [rows]; int4: [rows, cols/block]; values exactly representable in scale_dtype.
+  // fp8, int8: [rows]; int4: [rows, cols/block]; values exactly representable in scale_dtype.
   std::vector<float> scales;
   DType scale_dtype = DType::F32;
   float global_scale = 1.f;  // nvfp4 weight_scale_2 (dequantize: e2m1 * e4m3 * global_scale)

@@ -12,7 +12,7 @@ namespace {
 // Per-tensor scalars stored besides the block scales (NVFP4's float32 weight_scale_2).
 int tensor_scale_bits(Format format) { return format == Format::nvfp4 ? 32 : 0; }
 
-constexpr std::array<FormatInfo, 4> kFormats = {{
+constexpr std::array<FormatInfo, 5> kFormats = {{
     {Format::nvfp4, "nvfp4", 16, 4, 8,
      "NVFP4: E2M1 in blocks of 16 with E4M3 block scales and an F32 tensor scale (ModelOpt)"},
     {Format::mxfp4, "mxfp4", 32, 4, 8,
@@ -20,6 +20,8 @@ constexpr std::array<FormatInfo, 4> kFormats = {{
     {Format::fp8, "fp8", 1, 8, 32, "FP8: E4M3 with one F32 scale per output channel"},
     {Format::int4, "int4", 128, 4, 32,
      "INT4: symmetric 4-bit integers in groups of 128 with F32 scales (ModelOpt AWQ layout)"},
+    {Format::int8, "int8", 1, 8, 32,
+     "INT8: symmetric 8-bit integers with one F32 scale per output channel (SmoothQuant W8A8)"},
 }};
 
 bool equals_ignoring_case(std::string_view a, std::string_view b) {

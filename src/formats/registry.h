@@ -9,7 +9,7 @@
 
 namespace qf {
 
-enum class Format { nvfp4, mxfp4, fp8, int4 };
+enum class Format { nvfp4, mxfp4, fp8, int4, int8 };
 
 struct FormatInfo {
   Format id;

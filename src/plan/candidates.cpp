@@ -25,7 +25,8 @@ std::optional<FormatChoice> parse_format_choice(std::string_view text) {
   if (text == "keep") return FormatChoice::keep();
   const size_t colon = text.find(':');
   const std::optional<Format> f = parse_format(text.substr(0, colon));
-  if (!f) return std::nullopt;
+  // INT8 is W8A8 (SmoothQuant, activation scales from calibration); plans are weight-only.
+  if (!f || *f == Format::int8) return std::nullopt;
   if (colon == std::string_view::npos) return FormatChoice::of(*f);
   if (*f != Format::int4) return std::nullopt;  // only INT4 has a free group size
   const std::string_view digits = text.substr(colon + 1);
@@ -54,6 +55,7 @@ uint64_t linear_stored_bytes(const FormatChoice& choice, int64_t out, int64_t in
     case Format::mxfp4: return n / 2 + n / 32;
     case Format::fp8: return n + 4 * uint64_t(out);
     case Format::int4: return n / 2 + 4 * (n / uint64_t(choice.effective_block()));
+    case Format::int8: return n + 4 * uint64_t(out);
   }
   fail("unknown format id {}", static_cast<int>(*choice.format));
 }

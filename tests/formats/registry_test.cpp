@@ -9,7 +9,7 @@ namespace qf {
 namespace {
 
 TEST(FormatRegistry, TableRows) {
-  ASSERT_EQ(all_formats().size(), 4u);
+  ASSERT_EQ(all_formats().size(), 5u);
   const FormatInfo& nv = format_info(Format::nvfp4);
   EXPECT_EQ(nv.name, "nvfp4");
   EXPECT_EQ(nv.block, 16);
@@ -27,6 +27,11 @@ TEST(FormatRegistry, TableRows) {
   EXPECT_EQ(i4.block, 128);
   EXPECT_EQ(i4.element_bits, 4);
   EXPECT_EQ(i4.scale_bits, 32);
+  const FormatInfo& i8 = format_info(Format::int8);
+  EXPECT_EQ(i8.name, "int8");
+  EXPECT_EQ(i8.block, 1);
+  EXPECT_EQ(i8.element_bits, 8);
+  EXPECT_EQ(i8.scale_bits, 32);
   for (const FormatInfo& f : all_formats()) {
     EXPECT_EQ(&format_info(f.id), &f);
     EXPECT_FALSE(f.description.empty());
@@ -38,7 +43,8 @@ TEST(FormatRegistry, ParseNames) {
   EXPECT_EQ(parse_format("MXFP4"), Format::mxfp4);
   EXPECT_EQ(parse_format("Fp8"), Format::fp8);
   EXPECT_EQ(parse_format("int4"), Format::int4);
-  EXPECT_EQ(parse_format("int8"), std::nullopt);
+  EXPECT_EQ(parse_format("INT8"), Format::int8);
+  EXPECT_EQ(parse_format("int2"), std::nullopt);
   EXPECT_EQ(parse_format(""), std::nullopt);
   EXPECT_EQ(parse_format("nvfp4 "), std::nullopt);
 }
@@ -54,6 +60,7 @@ TEST(FormatRegistry, BitsPerWeight) {
   EXPECT_DOUBLE_EQ(format_bits_per_weight(Format::int4, 8, 4096), 4.25);
   EXPECT_DOUBLE_EQ(format_bits_per_weight(Format::int4, 8, 4096, 32), 5.0);
   EXPECT_DOUBLE_EQ(format_bits_per_weight(Format::int4, 8, 4096, 64), 4.5);
+  EXPECT_DOUBLE_EQ(format_bits_per_weight(Format::int8, 10, 4096), 8.0 + 32.0 / 4096.0);
   EXPECT_THROW(format_bits_per_weight(Format::int4, 0, 4096), Error);
   EXPECT_THROW(format_bits_per_weight(Format::int4, 8, 4096, -1), Error);
 }
