@@ -91,8 +91,9 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_option("--format", args->format,
                   "Weight format: nvfp4 (E2M1, E4M3 scale per 16, FP32 tensor scale), mxfp4 (E2M1, "
                   "E8M0 scale per 32), fp8 (E4M3, scale per output channel), int4 (symmetric, "
-                  "scale per group)")
-      ->check(CLI::IsMember({"nvfp4", "mxfp4", "fp8", "int4"}))
+                  "scale per group), int8 (symmetric, scale per output channel; W8A8 only: "
+                  "--activations int8)")
+      ->check(CLI::IsMember({"nvfp4", "mxfp4", "fp8", "int4", "int8"}))
       ->capture_default_str();
   cmd->add_option("--export", args->export_format,
                   "Checkpoint format: modelopt (ModelOpt HF: vLLM, SGLang, TensorRT-LLM) or "
@@ -112,14 +113,16 @@ void register_quantize(CLI::App& app, Action& run) {
                   "awq (activation-aware scales + clip search; needs --calib), gptq (inverse-Hessian "
                   "error feedback; needs --calib), awq+gptq, local_hessian (NVFP4: per-block FP8 "
                   "scale sweep weighted by the inputs' block Hessian; needs --calib), "
-                  "local_hessian+gptq (GPTQ with those block scales frozen)")
+                  "local_hessian+gptq (GPTQ with those block scales frozen), smoothquant (INT8 "
+                  "W8A8 with --format int8 --activations int8: per-channel scales that move "
+                  "activation outliers into the weights; needs --calib)")
       ->check(CLI::IsMember({"max", "mse", "awq", "gptq", "awq+gptq", "local_hessian",
-                             "local_hessian+gptq"}))
+                             "local_hessian+gptq", "smoothquant"}))
       ->capture_default_str();
   cmd->add_option("--activations", args->activations,
                   "Activation quantization: none (weight-only), nvfp4 (W4A4 with --format nvfp4: "
                   "input_scale from calibration), fp8 (W8A8 per-tensor with --format fp8), int8 "
-                  "(SmoothQuant W8A8). Anything but none needs --calib")
+                  "(W8A8 per-tensor with --format int8). Anything but none needs --calib")
       ->check(CLI::IsMember({"none", "nvfp4", "fp8", "int8"}))
       ->capture_default_str();
   cmd->add_option("--kv-cache", args->kv_cache,

@@ -5,10 +5,12 @@
 #include "algo/local_hessian.h"
 #include "algo/mse.h"
 #include "algo/round_to_nearest.h"
+#include "algo/smoothquant.h"
 #include "calib/layer_calibration.h"
 #include "core/convert.h"
 #include "engine/model.h"
 #include "formats/fake_quant.h"
+#include "formats/int8.h"
 #include "io/tokenizer.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -95,6 +97,7 @@ std::string_view weight_algo_name(WeightAlgo a) {
     case WeightAlgo::awq_gptq: return "awq+gptq";
     case WeightAlgo::local_hessian: return "local_hessian";
     case WeightAlgo::local_hessian_gptq: return "local_hessian+gptq";
+    case WeightAlgo::smoothquant: return "smoothquant";
   }
   return "max";
 }
@@ -102,7 +105,7 @@ std::string_view weight_algo_name(WeightAlgo a) {
 std::optional<WeightAlgo> parse_weight_algo(std::string_view name) {
   for (WeightAlgo a : {WeightAlgo::max, WeightAlgo::mse, WeightAlgo::awq, WeightAlgo::gptq,
                        WeightAlgo::awq_gptq, WeightAlgo::local_hessian,
-                       WeightAlgo::local_hessian_gptq})
+                       WeightAlgo::local_hessian_gptq, WeightAlgo::smoothquant})
     if (weight_algo_name(a) == name) return a;
   if (name == "awq_gptq") return WeightAlgo::awq_gptq;
   if (name == "local_hessian_gptq") return WeightAlgo::local_hessian_gptq;
@@ -129,7 +132,8 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
                              options.algo == WeightAlgo::local_hessian_gptq;
   const bool gptq = options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq ||
                     options.algo == WeightAlgo::local_hessian_gptq;
-  const bool data_algo = awq || gptq || local_hessian;
+  const bool smoothquant_algo = options.algo == WeightAlgo::smoothquant;
+  const bool data_algo = awq || gptq || local_hessian || smoothquant_algo;
   const bool calibrate = options.activations != ActQuant::none || options.kv_fp8 || data_algo ||
                          options.calib_quantized_inputs;
   if (calibrate && options.calib.files.empty()) {
@@ -145,8 +149,18 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     fail("--activations nvfp4 (W4A4) needs --format nvfp4, not {}", info.name);
   if (options.activations == ActQuant::fp8 && options.format != Format::fp8)
     fail("--activations fp8 (FP8 W8A8 per-tensor) needs --format fp8, not {}", info.name);
-  if (options.activations == ActQuant::int8)
-    fail("--activations int8 (SmoothQuant W8A8) is not supported yet");
+  // INT8 is W8A8 only (ModelOpt W8A8_SQ_PER_CHANNEL, compressed-tensors int-quantized):
+  // smoothquant, or max (per-channel weights, unsmoothed inputs) for comparison.
+  if (options.format == Format::int8 && options.activations != ActQuant::int8)
+    fail("--format int8 is W8A8: pass --activations int8 (weight-only INT8 is not supported)");
+  if (options.activations == ActQuant::int8 && options.format != Format::int8)
+    fail("--activations int8 (W8A8) needs --format int8, not {}", info.name);
+  if (smoothquant_algo && options.format != Format::int8)
+    fail("--algo smoothquant needs --format int8 --activations int8 (SmoothQuant W8A8), not {}",
+         info.name);
+  if (options.format == Format::int8 && options.algo != WeightAlgo::smoothquant &&
+      options.algo != WeightAlgo::max)
+    fail("--format int8 supports --algo smoothquant or max, not {}", weight_algo_name(options.algo));
   const bool per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
   if (options.assignment && (calibrate || options.algo != WeightAlgo::max))
     fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now");
@@ -191,6 +205,11 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     // compressed-tensors has no such tensor, so those two are quantized with max there.
     exported[i].pre_quant_scale = awq && options.export_format == ExportFormat::modelopt &&
                                   (m.role == LinearRole::o_proj || m.role == LinearRole::down_proj);
+    // SmoothQuant: ModelOpt keeps every Linear's pre_quant_scale as a tensor (specs §4.3);
+    // compressed-tensors folds q/k/v and gate/up scales into the norms (llm-compressor) and
+    // leaves o_proj / down_proj unsmoothed.
+    if (smoothquant_algo && options.export_format == ExportFormat::modelopt)
+      exported[i].pre_quant_scale = true;
     if (options.kv_fp8 && m.role == LinearRole::k_proj) exported[i].kv_scale = 'k';
     if (options.kv_fp8 && m.role == LinearRole::v_proj) exported[i].kv_scale = 'v';
     std::string pattern;
@@ -328,7 +347,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   std::vector<float> act_amax(arch.linears.size(), 0.f);
   std::vector<std::pair<float, float>> kv_amax(size_t(arch.num_layers), {0.f, 0.f});
   std::map<size_t, Precomputed> precomputed;
-  std::map<std::string, std::vector<float>> vector_override;  // norms that absorbed AWQ scales
+  std::map<std::string, std::vector<float>> vector_override;  // norms that absorbed AWQ/SQ scales
   if (calibrate) {
     const auto tokenizer = Tokenizer::load(model_dir);
     const CalibrationData data = load_calibration_data(options.calib, *tokenizer);
@@ -356,23 +375,45 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       const RtnOptions rtn{options.format, block, exporter->scale_dtype(exported[members[0]])};
       float members_amax = 0.f;
       for (size_t m : members) members_amax = std::max(members_amax, tensor_amax(m));
+      auto norm_override = [&]() -> std::vector<float>& {
+        auto& norm = vector_override[norm_name];
+        if (norm.empty()) {
+          const CheckpointTensor* nt = ckpt.find(norm_name);
+          if (!nt) fail("{}: tensor '{}' is missing", model_dir.string(), norm_name);
+          const TensorView nv = nt->file->view(*nt->entry);
+          norm.resize(size_t(nv.numel()));
+          convert_to_f32(nv.dtype, nv.data, norm.data(), norm.size());
+        }
+        return norm;
+      };
+      if (smoothquant_algo) {
+        const bool fold = !exported[members[0]].pre_quant_scale;  // compressed-tensors
+        if (fold && norm_name.empty()) {
+          // o_proj / down_proj in compressed-tensors: INT8 of the unsmoothed weight.
+          for (size_t m : members) precomputed[m].q = quantize_max_or_mse(m);
+          return;
+        }
+        SmoothQuantOptions so;
+        so.scale_dtype = rtn.scale_dtype;
+        if (!fold) so.pre_quant_scale_dtype = exporter->pre_quant_scale_dtype(exported[members[0]]);
+        SmoothQuantResult r = smoothquant(rows, stats, so, pool);
+        if (fold) fold_pre_quant_scale_into_norm(norm_override().data(), nullptr, r.pre_quant_scale);
+        for (size_t k = 0; k < members.size(); ++k) {
+          Precomputed& p = precomputed[members[k]];
+          p.q = int8_to_quantized(std::move(r.tensors[k]));
+          if (!fold) p.pre_quant_scale = r.pre_quant_scale;
+          p.input_amax = r.input_amax;
+        }
+        return;
+      }
       const bool can_awq = awq && (!norm_name.empty() || exported[members[0]].pre_quant_scale);
       if (can_awq) {
         AwqOptions ao;
         ao.format = rtn;
         ao.clip = options.algo == WeightAlgo::awq;
         AwqResult r = quantize_awq(rows, stats, ao, pool);
-        if (!norm_name.empty()) {
-          auto& norm = vector_override[norm_name];
-          if (norm.empty()) {
-            const CheckpointTensor* nt = ckpt.find(norm_name);
-            if (!nt) fail("{}: tensor '{}' is missing", model_dir.string(), norm_name);
-            const TensorView nv = nt->file->view(*nt->entry);
-            norm.resize(size_t(nv.numel()));
-            convert_to_f32(nv.dtype, nv.data, norm.data(), norm.size());
-          }
-          fold_pre_quant_scale_into_norm(norm.data(), nullptr, r.pre_quant_scale);
-        }
+        if (!norm_name.empty())
+          fold_pre_quant_scale_into_norm(norm_override().data(), nullptr, r.pre_quant_scale);
         std::vector<QuantizedTensor> tensors = std::move(r.tensors);
         if (options.algo == WeightAlgo::awq_gptq) {
           const LinearStats scaled = scale_linear_stats(stats, r.pre_quant_scale);
@@ -484,8 +525,8 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     report.activation_bytes = cr.activation_bytes;
   }
 
-  // input_scale = amax_in / maxbound; NVFP4 unifies it over fused groups (specs §4.4), FP8
-  // per-tensor does not.
+  // input_scale = amax_in / maxbound; NVFP4 and INT8 unify it over fused groups (specs §4.4),
+  // FP8 per-tensor does not.
   auto input_amax_of = [&](size_t i) {
     auto it = precomputed.find(i);
     return it != precomputed.end() && it->second.input_amax >= 0 ? it->second.input_amax : act_amax[i];
@@ -499,12 +540,16 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     };
     float amax = amax_in(i);
     const int g = arch.linears[i].group;
-    if (options.activations == ActQuant::nvfp4 && g >= 0)
+    if ((options.activations == ActQuant::nvfp4 || options.activations == ActQuant::int8) && g >= 0)
       for (size_t m : arch.fused_groups[size_t(g)]) amax = std::max(amax, amax_in(m));
     if (!(amax > 0.f))
       fail("{}: calibration saw an all-zero input for '{}'; it has no input scale",
            model_dir.string(), arch.linears[i].name);
-    return options.activations == ActQuant::nvfp4 ? amax * (1.0f / 2688.0f) : amax * (1.0f / 448.0f);
+    switch (options.activations) {
+      case ActQuant::nvfp4: return amax * (1.0f / 2688.0f);
+      case ActQuant::int8: return amax * (1.0f / 127.0f);
+      default: return amax * (1.0f / 448.0f);
+    }
   };
 
   std::map<std::string, std::string> weight_map;
@@ -531,7 +576,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       const CheckpointTensor& t = *item.source;
       const TensorView view = t.file->view(*t.entry);
       if (item.linear < 0 && vector_override.count(t.name)) {
-        // A norm that absorbed AWQ scales, in its own dtype.
+        // A norm that absorbed AWQ / SmoothQuant scales, in its own dtype.
         const auto bytes = scales_to_bytes(vector_override[t.name], t.entry->dtype);
         writer.write(t.name, bytes);
         ++report.tensors_copied;

@@ -18,15 +18,16 @@ namespace qf {
 
 // Weight algorithm (--algo). max and mse need no data; the others calibrate. local_hessian and
 // local_hessian+gptq are NVFP4 only (static-block scales from the Hessian-weighted FP8 sweep;
-// the latter then runs GPTQ with those scales frozen).
-enum class WeightAlgo { max, mse, awq, gptq, awq_gptq, local_hessian, local_hessian_gptq };
+// the latter then runs GPTQ with those scales frozen). smoothquant is INT8 W8A8 only.
+enum class WeightAlgo { max, mse, awq, gptq, awq_gptq, local_hessian, local_hessian_gptq, smoothquant };
 std::string_view weight_algo_name(WeightAlgo a);
 std::optional<WeightAlgo> parse_weight_algo(std::string_view name);
 
 struct QuantizeOptions {
   Format format = Format::nvfp4;
   WeightAlgo algo = WeightAlgo::max;
-  ActQuant activations = ActQuant::none;  // nvfp4 needs format nvfp4, fp8 needs format fp8
+  ActQuant activations = ActQuant::none;  // nvfp4 needs format nvfp4, fp8 needs format fp8,
+                                          // int8 and format int8 need each other
   bool kv_fp8 = false;                    // --kv-cache fp8
   CalibrationOptions calib;               // --calib files (required when anything calibrates)
   bool calib_quantized_inputs = false;    // layers see the outputs of quantized predecessors

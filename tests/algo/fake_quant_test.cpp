@@ -19,7 +19,7 @@ TEST(FakeQuantTest, EncodingAgainstRtnScalesReproducesRtn) {
   const int64_t rows = 10, cols = 128;
   std::vector<float> w = test::random_weights(rows, cols, 12);
   for (int k = 0; k < 32; ++k) w[size_t(3 * cols + k)] = k % 2 ? -0.f : 0.f;  // zero blocks
-  for (Format f : {Format::nvfp4, Format::mxfp4, Format::int4, Format::fp8}) {
+  for (Format f : {Format::nvfp4, Format::mxfp4, Format::int4, Format::fp8, Format::int8}) {
     RtnOptions o;
     o.format = f;
     if (f == Format::int4) o.block = 32;
@@ -91,13 +91,13 @@ TEST(FakeQuantTest, ScalesFromAmaxMatchTheQuantizers) {
   ThreadPool pool(1);
   const int64_t rows = 6, cols = 64;
   const std::vector<float> w = test::random_weights(rows, cols, 14);
-  for (Format f : {Format::mxfp4, Format::int4, Format::fp8}) {
+  for (Format f : {Format::mxfp4, Format::int4, Format::fp8, Format::int8}) {
     RtnOptions o;
     o.format = f;
     o.block = f == Format::int4 ? 32 : 0;
     o.scale_dtype = DType::BF16;
     const QuantizedTensor r = quantize_rtn(test::f32_view(w, rows, cols), o, 0.f, pool);
-    const int64_t span = f == Format::fp8 ? cols : r.block;
+    const int64_t span = f == Format::fp8 || f == Format::int8 ? cols : r.block;
     std::vector<float> amax(size_t(rows * cols / span), 0.f);
     for (size_t i = 0; i < w.size(); ++i) amax[i / size_t(span)] = std::max(amax[i / size_t(span)], std::fabs(w[i]));
     QuantizedTensor q = scales_from_amax(f, rows, cols, o.block, amax.data(), 0.f, DType::BF16);

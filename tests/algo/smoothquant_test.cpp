@@ -3,6 +3,9 @@
 #include "algo/smoothquant.h"
 #include "algo_test_util.h"
 #include "core/thread_pool.h"
+#include "core/convert.h"
+#include "core/error.h"
+#include "formats/fake_quant.h"
 #include "formats/int8.h"
 
 #include <gtest/gtest.h>
@@ -63,6 +66,60 @@ TEST(SmoothQuantTest, Int8ChannelFormat) {
   std::vector<float> d(8);
   int8_channel_dequantize(q, d.data());
   EXPECT_EQ(d[2], 2.f);
+}
+
+TEST(SmoothQuantTest, PreQuantScaleRoundedToItsStoredDtype) {
+  // BF16 pre_quant_scale (ModelOpt stores it in the model dtype): s is rounded before the
+  // weights are divided, so x*s_stored*(W/s_stored) is the layer, and input_amax uses s_stored.
+  ThreadPool pool(2);
+  const int64_t out = 8, in = 32, tokens = 20;
+  const std::vector<float> w = test::random_weights(out, in, 5);
+  const std::vector<float> x = test::correlated_inputs(tokens, in, 6);
+  const LinearStats stats = test::stats_from_inputs(x, tokens, in, 0, false);
+  SmoothQuantOptions o;
+  o.alpha = 0.5f;
+  o.pre_quant_scale_dtype = DType::BF16;
+  const WeightRows view = test::f32_view(w, out, in);
+  const SmoothQuantResult s = smoothquant(std::span(&view, 1), stats, o, pool);
+  float amax = 0.f;
+  for (int64_t c = 0; c < in; ++c) {
+    const float v = s.pre_quant_scale[size_t(c)];
+    uint16_t b = 0;
+    convert_from_f32(DType::BF16, &v, &b, 1);
+    float back = 0.f;
+    convert_to_f32(DType::BF16, &b, &back, 1);
+    EXPECT_EQ(back, v) << c;  // exactly representable in BF16
+    EXPECT_EQ(s.smoothed[0][size_t(c)], w[size_t(c)] / v) << c;
+    amax = std::max(amax, stats.channel_amax[size_t(c)] * v);
+  }
+  EXPECT_EQ(s.input_amax, amax);
+  o.pre_quant_scale_dtype = DType::I8;
+  EXPECT_THROW(smoothquant(std::span(&view, 1), stats, o, pool), Error);
+}
+
+TEST(SmoothQuantTest, Int8AsRegistryTensor) {
+  ThreadPool pool(1);
+  const int64_t rows = 3, cols = 16;
+  const std::vector<float> w = test::random_weights(rows, cols, 7);
+  Int8ChannelTensor t = int8_channel_quantize(w.data(), rows, cols, DType::F32, pool);
+  std::vector<float> ref(w.size()), got(w.size());
+  int8_channel_dequantize(t, ref.data());
+  const std::vector<int8_t> codes = t.codes;
+  const QuantizedTensor q = int8_to_quantized(std::move(t));
+  EXPECT_EQ(q.format, Format::int8);
+  EXPECT_EQ(q.block, 1);
+  ASSERT_EQ(q.codes.size(), codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(int8_t(q.codes[i]), codes[i]);
+  dequantize(q, got.data());
+  EXPECT_EQ(got, ref);
+  // One row through fake_quantize_unit: the same scale rule and rounding.
+  float amax = 0.f;
+  for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(w[size_t(c)]));
+  EXPECT_EQ(int8_scale_from_amax(amax, DType::F32), q.scales[0]);
+  std::vector<float> row(static_cast<size_t>(cols));
+  fake_quantize_unit(Format::int8, w.data(), cols, amax, DType::F32, row.data());
+  for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(row[size_t(c)], ref[size_t(c)]) << c;
+  EXPECT_EQ(int8_scale_from_amax(0.f, DType::F32), 1.f);  // dead row
 }
 
 }  // namespace
