@@ -8,6 +8,7 @@
 #include "calib/layer_calibration.h"
 #include "core/convert.h"
 #include "engine/model.h"
+#include "engine/weights.h"
 #include "io/checkpoint.h"
 #include "io/json_file.h"
 #include "io/tokenizer.h"
@@ -268,6 +269,54 @@ TEST_P(SmoothQuantE2E, Int8MaxHasNoPreQuantScale) {
   const auto kl = eval_kl(m, out);
   EXPECT_TRUE(std::isfinite(kl["kl_mean"].get<double>()));
   EXPECT_LT(kl["kl_mean"].get<double>(), 0.05);  // measured 0.0077 / 0.0185
+}
+
+TEST_P(SmoothQuantE2E, EngineLoadsBothExportsAsW8A8) {
+  // What the engine simulates: x * pre_quant_scale (ModelOpt only), then static INT8
+  // quantize-dequantize with input_scale, times the dequantized INT8 weight.
+  QF_REQUIRE_FIXTURES();
+  const std::string m = GetParam();
+  test::ScratchDir tmp;
+  for (const char* exp : {"modelopt", "compressed-tensors"}) {
+    SCOPED_TRACE(exp);
+    const fs::path out = tmp / exp;
+    const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+                                    " --format int8 --activations int8 --algo smoothquant "
+                                    "--export " + exp + " --calib " + q(calib_file()) + kCalib +
+                                    " -q");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const bool ct = std::string(exp) == "compressed-tensors";
+    const ModelWeights w = ModelWeights::load(out);
+    EXPECT_EQ(w.quantization, ct ? "compressed-tensors int-quantized"
+                                 : "modelopt W8A8_SQ_PER_CHANNEL");
+    const Checkpoint c = Checkpoint::open(out);
+    for (const LayerWeights& l : w.layers)
+      for (const EngineLinear* L : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+        SCOPED_TRACE(L->name);
+        EXPECT_EQ(L->act, ActQuant::int8);
+        EXPECT_EQ(L->input_scale, load(c, L->name + ".input_scale").v.at(0));
+        if (ct) EXPECT_TRUE(L->pre_scale.empty());
+        else EXPECT_EQ(L->pre_scale, load(c, L->name + ".pre_quant_scale").v);
+        const Loaded codes = load(c, L->name + ".weight"), scale = load(c, L->name + ".weight_scale");
+        ASSERT_EQ(L->w.format, WeightFormat::f32);
+        const auto* f = static_cast<const float*>(L->w.data);
+        for (int64_t i = 0; i < L->w.rows * L->w.cols; i += 7)
+          ASSERT_EQ(f[i], codes.v[size_t(i)] * scale.v[size_t(i / L->w.cols)]) << i;
+      }
+  }
+  // The activation rule: round half to even of x / scale, clamped to [-128, 127].
+  float x[] = {0.5f, 1.5f, -2.5f, 200.f, -300.f, 0.26f};
+  fake_quantize_activations(ActQuant::int8, 0.5f, x, 6);
+  EXPECT_EQ(x[0], 0.5f);
+  EXPECT_EQ(x[1], 1.5f);
+  EXPECT_EQ(x[2], -2.5f);
+  EXPECT_EQ(x[3], 63.5f);
+  EXPECT_EQ(x[4], -64.f);
+  EXPECT_EQ(x[5], 0.5f);
+  float t[] = {0.25f, 0.75f};
+  fake_quantize_activations(ActQuant::int8, 0.5f, t, 2);  // 0.5 and 1.5 steps: to even
+  EXPECT_EQ(t[0], 0.f);
+  EXPECT_EQ(t[1], 1.f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SmoothQuantE2E,
