@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "io/shard_layout.h"
+#include "io/spill_file.h"
 #include "io/staged_directory.h"
 #include "model/architecture.h"
 
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -84,7 +86,61 @@ struct Precomputed {
   QuantizedTensor q;
   std::vector<float> pre_quant_scale;  // exported when non-empty
   float input_amax = -1.f;             // the input amax after AWQ scaling; -1: the captured one
+  std::optional<SpillFile::Extent> spilled;  // q and pre_quant_scale, moved out of memory
 };
+
+// Precomputed results wait on disk from their layer until the writer reaches them, so memory
+// holds one layer's results, not the model's.
+template <typename T>
+void append_bytes(std::vector<uint8_t>& out, const T* p, size_t n) {
+  const auto* b = reinterpret_cast<const uint8_t*>(p);
+  out.insert(out.end(), b, b + n * sizeof(T));
+}
+
+void spill(Precomputed& p, SpillFile& file) {
+  const QuantizedTensor& q = p.q;
+  std::vector<uint8_t> blob;
+  const int64_t header[] = {int64_t(q.format), q.rows, q.cols, q.block, int64_t(q.scale_dtype),
+                            int64_t(q.codes.size()), int64_t(q.block_scales.size()),
+                            int64_t(q.scales.size()), int64_t(p.pre_quant_scale.size())};
+  append_bytes(blob, header, std::size(header));
+  append_bytes(blob, &q.global_scale, 1);
+  append_bytes(blob, q.codes.data(), q.codes.size());
+  append_bytes(blob, q.block_scales.data(), q.block_scales.size());
+  append_bytes(blob, q.scales.data(), q.scales.size());
+  append_bytes(blob, p.pre_quant_scale.data(), p.pre_quant_scale.size());
+  p.spilled = file.put(blob);
+  p.q = QuantizedTensor{};
+  p.pre_quant_scale = {};
+}
+
+void unspill(Precomputed& p, const SpillFile& file) {
+  if (!p.spilled) return;
+  const std::vector<uint8_t> blob = file.get(*p.spilled);
+  const uint8_t* at = blob.data();
+  auto read = [&](auto* dst, size_t n) {
+    std::memcpy(dst, at, n * sizeof(*dst));
+    at += n * sizeof(*dst);
+  };
+  int64_t h[9];
+  read(h, 9);
+  QuantizedTensor& q = p.q;
+  q.format = Format(h[0]);
+  q.rows = h[1];
+  q.cols = h[2];
+  q.block = int(h[3]);
+  q.scale_dtype = DType(h[4]);
+  read(&q.global_scale, 1);
+  q.codes.resize(size_t(h[5]));
+  read(q.codes.data(), q.codes.size());
+  q.block_scales.resize(size_t(h[6]));
+  read(q.block_scales.data(), q.block_scales.size());
+  q.scales.resize(size_t(h[7]));
+  read(q.scales.data(), q.scales.size());
+  p.pre_quant_scale.resize(size_t(h[8]));
+  read(p.pre_quant_scale.data(), p.pre_quant_scale.size());
+  p.spilled.reset();
+}
 
 }  // namespace
 
@@ -347,6 +403,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   std::vector<float> act_amax(arch.linears.size(), 0.f);
   std::vector<std::pair<float, float>> kv_amax(size_t(arch.num_layers), {0.f, 0.f});
   std::map<size_t, Precomputed> precomputed;
+  std::optional<SpillFile> spill_file;  // precomputed results of the layers already done
   std::map<std::string, std::vector<float>> vector_override;  // norms that absorbed AWQ/SQ scales
   if (calibrate) {
     const auto tokenizer = Tokenizer::load(model_dir);
@@ -363,6 +420,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     co.quantized_inputs = options.calib_quantized_inputs;
     co.progress = options.progress;
     const bool precompute = data_algo || options.calib_quantized_inputs;
+    if (precompute) spill_file.emplace(staged.path());
 
     // Quantizes the members of one group (or a lone Linear) that read `stats`.
     auto quantize_group = [&](const std::vector<size_t>& members, const LinearStats& stats,
@@ -492,7 +550,11 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
         quantize_group(members, cap.input(in), norm);
       }
       cap = LayerCapture{};  // X^T X and samples are no longer needed
-      if (!options.calib_quantized_inputs) return nullptr;
+      if (!options.calib_quantized_inputs) {
+        for (size_t i : in_layer)
+          if (auto it = precomputed.find(i); it != precomputed.end()) spill(it->second, *spill_file);
+        return nullptr;
+      }
       // The layer with fake-quantized weights (and folded norms) advances the hidden states.
       replaced = model->weights().layers[size_t(l)];
       if (auto it = vector_override.find(p + "input_layernorm.weight"); it != vector_override.end())
@@ -515,6 +577,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
         L.w.data = w->data();
         L.storage = std::move(w);
         L.pre_scale = it->second.pre_quant_scale;
+        spill(it->second, *spill_file);  // `replaced` holds its own copies
       }
       return &replaced;
     };
@@ -592,6 +655,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
         QuantizedTensor q;
         LinearExtras extras;
         if (auto it = precomputed.find(li); it != precomputed.end()) {
+          unspill(it->second, *spill_file);
           q = std::move(it->second.q);
           extras.pre_quant_scale = std::move(it->second.pre_quant_scale);
           precomputed.erase(it);
