@@ -169,6 +169,13 @@ AwqResult quantize_awq(std::span<const WeightRows> members, const LinearStats& s
   // Apply the best scales.
   result.pre_quant_scale.resize(size_t(in));
   for (int64_t c = 0; c < in; ++c) result.pre_quant_scale[size_t(c)] = 1.f / best_s[size_t(c)];
+  if (!is_quantizable_float(options.pre_quant_scale_dtype))
+    fail("awq: pre_quant_scale dtype {} is not F32, BF16 or F16",
+         dtype_name(options.pre_quant_scale_dtype));
+  if (options.pre_quant_scale_dtype != DType::F32) {
+    round_through(options.pre_quant_scale_dtype, result.pre_quant_scale.data(), size_t(in));
+    for (int64_t c = 0; c < in; ++c) best_s[size_t(c)] = 1.f / result.pre_quant_scale[size_t(c)];
+  }
   for (int64_t c = 0; c < in; ++c)
     result.input_amax = std::max(result.input_amax, stats.channel_amax[size_t(c)] * result.pre_quant_scale[size_t(c)]);
   float group_amax = 0.f;

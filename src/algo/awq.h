@@ -25,6 +25,9 @@ struct AwqOptions {
   float min_clip_ratio = 0.5f; // clip ratios min, min + step, ..., < 1, then 1.0
   float clip_step = 0.05f;
   int64_t clip_max_samples = 64;  // sample rows the per-block clip search uses (ModelOpt: 64)
+  // pre_quant_scale is rounded to this dtype (ModelOpt stores it in the weight dtype) before the
+  // weights are scaled by its reciprocal, so the stored scale is exactly the one applied.
+  DType pre_quant_scale_dtype = DType::F32;
 };
 
 struct AwqResult {

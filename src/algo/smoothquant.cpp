@@ -35,14 +35,10 @@ SmoothQuantResult smoothquant(std::span<const WeightRows> members, const LinearS
                                  : std::clamp(std::pow(w_max[size_t(c)], 1.f - alpha) / std::pow(a, alpha),
                                               1e-4f, 1e4f);
   }
-  if (options.pre_quant_scale_dtype != DType::F32) {
-    if (!is_quantizable_float(options.pre_quant_scale_dtype))
-      fail("smoothquant: pre_quant_scale dtype {} is not F32, BF16 or F16",
-           dtype_name(options.pre_quant_scale_dtype));
-    std::vector<std::byte> stored(s.size() * dtype_size(options.pre_quant_scale_dtype));
-    convert_from_f32(options.pre_quant_scale_dtype, s.data(), stored.data(), s.size());
-    convert_to_f32(options.pre_quant_scale_dtype, stored.data(), s.data(), s.size());
-  }
+  if (!is_quantizable_float(options.pre_quant_scale_dtype))
+    fail("smoothquant: pre_quant_scale dtype {} is not F32, BF16 or F16",
+         dtype_name(options.pre_quant_scale_dtype));
+  round_through(options.pre_quant_scale_dtype, s.data(), s.size());
   for (int64_t c = 0; c < in; ++c)
     result.input_amax = std::max(result.input_amax, stats.channel_amax[size_t(c)] * s[size_t(c)]);
   result.input_scale = div_by_constant(result.input_amax, 1.0f / 127.0f);

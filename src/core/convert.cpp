@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace qf {
 
@@ -46,6 +47,13 @@ void convert_from_f32(DType dtype, const float* src, void* dst, size_t n) {
     default:
       fail("cannot convert F32 to {}", dtype_name(dtype));
   }
+}
+
+void round_through(DType dtype, float* x, size_t n) {
+  if (dtype == DType::F32) return;
+  std::vector<std::byte> stored(n * dtype_size(dtype));
+  convert_from_f32(dtype, x, stored.data(), n);
+  convert_to_f32(dtype, stored.data(), x, n);
 }
 
 }  // namespace qf

@@ -14,4 +14,9 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t n);
 // Converts float32 to `dtype` (F32, F16 or BF16) with round to nearest even.
 void convert_from_f32(DType dtype, const float* src, void* dst, size_t n);
 
+// Rounds x[0..n) in place to the nearest value of `dtype` (F32, F16 or BF16; round to nearest
+// even), so a value computed in float32 equals what a file of that dtype will hold.
+// Throws qf::Error for any other dtype.
+void round_through(DType dtype, float* x, size_t n);
+
 }  // namespace qf

@@ -66,11 +66,10 @@ class ModelOptExporter final : public Exporter {
     return {};
   }
 
-  // SmoothQuant's pre_quant_scale is a buffer of the model's dtype in ModelOpt (the scale is
-  // computed from the weight and the amax, both in that dtype); AWQ's stays F32 here.
+  // pre_quant_scale is a buffer of the model's dtype in ModelOpt, for SmoothQuant and AWQ alike
+  // (specs modelopt-nvfp4 §5.4: "stored in weight dtype").
   DType pre_quant_scale_dtype(const ExportedLinear& l) const override {
-    if (l.format == Format::int8 && is_quantizable_float(l.model_dtype)) return l.model_dtype;
-    return DType::F32;
+    return is_quantizable_float(l.model_dtype) ? l.model_dtype : DType::F32;
   }
 
   std::vector<TensorSpec> linear_specs(const ExportedLinear& l) const override {

@@ -469,6 +469,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
         AwqOptions ao;
         ao.format = rtn;
         ao.clip = options.algo == WeightAlgo::awq;
+        if (norm_name.empty()) ao.pre_quant_scale_dtype = exporter->pre_quant_scale_dtype(exported[members[0]]);
         AwqResult r = quantize_awq(rows, stats, ao, pool);
         if (!norm_name.empty())
           fold_pre_quant_scale_into_norm(norm_override().data(), nullptr, r.pre_quant_scale);

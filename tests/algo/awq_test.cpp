@@ -5,6 +5,8 @@
 #include "algo/gptq.h"
 #include "algo/round_to_nearest.h"
 #include "algo_test_util.h"
+#include "core/convert.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats/fake_quant.h"
 
@@ -88,6 +90,27 @@ TEST(AwqTest, LowersOutputErrorVersusRtn) {
                     1e-6f * std::fabs(L.w[size_t(c)]) + 1e-12f);
     }
   }
+}
+
+TEST(AwqTest, PreQuantScaleInWeightDtypeIsTheScaleApplied) {
+  ThreadPool pool(2);
+  const OutlierLayer L;
+  AwqOptions o;
+  o.format.format = Format::nvfp4;
+  o.clip = false;
+  o.pre_quant_scale_dtype = DType::BF16;
+  const WeightRows view = test::f32_view(L.w, L.out, L.in);
+  const AwqResult a = quantize_awq(std::span(&view, 1), L.stats, o, pool);
+  for (int64_t c = 0; c < L.in; ++c) {
+    const float p = a.pre_quant_scale[size_t(c)];
+    float stored = p;
+    round_through(DType::BF16, &stored, 1);
+    ASSERT_EQ(p, stored) << "channel " << c << " is not a BF16 value";
+    // The weights were scaled by exactly 1/pqs (float32), not by the unrounded search scale.
+    EXPECT_EQ(a.scaled_weights[0][size_t(c)], L.w[size_t(c)] * (1.f / p)) << c;
+  }
+  o.pre_quant_scale_dtype = DType::I8;
+  EXPECT_THROW(quantize_awq(std::span(&view, 1), L.stats, o, pool), Error);
 }
 
 TEST(AwqTest, FusedMembersShareScalesAndGlobalAmax) {
