@@ -43,6 +43,9 @@ struct QuantizeOptions {
   std::optional<Assignment> assignment;
 };
 
+// Whether --exclude patterns (fnmatch globs) match module `name` (or `name`.weight).
+bool excluded_by_patterns(const std::string& name, const std::vector<std::string>& patterns);
+
 struct ExcludedModule {
   std::string name;
   std::string reason;
