@@ -156,8 +156,12 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   if (options.activations == ActQuant::int8)
     fail("--activations int8 (SmoothQuant W8A8) is not supported yet");
   const bool per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
-  if (options.assignment && (calibrate || options.algo != WeightAlgo::max))
-    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now");
+  // A plan takes --kv-cache fp8 (its calibration only measures K/V amaxes); nothing else
+  // calibrated yet.
+  if (options.assignment && (options.activations != ActQuant::none || data_algo ||
+                             options.calib_quantized_inputs || options.algo != WeightAlgo::max))
+    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now "
+         "(--kv-cache fp8 is the one calibrated option it takes)");
   if (options.assignment)
     for (const auto& [name, c] : options.assignment->modules)
       if (c.algo != "max")
