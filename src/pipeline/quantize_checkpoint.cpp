@@ -212,10 +212,10 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       exported[i].format = *planned.format.format;
       exported[i].block = planned.format.block_for(m.in_features);
     }
-    if (options.assignment && planned.format.is_keep()) {
-      reason[i] = "kept in its dtype by the plan";
-    } else if (matches_any(m.name, options.exclude, &pattern)) {
+    if (matches_any(m.name, options.exclude, &pattern)) {
       reason[i] = fmt::format("excluded by --exclude '{}'", pattern);
+    } else if (options.assignment && planned.format.is_keep()) {
+      reason[i] = "kept in its dtype by the plan";
     } else if (m.in_features % exported[i].block != 0) {
       reason[i] = fmt::format("in_features {} is not a multiple of the {} block of {}",
                               m.in_features, format_info(exported[i].format).name,

@@ -108,7 +108,11 @@ TEST(AutoQuantize, ExcludedModulesOnlyKeep) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto report = nlohmann::json::parse(r.out);
   bool kept = false;
-  for (const auto& e : report["excluded"]) kept = kept || e["name"] == o_proj;
+  for (const auto& e : report["excluded"])
+    if (e["name"] == o_proj) {
+      kept = true;
+      EXPECT_NE(e["reason"].get<std::string>().find("--exclude"), std::string::npos) << e;
+    }
   EXPECT_TRUE(kept);
   // The kept F32 o_proj is counted in the budget, so the target still holds.
   EXPECT_LE(inspect(dir / "x")["bits_per_linear_weight"].get<double>(), 6.0);
