@@ -111,9 +111,8 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model,
     }
     const AutoPlan p = plan_auto(model, ao);
     if (!quiet && p.formats.size() > ao.sensitivity.formats.size())
-      fmt::print(stderr, "qforge: --auto: {} cannot reach the target; candidates extended with {}\n",
-                 a.formats.empty() ? std::string("nvfp4,fp8") : a.formats,
-                 "mxfp4,int4,int4:channel");
+      fmt::print(stderr, "qforge: --auto: nvfp4,fp8 cannot reach the target; candidates "
+                         "extended with mxfp4,int4,int4:channel\n");
     if (!quiet) {
       fmt::print(stderr, "qforge: --auto {}: {:.3f} bits per weight, {} of Linears ({} bytes), "
                          "target value {:.4g}{}\n",
