@@ -77,40 +77,54 @@ std::string format_list(const std::vector<FormatChoice>& formats) {
   return fmt::format("{}", fmt::join(names, ","));
 }
 
-// Whether `formats` (plus keep) can meet the target, from the stored bytes alone.
-bool formats_reach(const std::filesystem::path& model_dir, const AutoPlanOptions& o,
-                   const std::vector<FormatChoice>& formats) {
+// The smallest bytes `formats` (plus keep) reach over the allowed candidates, from the stored
+// bytes alone (no calibration), against the target's budget.
+struct Reach {
+  ModelBudgetInfo info;
+  uint64_t min_bytes = 0;
+  bool feasible = false;
+};
+
+Reach formats_reach(const std::filesystem::path& model_dir, const AutoPlanOptions& o,
+                    const std::vector<FormatChoice>& formats) {
   const Checkpoint ck = Checkpoint::open(model_dir);
   const Architecture arch =
       Architecture::from_config(ck.config(), (model_dir / "config.json").string());
-  if (arch.linears.empty()) return true;
   CandidateOptions co;
   co.formats = formats;
-  if (const CheckpointTensor* t = ck.find(arch.linears[0].weight_name()))
-    co.original_dtype = t->entry->dtype;
+  if (!arch.linears.empty())
+    if (const CheckpointTensor* t = ck.find(arch.linears[0].weight_name()))
+      co.original_dtype = t->entry->dtype;
   const std::vector<DecisionUnit> units = decision_units(arch, co);
-  const ModelBudgetInfo info = checkpoint_budget_info(model_dir, arch, units);
-  const int64_t budget = target_budget(o.target, info);
-  if (budget < 0) return false;
+  Reach r;
+  r.info = checkpoint_budget_info(model_dir, arch, units);
   const auto allowed = allowed_candidates(arch, units, o);
-  uint64_t min_bytes = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     uint64_t m = UINT64_MAX;
     for (int c : allowed[u]) m = std::min(m, units[u].candidates[size_t(c)].bytes);
-    min_bytes += m;
+    r.min_bytes += m;
   }
-  return min_bytes <= uint64_t(budget);
+  const int64_t budget = target_budget(o.target, r.info);
+  r.feasible = budget >= 0 && r.min_bytes <= uint64_t(budget);
+  return r;
 }
 
 }  // namespace
 
 AutoPlan plan_auto(const std::filesystem::path& model_dir, const AutoPlanOptions& options) {
   AutoPlanOptions o = options;
-  if (!o.fallback_formats.empty() && !formats_reach(model_dir, o, o.sensitivity.formats))
+  Reach reach = formats_reach(model_dir, o, o.sensitivity.formats);
+  if (!reach.feasible && !o.fallback_formats.empty()) {
     for (const FormatChoice& f : o.fallback_formats)
       if (std::find(o.sensitivity.formats.begin(), o.sensitivity.formats.end(), f) ==
           o.sensitivity.formats.end())
         o.sensitivity.formats.push_back(f);
+    reach = formats_reach(model_dir, o, o.sensitivity.formats);
+  }
+  // An unreachable target fails before any calibration.
+  if (!reach.feasible)
+    fail("{} (candidates {} and keep)", infeasible_message(o.target, reach.info, reach.min_bytes),
+         format_list(o.sensitivity.formats));
   const SensitivityResult s = run_sensitivity(model_dir, o.sensitivity);
   AutoPlan p;
   p.units = s.units;
