@@ -140,6 +140,25 @@ TEST(AutoQuantize, FourAndAHalfBitsReachableOnBothFixtures) {
   }
 }
 
+TEST(AutoQuantize, OnlyFormatsTheExportCanWriteAreOffered) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  // compressed-tensors packs INT4 in int32 words: stories260K's 172-input down_proj cannot be
+  // INT4 there, so 4.5 bits is out of reach (its floor is FP8 for those), and a reachable target
+  // is met without any module silently left unquantized.
+  const std::string base = "quantize " + q(model_dir("stories260K-hf")) + " --calib " +
+                           q(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+                           " --calib-samples 8 --calib-seq 64 --threads 2 -q --auto "
+                           "--export compressed-tensors";
+  auto r = test::run_qforge(base + " -o " + q(dir / "x") + " --target-bits 4.5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot be met: the smallest choice gives 5.2"), std::string::npos) << r.err;
+  r = test::run_qforge(base + " -o " + q(dir / "y") + " --target-bits 5.3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["modules_excluded"].get<int>(), 0);
+  EXPECT_LE(inspect(dir / "y")["bits_per_linear_weight"].get<double>(), 5.3);
+}
+
 TEST(AutoQuantize, UnreachableTargetNamesTheClosest) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir dir;
