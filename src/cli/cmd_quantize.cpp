@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "formats/int4.h"
 #include "pipeline/quantize_checkpoint.h"
 
 #include <fmt/format.h>
@@ -73,8 +74,8 @@ void register_quantize(CLI::App& app, Action& run) {
     std::string model, out, format = "nvfp4", export_format = "modelopt", max_shard = "5GB";
     std::vector<std::string> exclude, calib_files;
     CalibrationOptions calib;  // defaults 128 x 512, seed 0
-    std::string algo = "max", activations = "none", kv_cache = "none";
-    int threads = 0, group_size = 0;
+    std::string algo = "max", activations = "none", kv_cache = "none", group_size;
+    int threads = 0;
     bool force = false, json = false, quiet = false, calib_quantized_inputs = false;
   };
   auto args = std::make_shared<Args>();
@@ -105,9 +106,10 @@ void register_quantize(CLI::App& app, Action& run) {
                   "'*.layers.0.*' or '*down_proj'. lm_head and embeddings are never quantized; a "
                   "fused group (q/k/v, gate/up) is excluded whole");
   cmd->add_option("--group-size", args->group_size,
-                  "INT4 group size (elements per scale along the input dimension): 32, 64 or 128; "
+                  "INT4 group size (elements per scale along the input dimension): 32, 64, 128, "
+                  "or channel (one scale per output channel: the group is the whole input row); "
                   "default 128")
-      ->check(CLI::IsMember({32, 64, 128}));
+      ->check(CLI::IsMember({"32", "64", "128", "channel"}));
   cmd->add_option("--algo", args->algo,
                   "Weight algorithm: max (round to nearest, no data), mse (amax search, no data), "
                   "awq (activation-aware scales + clip search; needs --calib), gptq (inverse-Hessian "
@@ -149,7 +151,9 @@ void register_quantize(CLI::App& app, Action& run) {
       o.format = *parse_format(args->format);
       o.export_format = *parse_export_format(args->export_format);
       o.exclude = args->exclude;
-      o.block = args->group_size;
+      o.block = args->group_size.empty()       ? 0
+                : args->group_size == "channel" ? kInt4ChannelGroup
+                                                : std::stoi(args->group_size);
       o.threads = args->threads;
       o.max_shard_bytes = parse_size(args->max_shard);
       o.force = args->force;

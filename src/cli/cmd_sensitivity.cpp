@@ -19,7 +19,7 @@ std::vector<FormatChoice> parse_format_list(const std::string& list) {
     if (item.empty()) continue;
     const auto c = parse_format_choice(item);
     if (!c || c->is_keep())
-      fail("--formats: unknown format '{}' (nvfp4, mxfp4, fp8, int4, int4:G)", item);
+      fail("--formats: unknown format '{}' (nvfp4, mxfp4, fp8, int4, int4:G, int4:channel)", item);
     out.push_back(*c);
   }
   if (out.empty()) fail("--formats: no format given");
@@ -45,7 +45,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
       ->required();
   add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/true);
   cmd->add_option("--formats", args->formats,
-                  "Candidate formats, comma-separated: nvfp4, mxfp4, fp8, int4 (int4:G for group G)")
+                  "Candidate formats, comma-separated: nvfp4, mxfp4, fp8, int4 (int4:G for group G, int4:channel for one scale per output channel where no other int4 choice fits)")
       ->capture_default_str();
   cmd->add_flag("--exact", args->exact,
                 "Also the exact measure: KL of the final logits vs the original with only that "

@@ -44,7 +44,7 @@ std::vector<FormatChoice> parse_format_list(const std::string& list);
 
 // The planning flags of `quantize` (--recipe, --save-recipe, --auto and its targets).
 struct PlanArgs {
-  std::string recipe, save_recipe, formats = "nvfp4,fp8", target_size, fit_memory;
+  std::string recipe, save_recipe, formats, target_size, fit_memory;  // formats "": default
   bool auto_plan = false;
   bool auto_exact = false;  // score units with the exact KL instead of the proxy
   double target_bits = 0, min_speedup = 0;

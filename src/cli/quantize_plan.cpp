@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "export/exporter.h"
 #include "io/checkpoint.h"
 #include "pipeline/auto_plan.h"
 #include "pipeline/quantize_checkpoint.h"
@@ -27,8 +28,11 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                 "--auto: score each module and format by the exact KL of the final logits with "
                 "only it quantized (one model run per module and format over the calibration "
                 "windows) instead of the layer-local proxy: slower, better choices on small models");
-  cmd->add_option("--formats", a.formats, "--auto: candidate formats, comma-separated")
-      ->capture_default_str();
+  cmd->add_option("--formats", a.formats,
+                  "--auto: candidate formats, comma-separated: nvfp4, mxfp4, fp8, int4 (group "
+                  "128), int4:G, int4:channel (one scale per output channel, only where no other "
+                  "int4 choice fits). Default nvfp4,fp8, plus mxfp4,int4,int4:channel when the "
+                  "target is below what nvfp4,fp8 reach");
   cmd->add_option("--target-bits", a.target_bits,
                   "--auto: average bits per weight over the quantizable Linear weights, scales "
                   "included (kept modules count at their dtype)");
@@ -64,7 +68,32 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model,
     if (o.calib.files.empty()) fail("--auto needs calibration data: pass --calib FILE");
     AutoPlanOptions ao;
     ao.sensitivity.calib = o.calib;
-    ao.sensitivity.formats = parse_format_list(a.formats);
+    if (a.formats.empty()) {
+      ao.sensitivity.formats = parse_format_list("nvfp4,fp8");
+      ao.fallback_formats = parse_format_list("mxfp4,int4,int4:channel");
+    } else {
+      ao.sensitivity.formats = parse_format_list(a.formats);
+    }
+    // --exclude: those modules only keep; and no format the exporter cannot write for a module.
+    std::shared_ptr<const Exporter> exporter = make_exporter(o.export_format);
+    const std::vector<std::string> exclude = o.exclude;
+    const DType dtype = [&] {
+      const CheckpointTensor* t =
+          arch.linears.empty() ? nullptr : ck.find(arch.linears[0].weight_name());
+      return t ? t->entry->dtype : DType::BF16;
+    }();
+    ao.allowed = [exporter, exclude, dtype](
+                     const LinearModule& m, const FormatChoice& f) {
+      if (excluded_by_patterns(m.name, exclude)) return false;
+      ExportedLinear l;
+      l.module = m.name;
+      l.format = *f.format;
+      l.rows = m.out_features;
+      l.cols = m.in_features;
+      l.block = f.block_for(m.in_features);
+      l.model_dtype = dtype;
+      return exporter->unsupported_reason(l).empty();
+    };
     ao.sensitivity.threads = o.threads;
     ao.sensitivity.progress = o.progress;
     ao.sensitivity.exact = a.auto_exact;
@@ -74,11 +103,16 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model,
       ao.target = {TargetKind::size, double(parse_size(a.target_size))};
     } else if (!a.fit_memory.empty()) {
       if (a.context < 1) fail("--fit-memory needs --context N (tokens of KV cache)");
-      ao.target = {TargetKind::memory, double(parse_size(a.fit_memory)), a.context, a.batch};
+      // The KV cache is counted in the dtype the engine will hold it in: FP8 with --kv-cache fp8.
+      ao.target = {TargetKind::memory, double(parse_size(a.fit_memory)), a.context, a.batch,
+                   o.kv_fp8 ? 1 : 2};
     } else {
       ao.target = {TargetKind::speedup, a.min_speedup};
     }
     const AutoPlan p = plan_auto(model, ao);
+    if (!quiet && p.formats.size() > ao.sensitivity.formats.size())
+      fmt::print(stderr, "qforge: --auto: nvfp4,fp8 cannot reach the target; candidates "
+                         "extended with mxfp4,int4,int4:channel\n");
     if (!quiet) {
       fmt::print(stderr, "qforge: --auto {}: {:.3f} bits per weight, {} of Linears ({} bytes), "
                          "target value {:.4g}{}\n",

@@ -210,8 +210,9 @@ class CompressedTensorsExporter final : public Exporter {
       case Format::int4:
         w["num_bits"] = 4;
         w["type"] = "int";
-        w["strategy"] = "group";
-        w["group_size"] = s.block;
+        // Per channel: strategy "channel", weight_scale [out, 1], no group_size (§2).
+        w["strategy"] = s.channel ? "channel" : "group";
+        w["group_size"] = s.channel ? nlohmann::json(nullptr) : nlohmann::json(s.block);
         w["scale_dtype"] = nullptr;
         w["observer"] = "minmax";
         break;
@@ -270,11 +271,14 @@ class CompressedTensorsExporter final : public Exporter {
 
  private:
   // One config group per (format, block), each with its own "format" and targets = its module
-  // names (sorted); the global format is "mixed-precision".
+  // names (sorted); the global format is "mixed-precision". INT4 layers with one scale per
+  // channel (block == in_features) share one "channel" group whatever their in_features; if
+  // that leaves a single group, the single-format config is written.
   nlohmann::ordered_json mixed_quantization_config(const QuantizationSummary& s) const {
     std::vector<std::pair<std::pair<Format, int>, std::vector<std::string>>> groups;
     for (const auto& l : s.mixed) {
-      const std::pair<Format, int> key{l.format, l.block};
+      const bool channel = l.format == Format::int4 && l.block == l.cols;
+      const std::pair<Format, int> key{l.format, channel ? kInt4ChannelGroup : l.block};
       auto it = std::find_if(groups.begin(), groups.end(),
                              [&](const auto& g) { return g.first == key; });
       if (it == groups.end()) {
@@ -283,11 +287,20 @@ class CompressedTensorsExporter final : public Exporter {
       }
       it->second.push_back(l.module);
     }
+    if (groups.size() == 1) {
+      QuantizationSummary one = s;
+      one.format = groups[0].first.first;
+      one.channel = groups[0].first.second == kInt4ChannelGroup;
+      one.block = one.channel ? 0 : groups[0].first.second;
+      one.mixed.clear();
+      return quantization_config(one);
+    }
     nlohmann::json c;
     for (size_t i = 0; i < groups.size(); ++i) {
       QuantizationSummary one = s;
       one.format = groups[i].first.first;
-      one.block = groups[i].first.second;
+      one.channel = groups[i].first.second == kInt4ChannelGroup;
+      one.block = one.channel ? 0 : groups[i].first.second;
       one.mixed.clear();
       nlohmann::json single = quantization_config(one);
       if (i == 0) c = single;

@@ -57,6 +57,9 @@ struct QuantizationSummary {
   bool per_tensor = false;        // fp8 per-tensor weights (FP8 W8A8)
   bool awq = false;               // weights made by AWQ (ModelOpt W4A16_AWQ / NVFP4_AWQ names)
   bool kv_fp8 = false;            // FP8 KV cache scales written
+  // int4 with one scale per output channel (every layer's block is its own in_features):
+  // compressed-tensors strategy "channel" (group_size null); ModelOpt group_size = in_features.
+  bool channel = false;
   // Mixed precision: every quantized Linear with its own format and block, in architecture
   // order. Empty: every quantized Linear is `format` / `block`. Only filled when at least two
   // distinct (format, block) pairs are used; then excluded_modules still lists the rest.
@@ -64,6 +67,7 @@ struct QuantizationSummary {
     std::string module;
     Format format = Format::nvfp4;
     int block = 0;
+    int64_t cols = 0;  // in_features (an int4 block equal to it is one scale per channel)
   };
   std::vector<Layer> mixed;
 };

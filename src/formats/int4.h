@@ -12,6 +12,13 @@ namespace qf {
 class ThreadPool;
 
 inline constexpr int kInt4DefaultGroup = 128;
+// `--group-size channel`: one scale per output channel, i.e. one group spanning each whole row
+// (group = in_features). Resolved to the module's in_features before quantization.
+inline constexpr int kInt4ChannelGroup = -1;
+// `group`, or `cols` for kInt4ChannelGroup.
+inline int int4_resolve_group(int group, int64_t cols) {
+  return group == kInt4ChannelGroup ? static_cast<int>(cols) : group;
+}
 
 // scale[r, g] = amax_rg * fl32(1/7), an amax of 0 giving 1.0, rounded to `scale_dtype`;
 // q = clamp(round_half_even(x / scale), -8, 7) with IEEE division. cols % group == 0.

@@ -6,8 +6,12 @@
 #include "io/checkpoint.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
+#include <climits>
+#include <cstdint>
 #include <map>
 #include <set>
 
@@ -45,21 +49,102 @@ ModelBudgetInfo checkpoint_budget_info(const std::filesystem::path& model_dir,
   return info;
 }
 
+namespace {
+
+// Whether every member of unit `u` may take candidate `c`.
+bool unit_allows(const Architecture& arch, const DecisionUnit& u, const Candidate& c,
+                 const AutoPlanOptions& o) {
+  if (c.choice.is_keep() || !o.allowed) return true;
+  for (size_t i : u.linears)
+    if (!o.allowed(arch.linears[i], c.choice)) return false;
+  return true;
+}
+
+// Per unit, the indices of its allowed candidates.
+std::vector<std::vector<int>> allowed_candidates(const Architecture& arch,
+                                                 const std::vector<DecisionUnit>& units,
+                                                 const AutoPlanOptions& o) {
+  std::vector<std::vector<int>> out(units.size());
+  for (size_t u = 0; u < units.size(); ++u)
+    for (size_t c = 0; c < units[u].candidates.size(); ++c)
+      if (unit_allows(arch, units[u], units[u].candidates[c], o)) out[u].push_back(int(c));
+  return out;
+}
+
+std::string format_list(const std::vector<FormatChoice>& formats) {
+  std::vector<std::string> names;
+  for (const FormatChoice& f : formats) names.push_back(f.name());
+  return fmt::format("{}", fmt::join(names, ","));
+}
+
+// The smallest bytes `formats` (plus keep) reach over the allowed candidates, from the stored
+// bytes alone (no calibration), against the target's budget.
+struct Reach {
+  ModelBudgetInfo info;
+  uint64_t min_bytes = 0;
+  bool feasible = false;
+};
+
+Reach formats_reach(const std::filesystem::path& model_dir, const AutoPlanOptions& o,
+                    const std::vector<FormatChoice>& formats) {
+  const Checkpoint ck = Checkpoint::open(model_dir);
+  const Architecture arch =
+      Architecture::from_config(ck.config(), (model_dir / "config.json").string());
+  CandidateOptions co;
+  co.formats = formats;
+  if (!arch.linears.empty())
+    if (const CheckpointTensor* t = ck.find(arch.linears[0].weight_name()))
+      co.original_dtype = t->entry->dtype;
+  const std::vector<DecisionUnit> units = decision_units(arch, co);
+  Reach r;
+  r.info = checkpoint_budget_info(model_dir, arch, units);
+  const auto allowed = allowed_candidates(arch, units, o);
+  for (size_t u = 0; u < units.size(); ++u) {
+    uint64_t m = UINT64_MAX;
+    for (int c : allowed[u]) m = std::min(m, units[u].candidates[size_t(c)].bytes);
+    r.min_bytes += m;
+  }
+  const int64_t budget = target_budget(o.target, r.info);
+  r.feasible = budget >= 0 && r.min_bytes <= uint64_t(budget);
+  return r;
+}
+
+}  // namespace
+
 AutoPlan plan_auto(const std::filesystem::path& model_dir, const AutoPlanOptions& options) {
-  const SensitivityResult s = run_sensitivity(model_dir, options.sensitivity);
+  AutoPlanOptions o = options;
+  Reach reach = formats_reach(model_dir, o, o.sensitivity.formats);
+  if (!reach.feasible && !o.fallback_formats.empty()) {
+    for (const FormatChoice& f : o.fallback_formats)
+      if (std::find(o.sensitivity.formats.begin(), o.sensitivity.formats.end(), f) ==
+          o.sensitivity.formats.end())
+        o.sensitivity.formats.push_back(f);
+    reach = formats_reach(model_dir, o, o.sensitivity.formats);
+  }
+  // An unreachable target fails before any calibration.
+  if (!reach.feasible)
+    fail("{} (candidates {} and keep)", infeasible_message(o.target, reach.info, reach.min_bytes),
+         format_list(o.sensitivity.formats));
+  const SensitivityResult s = run_sensitivity(model_dir, o.sensitivity);
   AutoPlan p;
   p.units = s.units;
+  p.formats = o.sensitivity.formats;
   p.info = checkpoint_budget_info(model_dir, s.arch, s.units);
+  const auto allowed = allowed_candidates(s.arch, s.units, o);
   std::vector<KnapsackUnit> ku(s.units.size());
   for (size_t u = 0; u < s.units.size(); ++u)
-    for (size_t c = 0; c < s.units[u].candidates.size(); ++c) {
-      ku[u].cost.push_back(s.units[u].candidates[c].bytes);
-      ku[u].score.push_back(s.monotone[u][c]);
+    for (int c : allowed[u]) {
+      ku[u].cost.push_back(s.units[u].candidates[size_t(c)].bytes);
+      ku[u].score.push_back(s.monotone[u][size_t(c)]);
     }
-  p.budget = target_budget(options.target, p.info);
+  p.budget = target_budget(o.target, p.info);
   p.result = solve_knapsack(ku, p.budget < 0 ? 0 : uint64_t(p.budget));
   if (p.budget < 0 || !p.result.feasible)
-    fail("{}", infeasible_message(options.target, p.info, p.result.min_bytes));
+    fail("{} (candidates {} and keep)", infeasible_message(o.target, p.info, p.result.min_bytes),
+         format_list(o.sensitivity.formats));
+  // Back to indices into each unit's candidates.
+  for (size_t u = 0; u < s.units.size(); ++u)
+    p.result.choice[u] = allowed[u][size_t(p.result.choice[u])];
   p.assignment = assignment_from_choices(s.arch, s.units, p.result.choice);
   p.achieved = target_value(options.target, p.info, p.result.total_bytes);
   p.bits_per_weight = p.info.quantizable_numel

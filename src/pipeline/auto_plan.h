@@ -6,6 +6,7 @@
 #include "plan/budget_solver.h"
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,18 @@ ModelBudgetInfo checkpoint_budget_info(const std::filesystem::path& model_dir,
 struct AutoPlanOptions {
   SensitivityOptions sensitivity;  // calibration and candidate formats (proxy only unless exact)
   Target target;
+  // Formats added to sensitivity.formats when the target cannot be met with those alone
+  // (e.g. mxfp4, int4, int4:channel below NVFP4's 4.5 bits). Empty: none.
+  std::vector<FormatChoice> fallback_formats;
+  // Whether a module may take a candidate (keep is always allowed): false for modules the user
+  // excluded and for formats the exporter cannot write for that module. Empty: all allowed.
+  std::function<bool(const LinearModule&, const FormatChoice&)> allowed;
 };
 
 struct AutoPlan {
   Assignment assignment;
   std::vector<DecisionUnit> units;
+  std::vector<FormatChoice> formats;  // the candidate formats scored (with any fallback added)
   KnapsackResult result;
   ModelBudgetInfo info;
   int64_t budget = 0;          // target_budget(target, info)
@@ -35,8 +43,10 @@ struct AutoPlan {
   std::string summary;         // one line per chosen format: units, weights, bytes
 };
 
-// Runs the sensitivity proxy and solves for the target. Throws qf::Error with
-// infeasible_message (the closest achievable value) when the target cannot be met.
+// Runs the sensitivity proxy and solves for the target over the allowed candidates (adding
+// fallback_formats first when the asked ones cannot meet it). Throws qf::Error with
+// infeasible_message (the closest achievable value with the candidates tried, which it names)
+// when the target cannot be met.
 AutoPlan plan_auto(const std::filesystem::path& model_dir, const AutoPlanOptions& options);
 
 }  // namespace qf

@@ -10,6 +10,7 @@
 #include "core/convert.h"
 #include "engine/model.h"
 #include "formats/fake_quant.h"
+#include "formats/int4.h"
 #include "formats/int8.h"
 #include "io/tokenizer.h"
 #include "core/error.h"
@@ -168,6 +169,11 @@ std::optional<WeightAlgo> parse_weight_algo(std::string_view name) {
   return std::nullopt;
 }
 
+bool excluded_by_patterns(const std::string& name, const std::vector<std::string>& patterns) {
+  std::string matched;
+  return matches_any(name, patterns, &matched);
+}
+
 QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& out_dir,
                                    const QuantizeOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -178,8 +184,10 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       Architecture::from_config(ckpt.config(), (model_dir / "config.json").string());
   const auto exporter = make_exporter(options.export_format);
   const FormatInfo& info = format_info(options.format);
+  // INT4 per channel (kInt4ChannelGroup): each module's block is its in_features.
+  const bool int4_channel = options.format == Format::int4 && options.block == kInt4ChannelGroup;
   const int block = (options.format == Format::int4 && options.block > 0) ? options.block : info.block;
-  if (options.block > 0 && options.format != Format::int4)
+  if (options.block != 0 && options.format != Format::int4)
     fail("--group-size applies to int4 only ({} has a fixed block of {})", info.name, info.block);
 
   // Calibrated modes and their combinations.
@@ -218,8 +226,12 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       options.algo != WeightAlgo::max)
     fail("--format int8 supports --algo smoothquant or max, not {}", weight_algo_name(options.algo));
   const bool per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
-  if (options.assignment && (calibrate || options.algo != WeightAlgo::max))
-    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now");
+  // A plan takes --kv-cache fp8 (its calibration only measures K/V amaxes); nothing else
+  // calibrated yet.
+  if (options.assignment && (options.activations != ActQuant::none || data_algo ||
+                             options.calib_quantized_inputs || options.algo != WeightAlgo::max))
+    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now "
+         "(--kv-cache fp8 is the one calibrated option it takes)");
   if (options.assignment)
     for (const auto& [name, c] : options.assignment->modules)
       if (c.algo != "max")
@@ -254,7 +266,8 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       fail("{}: tensor '{}' has dtype {}; quantization needs F32, F16 or BF16 weights",
            t->file->path().string(), m.weight_name(), dtype_name(e.dtype));
     weights[i] = t;
-    exported[i] = {m.name, options.format, m.out_features, m.in_features, block, e.dtype};
+    exported[i] = {m.name, options.format, m.out_features, m.in_features,
+                   int4_channel ? int(m.in_features) : block, e.dtype};
     exported[i].act = options.activations;
     exported[i].per_tensor = per_tensor;
     // AWQ scales of o_proj / down_proj cannot be folded into a norm: ModelOpt exports them;
@@ -272,12 +285,12 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     const ModuleChoice planned = options.assignment ? options.assignment->at(m.name) : ModuleChoice{};
     if (options.assignment && !planned.format.is_keep()) {
       exported[i].format = *planned.format.format;
-      exported[i].block = planned.format.effective_block();
+      exported[i].block = planned.format.block_for(m.in_features);
     }
-    if (options.assignment && planned.format.is_keep()) {
-      reason[i] = "kept in its dtype by the plan";
-    } else if (matches_any(m.name, options.exclude, &pattern)) {
+    if (matches_any(m.name, options.exclude, &pattern)) {
       reason[i] = fmt::format("excluded by --exclude '{}'", pattern);
+    } else if (options.assignment && planned.format.is_keep()) {
+      reason[i] = "kept in its dtype by the plan";
     } else if (m.in_features % exported[i].block != 0) {
       reason[i] = fmt::format("in_features {} is not a multiple of the {} block of {}",
                               m.in_features, format_info(exported[i].format).name,
@@ -430,7 +443,8 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
         const CheckpointTensor& t = *weights[m];
         rows.push_back(weight_rows(t.file->view(*t.entry)));
       }
-      const RtnOptions rtn{options.format, block, exporter->scale_dtype(exported[members[0]])};
+      const RtnOptions rtn{options.format, exported[members[0]].block,
+                           exporter->scale_dtype(exported[members[0]])};
       float members_amax = 0.f;
       for (size_t m : members) members_amax = std::max(members_amax, tensor_amax(m));
       auto norm_override = [&]() -> std::vector<float>& {
@@ -699,21 +713,28 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   summary.per_tensor = per_tensor;
   summary.awq = awq;
   summary.kv_fp8 = options.kv_fp8;
-  if (options.assignment) {
+  if (options.assignment || int4_channel) {
     // One format: the single-format config as usual; several: the mixed-precision config.
+    // INT4 per channel counts as one format even where in_features (its block) differ.
     std::set<std::pair<Format, int>> used;
+    bool all_channel = true;
     for (size_t i = 0; i < arch.linears.size(); ++i)
       if (reason[i].empty()) {
-        used.insert({exported[i].format, exported[i].block});
-        summary.mixed.push_back({arch.linears[i].name, exported[i].format, exported[i].block});
+        const ExportedLinear& l = exported[i];
+        used.insert({l.format, l.block});
+        summary.mixed.push_back({arch.linears[i].name, l.format, l.block, l.cols});
+        all_channel = all_channel && l.format == Format::int4 && l.block == l.cols;
       }
+    summary.channel = !used.empty() && all_channel;
     if (used.size() <= 1) summary.mixed.clear();
     if (used.size() == 1) {
       summary.format = used.begin()->first;
       summary.block = used.begin()->second;
     }
-    report.format = used.size() > 1 ? "mixed" : used.empty() ? "none"
-                                                : std::string(format_info(summary.format).name);
+    if (options.assignment)
+      report.format = used.size() > 1 && !summary.channel ? "mixed"
+                      : used.empty() ? "none"
+                                     : std::string(format_info(summary.format).name);
   }
   config["quantization_config"] = exporter->quantization_config(summary);
   write_json_file(staged.path() / "config.json", config);

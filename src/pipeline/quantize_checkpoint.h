@@ -40,9 +40,13 @@ struct QuantizeOptions {
   bool progress = true;   // progress bar on stderr when it is a terminal
   // Mixed precision (--auto, --recipe): each Linear's own format and block (fused groups must
   // agree; a module absent or "keep" stays unquantized); `format` and `block` are then unused.
-  // Weight-only with algo max for now (no activations, KV cache or calibration).
+  // Weight-only with algo max for now (no activations or data algorithms; --kv-cache fp8 is
+  // allowed: its scales go on the quantized k_proj / v_proj, as with --exclude).
   std::optional<Assignment> assignment;
 };
+
+// Whether --exclude patterns (fnmatch globs) match module `name` (or `name`.weight).
+bool excluded_by_patterns(const std::string& name, const std::vector<std::string>& patterns);
 
 struct ExcludedModule {
   std::string name;

@@ -2,6 +2,7 @@
 #include "plan/candidates.h"
 
 #include "core/error.h"
+#include "formats/int4.h"
 
 #include <algorithm>
 #include <charconv>
@@ -10,11 +11,21 @@ namespace qf {
 
 int FormatChoice::effective_block() const {
   if (!format) return 0;
+  if (is_channel()) return kInt4ChannelGroup;
   return block > 0 ? block : format_info(*format).block;
+}
+
+bool FormatChoice::is_channel() const {
+  return format == Format::int4 && block == kInt4ChannelGroup;
+}
+
+int FormatChoice::block_for(int64_t in_features) const {
+  return is_channel() ? int(in_features) : effective_block();
 }
 
 std::string FormatChoice::name() const {
   if (!format) return "keep";
+  if (is_channel()) return "int4:channel";
   const FormatInfo& info = format_info(*format);
   if (*format == Format::int4 && effective_block() != info.block)
     return std::string(info.name) + ":" + std::to_string(effective_block());
@@ -30,6 +41,7 @@ std::optional<FormatChoice> parse_format_choice(std::string_view text) {
   if (colon == std::string_view::npos) return FormatChoice::of(*f);
   if (*f != Format::int4) return std::nullopt;  // only INT4 has a free group size
   const std::string_view digits = text.substr(colon + 1);
+  if (digits == "channel") return FormatChoice::of(*f, kInt4ChannelGroup);
   int g = 0;
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), g);
   if (ec != std::errc() || end != digits.data() + digits.size() || g <= 0 || g % 2 != 0)
@@ -39,7 +51,7 @@ std::optional<FormatChoice> parse_format_choice(std::string_view text) {
 
 bool choice_fits(const FormatChoice& choice, int64_t in_features) {
   if (choice.is_keep()) return true;
-  const int b = choice.effective_block();
+  const int b = choice.block_for(in_features);
   return in_features > 0 && (b <= 1 || in_features % b == 0);
 }
 
@@ -54,7 +66,7 @@ uint64_t linear_stored_bytes(const FormatChoice& choice, int64_t out, int64_t in
     case Format::nvfp4: return n / 2 + n / 16 + 4;
     case Format::mxfp4: return n / 2 + n / 32;
     case Format::fp8: return n + 4 * uint64_t(out);
-    case Format::int4: return n / 2 + 4 * (n / uint64_t(choice.effective_block()));
+    case Format::int4: return n / 2 + 4 * (n / uint64_t(choice.block_for(in)));
     case Format::int8: return n + 4 * uint64_t(out);
   }
   fail("unknown format id {}", static_cast<int>(*choice.format));
@@ -110,7 +122,16 @@ std::vector<DecisionUnit> decision_units(const Architecture& arch, const Candida
       u.numel += uint64_t(x.out_features) * uint64_t(x.in_features);
       if (options.excluded && options.excluded(x)) excluded = true;
     }
-    auto add = [&](const FormatChoice& f) {
+    auto add = [&](FormatChoice f) {
+      if (f.is_channel()) {
+        // Per channel only where no other int4 choice fits; stored with its concrete block.
+        for (const Candidate& c : u.candidates)
+          if (c.choice.format == Format::int4) return;
+        f.block = int(arch.linears[members.front()].in_features);
+        for (size_t m : members)
+          if (arch.linears[m].in_features != f.block) return;
+        if (u.find(f) >= 0) return;
+      }
       Candidate c{f, 0};
       for (size_t m : members) {
         const LinearModule& x = arch.linears[m];

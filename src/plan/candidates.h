@@ -22,22 +22,29 @@ namespace qf {
 // A weight format with its block (group) size, or "keep original" (format empty).
 struct FormatChoice {
   std::optional<Format> format;  // nullopt: the weight stays in its own dtype
-  int block = 0;                 // elements per scale; 0 = the format's default (int4: 128)
+  int block = 0;                 // elements per scale; 0 = the format's default (int4: 128);
+                                 // int4 kInt4ChannelGroup (-1): one scale per output channel
 
   static FormatChoice keep() { return {}; }
   static FormatChoice of(Format f, int block = 0) { return {f, block}; }
   bool is_keep() const { return !format.has_value(); }
-  // The block actually used (the format default when block == 0); 0 for keep.
+  // The block actually used (the format default when block == 0); 0 for keep;
+  // kInt4ChannelGroup for int4 per channel.
   int effective_block() const;
-  // "keep", "nvfp4", "mxfp4", "fp8", "int4" (int4 with a non-default group: "int4:64").
+  // Whether this is int4 with one scale per output channel (block = each module's in_features).
+  bool is_channel() const;
+  // The block for a module with `in_features` inputs (per channel: in_features).
+  int block_for(int64_t in_features) const;
+  // "keep", "nvfp4", "mxfp4", "fp8", "int4" (int4 with a non-default group: "int4:64"; per
+  // channel: "int4:channel").
   std::string name() const;
   friend bool operator==(const FormatChoice& a, const FormatChoice& b) {
     return a.format == b.format && a.effective_block() == b.effective_block();
   }
 };
 
-// Parses "keep", a registry format name ("nvfp4", case-insensitive) or "int4:G". nullopt if
-// unknown or G is not a positive multiple of 2.
+// Parses "keep", a registry format name ("nvfp4", case-insensitive), "int4:G" or
+// "int4:channel". nullopt if unknown or G is not a positive multiple of 2.
 std::optional<FormatChoice> parse_format_choice(std::string_view text);
 
 // Whether a Linear with `in_features` inputs can be stored in `choice` (keep: always; a block
@@ -48,6 +55,7 @@ bool choice_fits(const FormatChoice& choice, int64_t in_features);
 // (codes + block scales + tensor scales):
 //   nvfp4: out*in/2 + out*in/16 + 4        mxfp4: out*in/2 + out*in/32
 //   fp8 (per channel): out*in + 4*out       int4 group G: out*in/2 + 4*out*in/G
+//   int4 per channel: out*in/2 + 4*out
 //   keep: out*in*dtype_size(original)
 // Throws qf::Error if the choice does not fit (see choice_fits).
 uint64_t linear_stored_bytes(const FormatChoice& choice, int64_t out, int64_t in, DType original);
@@ -65,7 +73,10 @@ struct DecisionUnit {
   std::vector<size_t> linears;  // indices into Architecture::linears, in architecture order
   uint64_t numel = 0;           // weights of all members
   // The asked formats the unit can take, in the order asked, then keep (if allowed) last.
-  // Never empty: a unit that can take nothing asked keeps its dtype.
+  // Never empty: a unit that can take nothing asked keeps its dtype. An asked int4:channel is
+  // stored with its concrete block (the unit's in_features, e.g. "int4:172") and only added
+  // when no other int4 choice fits the unit ("int4,int4:channel" = group 128 where it divides
+  // in_features, one scale per channel elsewhere).
   std::vector<Candidate> candidates;
 
   // Index of `choice` in candidates, or -1.

@@ -50,7 +50,7 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
         if (!value.is_string()) fail("{}: rule {}: \"format\" must be a string", source, i);
         const auto f = parse_format_choice(value.get<std::string>());
         if (!f)
-          fail("{}: rule {}: unknown format \"{}\" (nvfp4, mxfp4, fp8, int4, int4:G or keep)",
+          fail("{}: rule {}: unknown format \"{}\" (nvfp4, mxfp4, fp8, int4, int4:G, int4:channel or keep)",
                source, i, value.get<std::string>());
         rule.format = *f;
       } else if (key == "algo") {

@@ -80,6 +80,85 @@ TEST(AutoQuantize, TargetSizeAndFitMemoryAreMet) {
   EXPECT_LE(inspect(dir / "m")["tensor_bytes"].get<uint64_t>() + kv, memory);
 }
 
+TEST(AutoQuantize, FitMemoryCountsAnFp8KvCache) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  // A long context: the KV cache dwarfs the model. In FP8 it takes half the BF16 bytes, so this
+  // budget (the whole original checkpoint plus an FP8 cache) is met only if the cache is
+  // counted in FP8.
+  const auto original = inspect(model_dir("tinystories-656K-hf"));
+  const uint64_t kv8 = kv_cache_bytes(2, 4, 16, 100000, 1, 1);
+  const uint64_t memory = original["tensor_bytes"].get<uint64_t>() + kv8;
+  auto r = test::run_qforge(auto_cmd(dir / "m") +
+                            fmt::format(" --fit-memory {} --context 100000", memory));
+  EXPECT_NE(r.exit_code, 0);  // a BF16 cache of 2 x kv8 does not fit
+  EXPECT_NE(r.err.find("cannot be met"), std::string::npos) << r.err;
+  r = test::run_qforge(auto_cmd(dir / "m") +
+                       fmt::format(" --fit-memory {} --context 100000 --kv-cache fp8", memory));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(inspect(dir / "m")["tensor_bytes"].get<uint64_t>() + kv8, memory);
+}
+
+TEST(AutoQuantize, ExcludedModulesOnlyKeep) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  const std::string o_proj = "model.layers.0.self_attn.o_proj";
+  const auto r = test::run_qforge(auto_cmd(dir / "x") + " --target-bits 6 --exclude '" + o_proj +
+                                  "' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(r.out);
+  bool kept = false;
+  for (const auto& e : report["excluded"])
+    if (e["name"] == o_proj) {
+      kept = true;
+      EXPECT_NE(e["reason"].get<std::string>().find("--exclude"), std::string::npos) << e;
+    }
+  EXPECT_TRUE(kept);
+  // The kept F32 o_proj is counted in the budget, so the target still holds.
+  EXPECT_LE(inspect(dir / "x")["bits_per_linear_weight"].get<double>(), 6.0);
+}
+
+TEST(AutoQuantize, FourAndAHalfBitsReachableOnBothFixtures) {
+  QF_REQUIRE_FIXTURES();
+  for (const std::string m : {"stories260K-hf", "tinystories-656K-hf"}) {
+    test::ScratchDir dir;
+    const auto r = test::run_qforge(
+        "quantize " + q(model_dir(m)) + " -o " + q(dir / "a") + " --calib " +
+        q(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+        " --calib-samples 8 --calib-seq 64 --threads 2 --auto --target-bits 4.5");
+    ASSERT_EQ(r.exit_code, 0) << m << ": " << r.err;
+    // NVFP4 alone cannot (4.5 bits plus its tensor scale): the candidates were extended.
+    EXPECT_NE(r.err.find("candidates extended with mxfp4,int4,int4:channel"), std::string::npos)
+        << r.err;
+    EXPECT_LE(inspect(dir / "a")["bits_per_linear_weight"].get<double>(), 4.5) << m;
+    const auto kl = test::run_qforge(
+        "eval kl " + q(model_dir(m)) + " " + q(dir / "a") + " --text " +
+        q(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
+        " --max-chars 2000 --json --threads 2");
+    ASSERT_EQ(kl.exit_code, 0) << kl.err;
+    EXPECT_LT(nlohmann::json::parse(kl.out)["kl_mean"].get<double>(), 0.5) << m;
+  }
+}
+
+TEST(AutoQuantize, OnlyFormatsTheExportCanWriteAreOffered) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  // compressed-tensors packs INT4 in int32 words: stories260K's 172-input down_proj cannot be
+  // INT4 there, so 4.5 bits is out of reach (its floor is FP8 for those), and a reachable target
+  // is met without any module silently left unquantized.
+  const std::string base = "quantize " + q(model_dir("stories260K-hf")) + " --calib " +
+                           q(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+                           " --calib-samples 8 --calib-seq 64 --threads 2 -q --auto "
+                           "--export compressed-tensors";
+  auto r = test::run_qforge(base + " -o " + q(dir / "x") + " --target-bits 4.5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot be met: the smallest choice gives 5.2"), std::string::npos) << r.err;
+  r = test::run_qforge(base + " -o " + q(dir / "y") + " --target-bits 5.3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["modules_excluded"].get<int>(), 0);
+  EXPECT_LE(inspect(dir / "y")["bits_per_linear_weight"].get<double>(), 5.3);
+}
+
 TEST(AutoQuantize, UnreachableTargetNamesTheClosest) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir dir;

@@ -2,6 +2,7 @@
 // through the pipeline, exported as ModelOpt MIXED_PRECISION and compressed-tensors groups per
 // format, loaded by the engine, and `qforge eval kl` against the original.
 #include "engine/model.h"
+#include "formats/int4.h"
 #include "io/checkpoint.h"
 #include "io/json_file.h"
 #include "model/architecture.h"
@@ -107,6 +108,66 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(p.param) == "stories260K-hf" ? "stories260K" : "ts656K") +
              (std::get<1>(p.param) == ExportFormat::modelopt ? "_modelopt" : "_ct");
     });
+
+// Four formats, INT4 per channel among them (what --auto picks below 4.5 bits).
+TEST_P(MixedExport, Int4PerChannelAndMxfp4InTheMix) {
+  QF_REQUIRE_FIXTURES();
+  const auto [name, exp] = GetParam();
+  test::ScratchDir dir;
+  const Checkpoint ck = Checkpoint::open(model_dir(name));
+  const Architecture a = Architecture::from_config(ck.config(), "config.json");
+  QuantizeOptions o;
+  o.export_format = exp;
+  o.progress = false;
+  o.threads = 2;
+  o.assignment = Assignment{};
+  for (const auto& m : a.linears) {
+    ModuleChoice c;
+    switch (m.role) {
+      case LinearRole::down_proj: c.format = FormatChoice::of(Format::int4, kInt4ChannelGroup); break;
+      case LinearRole::gate_proj:
+      case LinearRole::up_proj: c.format = FormatChoice::of(Format::mxfp4); break;
+      case LinearRole::o_proj: c.format = FormatChoice::of(Format::nvfp4); break;
+      default: c.format = FormatChoice::of(Format::fp8); break;
+    }
+    o.assignment->modules[m.name] = c;
+  }
+  const QuantizeReport r = quantize_checkpoint(model_dir(name), dir / "out", o);
+  EXPECT_EQ(r.format, "mixed");
+  const auto qc = read_json_file(dir / "out" / "config.json")["quantization_config"];
+  const std::string down = "model.layers.1.mlp.down_proj";
+  const int64_t inter = a.linears.back().in_features;
+  const bool down_fits = exp == ExportFormat::modelopt || inter % 8 == 0;
+  if (exp == ExportFormat::modelopt) {
+    EXPECT_EQ(qc["quantized_layers"][down],
+              nlohmann::json({{"quant_algo", "W4A16_AWQ"}, {"group_size", inter},
+                              {"has_zero_point", false}, {"pre_quant_scale", true}}));
+    EXPECT_EQ(qc["quantized_layers"]["model.layers.1.mlp.up_proj"],
+              nlohmann::json({{"quant_algo", "mxfp4"}}));
+  } else {
+    EXPECT_EQ(qc["format"], "mixed-precision");
+    bool channel = false;
+    for (const auto& [g, group] : qc["config_groups"].items())
+      if (group["format"] == "pack-quantized") {
+        channel = true;
+        EXPECT_EQ(group["weights"]["strategy"], "channel");
+        EXPECT_TRUE(group["weights"]["group_size"].is_null());
+        EXPECT_NE(std::find(group["targets"].begin(), group["targets"].end(), down),
+                  group["targets"].end());
+      }
+    EXPECT_EQ(channel, down_fits);
+  }
+  ModelOptions mo;
+  mo.threads = 2;
+  const auto model = Model::load(dir / "out", mo);
+  EXPECT_EQ(model->weights().layers[1].up.w.format, WeightFormat::mxfp4);
+  if (down_fits) {
+    EXPECT_EQ(model->weights().layers[1].down.w.group, int(inter));
+  }
+  const auto kl = eval_kl(name, dir / "out");
+  ASSERT_TRUE(kl.contains("kl_mean"));
+  EXPECT_LT(kl["kl_mean"].get<double>(), 0.4);
+}
 
 TEST(MixedExport, OneFormatWritesTheSingleFormatConfig) {
   QF_REQUIRE_FIXTURES();

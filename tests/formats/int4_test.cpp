@@ -66,6 +66,31 @@ TEST(Int4Quantize, ScalePerGroupForEachGroupSize) {
   }
 }
 
+TEST(Int4Quantize, PerChannelIsOneGroupPerRow) {
+  // --group-size channel: the group is the whole row, including widths that are no multiple of
+  // a SIMD vector (172: stories260K's down_proj) or of any usual group size.
+  for (int64_t cols : {int64_t(64), int64_t(172), int64_t(384)})
+    for (DType dtype : {DType::F32, DType::BF16})
+      for (test::Dist dist : {test::Dist::normal, test::Dist::heavy_tailed}) {
+        const int64_t rows = 6;
+        const test::Matrix m = test::make_matrix(dist, dtype, rows, cols, int(cols), 7);
+        const std::vector<float> x = m.values();
+        ASSERT_EQ(int4_resolve_group(kInt4ChannelGroup, cols), int(cols));
+        const Int4Out out = quantize_all_ways(m, int(cols), DType::F32);
+        ASSERT_EQ(out.scales.size(), size_t(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+          float amax = 0.f;
+          for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[size_t(r * cols + c)]));
+          const float s = amax == 0.f ? 1.f : amax * (1.0f / 7.0f);
+          EXPECT_EQ(out.scales[size_t(r)], s) << cols << " row " << r;
+          for (int64_t c = 0; c < cols; ++c) {
+            const float v = std::clamp(std::nearbyint(x[size_t(r * cols + c)] / s), -8.f, 7.f);
+            EXPECT_EQ(out.q[size_t(r * cols + c)], int8_t(v)) << cols << " " << r << "," << c;
+          }
+        }
+      }
+}
+
 TEST(Int4Quantize, ZeroGroupAndClampedExtremes) {
   std::vector<float> v(64, 0.f);  // group 0: zeros
   v[32] = 1e30f;                  // group 1: F16 scale saturates at 65504 -> clamped codes

@@ -219,7 +219,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::mxfp4, 6, 32, 0},
                       Case{WeightFormat::int4_packed32, 9, 768, 256},
                       Case{WeightFormat::int4_packed32, 6, 208, 8},
-                      Case{WeightFormat::bf16, 35, 129, 0}),  // odd K: padded BF16 pairs
+                      Case{WeightFormat::bf16, 35, 129, 0},  // odd K: padded BF16 pairs
+                      // INT4 per channel (group = in_features): stories260K's down_proj (172),
+                      // a group no SIMD chunk divides (168), whole rows of 64 and 384.
+                      Case{WeightFormat::int4_row_pairs, 64, 172, 172},
+                      Case{WeightFormat::int4_row_pairs, 10, 64, 64},
+                      Case{WeightFormat::int4_packed32, 7, 168, 168},
+                      Case{WeightFormat::int4_packed32, 6, 384, 384}),
     [](const ::testing::TestParamInfo<Case>& p) {
       std::string n(weight_format_name(p.param.format));
       for (char& ch : n)

@@ -64,6 +64,31 @@ TEST(PlanCandidates, UnitsFollowFusedGroupsAndBlocks) {
   EXPECT_EQ(units[0].find(FormatChoice::of(Format::fp8)), -1);
 }
 
+TEST(PlanCandidates, Int4PerChannelWhereNoGroupFits) {
+  const FormatChoice ch = *parse_format_choice("int4:channel");
+  EXPECT_TRUE(ch.is_channel());
+  EXPECT_EQ(ch.name(), "int4:channel");
+  EXPECT_EQ(ch.block_for(172), 172);
+  EXPECT_TRUE(choice_fits(ch, 172));
+  EXPECT_EQ(linear_stored_bytes(ch, 64, 172, DType::F32), uint64_t(64 * 172 / 2 + 4 * 64));
+  // hidden 64, intermediate 172 (stories260K): group 128 fits nothing, so every unit takes
+  // int4 per channel, stored with its concrete block (the unit's in_features).
+  const Architecture arch = test::tiny_llama(1, 64, 172);
+  CandidateOptions o;
+  o.formats = {FormatChoice::of(Format::int4), ch};
+  const auto units = decision_units(arch, o);
+  ASSERT_EQ(units.size(), 4u);
+  ASSERT_EQ(units[0].candidates.size(), 2u);  // int4:64, keep
+  EXPECT_EQ(units[0].candidates[0].choice, FormatChoice::of(Format::int4, 64));
+  EXPECT_EQ(units[3].candidates[0].choice, FormatChoice::of(Format::int4, 172));
+  EXPECT_EQ(units[3].candidates[0].choice.name(), "int4:172");
+  // hidden 128: group 128 fits q/k/v, so no per-channel duplicate is added there.
+  const auto units128 = decision_units(test::tiny_llama(1, 128, 172), o);
+  ASSERT_EQ(units128[0].candidates.size(), 2u);
+  EXPECT_EQ(units128[0].candidates[0].choice, FormatChoice::of(Format::int4));
+  EXPECT_EQ(units128[3].candidates[0].choice, FormatChoice::of(Format::int4, 172));
+}
+
 TEST(PlanCandidates, ExcludedGroupOnlyKeeps) {
   const Architecture arch = test::tiny_llama(1);
   CandidateOptions o;

@@ -71,7 +71,7 @@ TEST(Recipe, FusedGroupMustShareAFormat) {
 
 TEST(Recipe, ErrorsNameTheFileAndRule) {
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "nvfp4"}, {"match": "*", "format": "fp5"}]})"); }),
-            "r.json: rule 1: unknown format \"fp5\" (nvfp4, mxfp4, fp8, int4, int4:G or keep)");
+            "r.json: rule 1: unknown format \"fp5\" (nvfp4, mxfp4, fp8, int4, int4:G, int4:channel or keep)");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"format": "fp8"}]})"); }), "r.json: rule 0: missing \"match\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*"}]})"); }), "r.json: rule 0: missing \"format\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "algo": "magic"}]})"); }),
