@@ -1,5 +1,6 @@
 // Sensitivity analysis over a real checkpoint: the calibration pass feeds proxy_unit_scores
-// layer by layer; the exact measure reruns the model with one unit's weights fake-quantized.
+// (sampled rows, no X^T X) layer by layer; the exact measure reruns the model with one unit's
+// weights fake-quantized.
 #include "pipeline/sensitivity_run.h"
 
 #include "calib/layer_calibration.h"
@@ -154,8 +155,8 @@ SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
   for (size_t u = 0; u < r.units.size(); ++u) by_layer[r.units[u].layer].push_back(u);
 
   LayerCalibrationOptions lo;
-  lo.capture.xtx = true;
-  lo.capture.sample_rows = 0;
+  lo.capture.xtx = false;
+  lo.capture.sample_rows = std::max<int64_t>(options.proxy_rows, 1);
   lo.capture.seed = options.calib.seed;
   lo.progress = options.progress;
   auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {

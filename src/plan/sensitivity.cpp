@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats/fake_quant.h"
+#include "kernels/linear.h"
 
 #include <algorithm>
 #include <cmath>
@@ -78,16 +79,69 @@ QF_PLAN_CLONES void quad_forms4(const float* h, int64_t k, const float* d, int64
   for (int r = 0; r < 4; ++r) out[r] += acc[r];
 }
 
-// What the error measure needs from the statistics, prepared once per Linear input.
+// The sampled calibration rows of one Linear input, checked against the weight.
+struct Samples {
+  const float* x = nullptr;  // [n, k]
+  int64_t n = 0;
+};
+
+Samples samples_of(const LinearStats& stats, int64_t k) {
+  const int64_t n = stats.sample_count(k);
+  if (n <= 0 || int64_t(stats.samples.size()) != n * k)
+    fail("sensitivity: statistics hold {} sampled values, not rows of the weight's {} inputs",
+         stats.samples.size(), k);
+  return Samples{stats.samples.data(), n};
+}
+
+// sum ||X_s m^T||^2 / n for a float matrix m [rows, k]: one matrix product (the engine's
+// decoded-tile kernel, tasks of output rows), then a sum in a fixed order.
+double sampled_energy(const float* m, int64_t rows, int64_t k, const Samples& s,
+                      ThreadPool& pool) {
+  LinearWeight lw;
+  lw.format = WeightFormat::f32;
+  lw.rows = rows;
+  lw.cols = k;
+  lw.data = m;
+  std::vector<float> y(static_cast<size_t>(s.n * rows));
+  linear_forward(lw, s.x, s.n, y.data(), &pool);
+  double sum = 0;
+  for (float v : y) sum += double(v) * double(v);
+  return sum / double(s.n);
+}
+
+// dst[i] = dst[i] - w[i] (w converted to float), by tasks of rows.
+void subtract_weight(float* dst, const WeightRows& w, ThreadPool& pool) {
+  const int64_t k = w.cols;
+  const size_t esize = dtype_size(w.dtype);
+  const int64_t tasks = (w.rows + kTaskRows - 1) / kTaskRows;
+  pool.parallel_for(tasks, [&](int64_t t) {
+    const int64_t r0 = t * kTaskRows;
+    const int64_t nr = std::min(kTaskRows, w.rows - r0);
+    std::vector<float> row(static_cast<size_t>(nr * k));
+    convert_to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + size_t(r0 * k) * esize,
+                   row.data(), row.size());
+    float* d = dst + r0 * k;
+    for (size_t i = 0; i < row.size(); ++i) d[i] -= row[i];
+  });
+}
+
+// How one Linear input weights an error matrix, prepared once per input: the sampled rows
+// (the fast proxy), or X^T X / tokens, or the diagonal fallback (the reference measure).
 struct Weighting {
   int64_t k = 0;
+  Samples s;                // sampled rows, or n = 0
   std::vector<float> h;     // [k, k] X^T X / tokens, or empty
   std::vector<float> diag;  // [k] fallback weights when h is empty
 };
 
-Weighting make_weighting(const LinearStats& stats, int64_t k) {
+// sampled: use stats.samples (they must be there); else X^T X, else the diagonal fallback.
+Weighting make_weighting(const LinearStats& stats, int64_t k, bool sampled) {
   Weighting wt;
   wt.k = k;
+  if (sampled) {
+    wt.s = samples_of(stats, k);
+    return wt;
+  }
   if (!stats.xtx.empty()) {
     if (int64_t(stats.xtx.size()) != k * k)
       fail("sensitivity: X^T X has {} elements, expected {} x {}", stats.xtx.size(), k, k);
@@ -105,27 +159,26 @@ Weighting make_weighting(const LinearStats& stats, int64_t k) {
   return wt;
 }
 
-double weighted_error(const WeightRows& w, const float* w_hat, const Weighting& wt,
-                      ThreadPool& pool) {
-  const int64_t k = w.cols;
+// sum_r m_r H m_r^T for a float matrix m [rows, k] under the weighting. Deterministic for any
+// thread count (fixed tasks, summed in order).
+double weighted_energy(const float* m, int64_t rows, int64_t k, const Weighting& wt,
+                       ThreadPool& pool) {
   if (wt.k != k) fail("sensitivity: statistics have {} channels, the weight has {} inputs", wt.k, k);
-  const int64_t tasks = (w.rows + kTaskRows - 1) / kTaskRows;
+  if (wt.s.n > 0) return sampled_energy(m, rows, k, wt.s, pool);
+  const int64_t tasks = (rows + kTaskRows - 1) / kTaskRows;
   std::vector<double> part(size_t(tasks), 0.0);
-  const size_t esize = dtype_size(w.dtype);
   pool.parallel_for(tasks, [&](int64_t t) {
     const int64_t r0 = t * kTaskRows;
-    const int64_t nr = std::min(kTaskRows, w.rows - r0);
-    const int64_t padded = (nr + kQuad - 1) / kQuad * kQuad;
-    std::vector<float> d(size_t(padded * k), 0.f);
-    convert_to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + size_t(r0 * k) * esize,
-                   d.data(), size_t(nr * k));
-    const float* wh = w_hat + r0 * k;
-    for (int64_t i = 0; i < nr * k; ++i) d[size_t(i)] = wh[i] - d[size_t(i)];
+    const int64_t nr = std::min(kTaskRows, rows - r0);
+    const float* d = m + r0 * k;
     double sum = 0;
     if (!wt.h.empty()) {
+      const int64_t padded = (nr + kQuad - 1) / kQuad * kQuad;
+      std::vector<float> dp(size_t(padded * k), 0.f);
+      std::copy_n(d, nr * k, dp.begin());
       std::vector<double> q(size_t(padded), 0.0);
       for (int64_t r = 0; r < padded; r += kQuad)
-        quad_forms4(wt.h.data(), k, d.data() + r * k, k, q.data() + r);
+        quad_forms4(wt.h.data(), k, dp.data() + r * k, k, q.data() + r);
       for (double v : q) sum += v;
     } else {
       for (int64_t r = 0; r < nr; ++r) {
@@ -142,6 +195,12 @@ double weighted_error(const WeightRows& w, const float* w_hat, const Weighting& 
   double total = 0;
   for (double p : part) total += p;
   return total;
+}
+
+double error_of(const WeightRows& w, const float* w_hat, const Weighting& wt, ThreadPool& pool) {
+  std::vector<float> d(w_hat, w_hat + w.rows * w.cols);
+  subtract_weight(d.data(), w, pool);
+  return weighted_energy(d.data(), w.rows, w.cols, wt, pool);
 }
 
 }  // namespace
@@ -166,7 +225,12 @@ std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice&
 
 double weighted_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
                              ThreadPool& pool) {
-  return weighted_error(w, w_hat, make_weighting(stats, w.cols), pool);
+  return error_of(w, w_hat, make_weighting(stats, w.cols, false), pool);
+}
+
+double sampled_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
+                            ThreadPool& pool) {
+  return error_of(w, w_hat, make_weighting(stats, w.cols, true), pool);
 }
 
 std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const WeightRows> weights,
@@ -188,7 +252,8 @@ std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const 
         source[i] = source[j];
         break;
       }
-    if (source[i] == i) weighting[i] = make_weighting(*stats[i], weights[i].cols);
+    if (source[i] == i)
+      weighting[i] = make_weighting(*stats[i], weights[i].cols, !stats[i]->samples.empty());
   }
   std::vector<double> scores(unit.candidates.size(), 0.0);
   for (size_t c = 0; c < unit.candidates.size(); ++c) {
@@ -196,8 +261,9 @@ std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const 
     if (choice.is_keep()) continue;
     double s = 0;
     for (size_t i = 0; i < m; ++i) {
-      const std::vector<float> fq = fake_quantize_choice(weights[i], choice, group_amax, pool);
-      s += weighted_error(weights[i], fq.data(), weighting[source[i]], pool);
+      std::vector<float> d = fake_quantize_choice(weights[i], choice, group_amax, pool);
+      subtract_weight(d.data(), weights[i], pool);  // in place: dW
+      s += weighted_energy(d.data(), weights[i].rows, weights[i].cols, weighting[source[i]], pool);
     }
     scores[c] = s;
   }
