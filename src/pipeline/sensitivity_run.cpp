@@ -1,6 +1,6 @@
 // Sensitivity analysis over a real checkpoint: the calibration pass feeds proxy_unit_scores
-// (sampled rows, no X^T X) layer by layer; the exact measure reruns the model with one unit's
-// weights fake-quantized.
+// (sampled rows, no X^T X) layer by layer, relative to the residual stream's energy; the exact
+// measure reruns the model with one unit's weights fake-quantized.
 #include "pipeline/sensitivity_run.h"
 
 #include "calib/layer_calibration.h"
@@ -169,6 +169,11 @@ SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
         st.push_back(&cap.input(layer_input_of(a.linears[i].role)));
       }
       r.proxy[u] = proxy_unit_scores(unit, w, st, model->pool());
+      // Every error of layer l ends up in the residual stream h_{l+1}, which all later layers
+      // and the final norm read through RMSNorm: its effect scales with its size relative to
+      // that stream, so the errors are divided by the stream's energy E||h_{l+1}||^2.
+      if (cap.output_mean_square > 0)
+        for (double& v : r.proxy[u]) v /= cap.output_mean_square;
     }
     return nullptr;
   };

@@ -1,8 +1,9 @@
 // Sensitivity of a checkpoint to quantizing each decision unit: one layer-by-layer calibration
 // pass (no X^T X) that scores every unit's candidates with the proxy (mean squared output error
-// on proxy_rows sampled calibration rows per Linear input, one matrix product per candidate),
-// optionally the exact measure (KL of the final logits with only that unit fake-quantized), and
-// the KL of any assignment.
+// on proxy_rows sampled calibration rows per Linear input, one matrix product per candidate,
+// divided by the energy E||h||^2 of the residual stream the unit's layer writes), optionally
+// the exact measure (KL of the final logits with only that unit fake-quantized), and the KL of
+// any assignment.
 #pragma once
 
 #include "calib/calibration_data.h"
@@ -33,7 +34,8 @@ struct SensitivityResult {
   Architecture arch;
   DType original_dtype = DType::BF16;
   std::vector<DecisionUnit> units;     // decision_units(arch, formats)
-  UnitScores proxy;                    // raw proxy, [unit][candidate]
+  UnitScores proxy;                    // raw proxy, [unit][candidate]: sampled output error /
+                                       // E||h_{l+1}||^2 of the unit's layer l
   UnitScores exact;                    // raw exact KL, empty unless options.exact
   UnitScores monotone;                 // monotonized scores for the planner (exact if computed, else proxy)
   SensitivityReport report;            // rows from the raw scores, Spearman(proxy, exact)

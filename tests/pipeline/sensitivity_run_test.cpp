@@ -63,10 +63,11 @@ TEST_P(SensitivityFixtures, ProxyAndExactAgreeInRank) {
   EXPECT_EQ(r.report.rows.size(), rows);
   ASSERT_FALSE(std::isnan(r.report.rank_correlation));
   std::cout << GetParam() << ": proxy vs exact Spearman " << r.report.rank_correlation << "\n";
-  // The proxy must carry information about the exact measure (measured: 0.80 on stories260K,
-  // 0.27 on TinyStories-656K, where the layer-local proxy overweights o_proj/down_proj against
-  // q/k/v).
-  EXPECT_GT(r.report.rank_correlation, 0.0);
+  // The proxy must carry information about the exact measure (measured with these options:
+  // 0.85 on stories260K, 0.47 on TinyStories-656K, where the layer-local proxy still
+  // overweights o_proj/down_proj against q/k/v; 0.80 and 0.29 before the errors were taken
+  // relative to the residual stream).
+  EXPECT_GT(r.report.rank_correlation, 0.3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SensitivityFixtures,
