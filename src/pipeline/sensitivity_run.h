@@ -25,7 +25,7 @@ struct SensitivityOptions {
   CalibrationOptions calib;            // --calib files, samples, seq, seed (required)
   std::vector<FormatChoice> formats;   // candidates scored (keep is added by decision_units)
   bool exact = false;                  // also the exact measure (one model run per candidate)
-  int64_t proxy_rows = 512;            // calibration rows sampled per Linear input for the proxy
+  int64_t proxy_rows = 256;            // calibration rows sampled per Linear input for the proxy
   int threads = 0;                     // 0 = all hardware threads
   bool progress = false;               // progress on stderr
 };

@@ -94,7 +94,8 @@ TEST(Sensitivity, SampledProxyEqualsFullHessianOnTheSameRows) {
       const double full = weighted_output_error(wr, fq.data(), st, pool);
       const double sampled = sampled_output_error(wr, fq.data(), st, pool);
       EXPECT_GT(sampled, 0.0);
-      EXPECT_NEAR(sampled, full, 1e-4 * full) << format_info(f).name;
+      // dW is rounded to bf16 for the product (and X too on AVX512-BF16 CPUs).
+      EXPECT_NEAR(sampled, full, 3e-3 * full) << format_info(f).name;
       EXPECT_EQ(sampled, sampled_output_error(wr, fq.data(), st, one));  // any thread count
     }
   }
