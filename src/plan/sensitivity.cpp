@@ -97,24 +97,38 @@ Samples samples_of(const LinearStats& stats, int64_t k) {
 // element, unbiased; it only measures an error), then one matrix product with the engine's BF16
 // prefill kernel (AVX512-BF16 where the CPU has it, else the decoded-tile kernel), tasks of
 // output rows, then a sum in a fixed order.
+// Buffers reused across candidates and members: fresh allocations of weight-sized arrays cost
+// page faults and zeroing comparable to the product itself.
+struct Scratch {
+  std::vector<float> w;       // fake-quantized weight, then its error dW
+  std::vector<uint16_t> b16;  // dW in bf16
+  std::vector<float> y;       // X_s dW^T
+};
+
+template <class T>
+T* sized(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 double sampled_energy(const float* m, int64_t rows, int64_t k, const Samples& s,
-                      ThreadPool& pool) {
-  std::vector<uint16_t> mb(static_cast<size_t>(rows * k));
+                      ThreadPool& pool, Scratch& scratch) {
+  uint16_t* mb = sized(scratch.b16, size_t(rows * k));
   const int64_t tasks = (rows + kTaskRows - 1) / kTaskRows;
   pool.parallel_for(tasks, [&](int64_t t) {
     const int64_t r0 = t * kTaskRows;
     const int64_t nr = std::min(kTaskRows, rows - r0);
-    convert_from_f32(DType::BF16, m + r0 * k, mb.data() + r0 * k, size_t(nr * k));
+    convert_from_f32(DType::BF16, m + r0 * k, mb + r0 * k, size_t(nr * k));
   });
   LinearWeight lw;
   lw.format = WeightFormat::bf16;
   lw.rows = rows;
   lw.cols = k;
-  lw.data = mb.data();
-  std::vector<float> y(static_cast<size_t>(s.n * rows));
-  linear_forward(lw, s.x, s.n, y.data(), &pool);
+  lw.data = mb;
+  float* y = sized(scratch.y, size_t(s.n * rows));
+  linear_forward(lw, s.x, s.n, y, &pool);
   double sum = 0;
-  for (float v : y) sum += double(v) * double(v);
+  for (int64_t i = 0; i < s.n * rows; ++i) sum += double(y[i]) * double(y[i]);
   return sum / double(s.n);
 }
 
@@ -171,9 +185,9 @@ Weighting make_weighting(const LinearStats& stats, int64_t k, bool sampled) {
 // sum_r m_r H m_r^T for a float matrix m [rows, k] under the weighting. Deterministic for any
 // thread count (fixed tasks, summed in order).
 double weighted_energy(const float* m, int64_t rows, int64_t k, const Weighting& wt,
-                       ThreadPool& pool) {
+                       ThreadPool& pool, Scratch& scratch) {
   if (wt.k != k) fail("sensitivity: statistics have {} channels, the weight has {} inputs", wt.k, k);
-  if (wt.s.n > 0) return sampled_energy(m, rows, k, wt.s, pool);
+  if (wt.s.n > 0) return sampled_energy(m, rows, k, wt.s, pool, scratch);
   const int64_t tasks = (rows + kTaskRows - 1) / kTaskRows;
   std::vector<double> part(size_t(tasks), 0.0);
   pool.parallel_for(tasks, [&](int64_t t) {
@@ -209,17 +223,16 @@ double weighted_energy(const float* m, int64_t rows, int64_t k, const Weighting&
 double error_of(const WeightRows& w, const float* w_hat, const Weighting& wt, ThreadPool& pool) {
   std::vector<float> d(w_hat, w_hat + w.rows * w.cols);
   subtract_weight(d.data(), w, pool);
-  return weighted_energy(d.data(), w.rows, w.cols, wt, pool);
+  Scratch scratch;
+  return weighted_energy(d.data(), w.rows, w.cols, wt, pool, scratch);
 }
 
-}  // namespace
-
-std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice& choice,
-                                        float tensor_amax, ThreadPool& pool) {
-  std::vector<float> out(size_t(w.rows * w.cols));
+// fake_quantize_choice into out [rows, cols].
+void fake_quantize_into(const WeightRows& w, const FormatChoice& choice, float tensor_amax,
+                        ThreadPool& pool, float* out) {
   if (choice.is_keep()) {
-    convert_to_f32(w.dtype, w.data, out.data(), out.size());
-    return out;
+    convert_to_f32(w.dtype, w.data, out, size_t(w.rows * w.cols));
+    return;
   }
   if (!choice_fits(choice, w.cols))
     fail("sensitivity: {} does not fit a weight with {} inputs", choice.name(), w.cols);
@@ -228,7 +241,15 @@ std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice&
   o.format = *choice.format;
   o.block = choice.effective_block();
   const QuantizedTensor q = quantize_rtn(w, o, tensor_amax, pool);
-  dequantize(q, out.data());
+  dequantize(q, out, &pool);
+}
+
+}  // namespace
+
+std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice& choice,
+                                        float tensor_amax, ThreadPool& pool) {
+  std::vector<float> out(size_t(w.rows * w.cols));
+  fake_quantize_into(w, choice, tensor_amax, pool, out.data());
   return out;
 }
 
@@ -265,14 +286,17 @@ std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const 
       weighting[i] = make_weighting(*stats[i], weights[i].cols, !stats[i]->samples.empty());
   }
   std::vector<double> scores(unit.candidates.size(), 0.0);
+  Scratch scratch;
   for (size_t c = 0; c < unit.candidates.size(); ++c) {
     const FormatChoice& choice = unit.candidates[c].choice;
     if (choice.is_keep()) continue;
     double s = 0;
     for (size_t i = 0; i < m; ++i) {
-      std::vector<float> d = fake_quantize_choice(weights[i], choice, group_amax, pool);
-      subtract_weight(d.data(), weights[i], pool);  // in place: dW
-      s += weighted_energy(d.data(), weights[i].rows, weights[i].cols, weighting[source[i]], pool);
+      const WeightRows& w = weights[i];
+      float* d = sized(scratch.w, size_t(w.rows * w.cols));
+      fake_quantize_into(w, choice, group_amax, pool, d);
+      subtract_weight(d, w, pool);  // in place: dW
+      s += weighted_energy(d, w.rows, w.cols, weighting[source[i]], pool, scratch);
     }
     scores[c] = s;
   }
