@@ -227,6 +227,20 @@ double error_of(const WeightRows& w, const float* w_hat, const Weighting& wt, Th
   return weighted_energy(d.data(), w.rows, w.cols, wt, pool, scratch);
 }
 
+// Rows of a weight the sampled proxy fake-quantizes and multiplies at a time: about 8M elements
+// (32 MB as float), a multiple of 64 rows, fixed by the shape (not the thread count). Every
+// format's scales belong to one row (NVFP4's tensor scale is passed in), so quantizing a slice
+// of rows gives exactly those rows of the whole weight's quantization.
+int64_t chunk_rows(int64_t rows, int64_t k) {
+  const int64_t r = std::max<int64_t>(64, ((int64_t(1) << 23) / std::max<int64_t>(k, 1)) / 64 * 64);
+  return std::min(r, rows);
+}
+
+WeightRows row_slice(const WeightRows& w, int64_t r0, int64_t n) {
+  return WeightRows{static_cast<const uint8_t*>(w.data) + size_t(r0 * w.cols) * dtype_size(w.dtype),
+                    w.dtype, n, w.cols};
+}
+
 // fake_quantize_choice into out [rows, cols].
 void fake_quantize_into(const WeightRows& w, const FormatChoice& choice, float tensor_amax,
                         ThreadPool& pool, float* out) {
@@ -293,10 +307,16 @@ std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const 
     double s = 0;
     for (size_t i = 0; i < m; ++i) {
       const WeightRows& w = weights[i];
-      float* d = sized(scratch.w, size_t(w.rows * w.cols));
-      fake_quantize_into(w, choice, group_amax, pool, d);
-      subtract_weight(d, w, pool);  // in place: dW
-      s += weighted_energy(d, w.rows, w.cols, weighting[source[i]], pool, scratch);
+      const Weighting& wt = weighting[source[i]];
+      // Sampled: a slice of rows at a time (memory: one slice, not the weight, as float).
+      const int64_t step = wt.s.n > 0 ? chunk_rows(w.rows, w.cols) : w.rows;
+      for (int64_t r0 = 0; r0 < w.rows; r0 += step) {
+        const WeightRows part = row_slice(w, r0, std::min(step, w.rows - r0));
+        float* d = sized(scratch.w, size_t(part.rows * part.cols));
+        fake_quantize_into(part, choice, group_amax, pool, d);
+        subtract_weight(d, part, pool);  // in place: dW
+        s += weighted_energy(d, part.rows, part.cols, wt, pool, scratch);
+      }
     }
     scores[c] = s;
   }

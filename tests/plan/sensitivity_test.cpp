@@ -119,6 +119,32 @@ TEST(Sensitivity, SampledProxyEqualsFullHessianOnTheSameRows) {
   EXPECT_THROW(sampled_output_error(wr, fq.data(), bad, pool), Error);
 }
 
+// A weight over 8M elements is fake-quantized and multiplied a slice of rows at a time; the
+// slices give the whole weight's error (the scales belong to rows; NVFP4's tensor scale is
+// shared).
+TEST(Sensitivity, SampledProxyInRowSlicesEqualsTheWholeWeight) {
+  const int64_t n = 2100, k = 4096, tokens = 24;  // 2 slices of 2048 rows and 52
+  const std::vector<float> w = gaussian_weights(n, k, 21);
+  std::vector<float> scale(static_cast<size_t>(k), 1.f);
+  LinearStats st;
+  st.tokens = tokens;
+  st.samples = test::scaled_inputs(tokens, k, scale, 22);
+  ThreadPool pool(2);
+  const WeightRows wr{w.data(), DType::F32, n, k};
+  DecisionUnit unit;
+  unit.name = "big";
+  unit.linears = {0};
+  unit.candidates = {{FormatChoice::of(Format::nvfp4), 0}, {FormatChoice::of(Format::fp8), 0}};
+  const LinearStats* sp = &st;
+  const std::vector<double> s = proxy_unit_scores(unit, std::span(&wr, 1), std::span(&sp, 1), pool);
+  for (size_t c = 0; c < 2; ++c) {
+    const std::vector<float> fq = fake_quantize_choice(wr, unit.candidates[c].choice, 0.f, pool);
+    const double whole = sampled_output_error(wr, fq.data(), st, pool);
+    EXPECT_GT(whole, 0.0);
+    EXPECT_NEAR(s[c], whole, 1e-9 * whole) << unit.candidates[c].choice.name();
+  }
+}
+
 // The synthetic test: one layer's inputs carry large outlier channels; the proxy ranks it
 // first for every format.
 class PlantedSensitive : public ::testing::TestWithParam<bool> {};  // sampled rows or X^T X
