@@ -93,10 +93,6 @@ Samples samples_of(const LinearStats& stats, int64_t k) {
   return Samples{stats.samples.data(), n};
 }
 
-// sum ||X_s m^T||^2 / n for a float matrix m [rows, k]: m rounded to bf16 (relative 2^-9 per
-// element, unbiased; it only measures an error), then one matrix product with the engine's BF16
-// prefill kernel (AVX512-BF16 where the CPU has it, else the decoded-tile kernel), tasks of
-// output rows, then a sum in a fixed order.
 // Buffers reused across candidates and members: fresh allocations of weight-sized arrays cost
 // page faults and zeroing comparable to the product itself.
 struct Scratch {
@@ -111,6 +107,10 @@ T* sized(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+// sum ||X_s m^T||^2 / n for a float matrix m [rows, k]: m rounded to bf16 (relative 2^-9 per
+// element, unbiased; it only measures an error), then one matrix product with the engine's BF16
+// prefill kernel (AVX512-BF16 where the CPU has it, else the decoded-tile kernel), tasks of
+// output rows, then a sum in a fixed order.
 double sampled_energy(const float* m, int64_t rows, int64_t k, const Samples& s,
                       ThreadPool& pool, Scratch& scratch) {
   uint16_t* mb = sized(scratch.b16, size_t(rows * k));

@@ -42,17 +42,18 @@ double weighted_output_error(const WeightRows& w, const float* w_hat, const Line
 // calibration rows X_s (stats.samples, a uniform reservoir sample of the tokens, so H_s is an
 // unbiased estimate of H):
 //   tr(dW H_s dW^T) = ||X_s dW^T||_F^2 / n  (the mean squared output error on the samples),
-// computed as one float matrix product (kernels' linear_forward): n x rows x cols per call,
-// no X^T X. Deterministic for any thread count. Throws qf::Error if stats.samples is empty or
-// not rows of cols values.
+// computed as one matrix product (kernels' linear_forward, dW rounded to bf16: the engine's BF16
+// prefill kernel; relative error ~1e-3): n x rows x cols per call, no X^T X. Deterministic for
+// any thread count. Throws qf::Error if stats.samples is empty or not rows of cols values.
 double sampled_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
                             ThreadPool& pool);
 
 // Proxy scores of one unit, one per candidate (keep = 0): the sum over the unit's Linears of
 // the output error for that candidate's fake-quantized weights (NVFP4 tensor scale from the
 // members' common max |w|, as the exporter unifies it); each weight is fake-quantized once per
-// candidate. The error is sampled_output_error when the member's statistics hold samples, else
-// weighted_output_error. weights[i], stats[i] belong to unit.linears[i] (members of a fused
+// candidate. The error is sampled_output_error when the member's statistics hold samples
+// (computed in slices of ~8M weight elements, which quantize exactly as the whole weight's
+// rows: memory one slice), else weighted_output_error. weights[i], stats[i] belong to unit.linears[i] (members of a fused
 // group usually share one LinearStats; it is prepared once).
 std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const WeightRows> weights,
                                       std::span<const LinearStats* const> stats, ThreadPool& pool);
