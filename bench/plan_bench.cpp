@@ -1,5 +1,7 @@
 // The planner's costs at 2 threads: the proxy score of one llama-8b-shaped Linear (in 4096,
-// out 14336) in NVFP4 given X^T X (fake quantization plus tr(dW H dW^T)), and the budget solver
+// out 14336) in NVFP4 given X^T X (fake quantization plus tr(dW H dW^T), the reference), given
+// 256 sampled input rows (fake quantization plus one BF16 product, what `qforge sensitivity`
+// runs), and with the diagonal fallback; and the budget solver
 // on 32 layers x 7 Linears x 5 candidates (nvfp4, mxfp4, fp8, int4, keep) at 4.8 bits per weight.
 // Run: qforge_bench --benchmark_filter='Plan'
 #include "core/thread_pool.h"
@@ -58,6 +60,24 @@ void PlanProxyNvfp4(benchmark::State& state) {
   }
 }
 BENCHMARK(PlanProxyNvfp4)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
+
+void PlanProxySampledNvfp4(benchmark::State& state) {
+  const std::vector<float> w = weights(kOut, kIn);
+  LinearStats st;
+  st.tokens = 256;
+  st.samples = weights(256, kIn);
+  ThreadPool pool(2);
+  DecisionUnit unit;
+  unit.linears = {0};
+  unit.candidates = {{FormatChoice::of(Format::nvfp4), 0}};
+  const WeightRows wr{w.data(), DType::F32, kOut, kIn};
+  const LinearStats* sp = &st;
+  for (auto _ : state) {
+    const std::vector<double> s = proxy_unit_scores(unit, std::span(&wr, 1), std::span(&sp, 1), pool);
+    benchmark::DoNotOptimize(s.data());
+  }
+}
+BENCHMARK(PlanProxySampledNvfp4)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
 void PlanProxyDiagonalNvfp4(benchmark::State& state) {
   const std::vector<float> w = weights(kOut, kIn);

@@ -148,17 +148,20 @@ LayerCalibrationReport calibrate_layers(Model& model,
   Progress progress("calibrate", uint64_t(a.num_layers * int64_t(windows.size())), options.progress);
   for (int64_t l = 0; l < a.num_layers; ++l) {
     CaptureObserver obs(a, options.capture, l, &model.pool());
+    double out_square = 0;
     for (size_t w = 0; w < windows.size(); ++w) {
       float* h = hidden.data() + int64_t(w) * per;
+      float* out = h;
       if (options.quantized_inputs) {
         std::copy_n(h, per, scratch.data());
-        model.forward_layer(l, scratch.data(), seq, &obs);
-      } else {
-        model.forward_layer(l, h, seq, &obs);
+        out = scratch.data();
       }
+      model.forward_layer(l, out, seq, &obs);
+      for (int64_t i = 0; i < per; ++i) out_square += double(out[i]) * double(out[i]);
       progress.advance(1);
     }
     LayerCapture capture = obs.finish();
+    capture.output_mean_square = out_square / double(report.tokens);
     const auto c0 = clock::now();
     const LayerWeights* replaced = callback ? callback(l, capture) : nullptr;
     report.callback_seconds += std::chrono::duration<double>(clock::now() - c0).count();

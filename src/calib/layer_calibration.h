@@ -52,6 +52,8 @@ class StatsAccumulator {
 struct LayerCapture {
   std::array<LinearStats, kLayerInputs> inputs;  // indexed by LayerInput
   float k_amax = 0.f, v_amax = 0.f;              // post-RoPE keys / values, per tensor
+  double output_mean_square = 0;                 // mean over tokens of ||h||^2, h = the layer's
+                                                 // output hidden state (the residual stream)
   const LinearStats& input(LayerInput which) const { return inputs[size_t(which)]; }
 };
 

@@ -32,14 +32,15 @@ void register_sensitivity(CLI::App& app, Action& run) {
     std::vector<std::string> calib_files;
     CalibrationOptions calib{{}, 32, 256, 0};  // smaller default than quantize: one pass per unit
     int threads = 0;
+    int64_t proxy_rows = 256;
     bool exact = false, json = false, quiet = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "sensitivity",
       "Score how much quantizing each module (fused groups together) in each candidate format "
-      "changes the model's output: a layer-local proxy (output error weighted by the calibration "
-      "inputs' X^T X) and, with --exact, the KL of the final logits with only that module "
+      "changes the model's output: a layer-local proxy (the mean squared output error on sampled "
+      "calibration rows, relative to the residual stream's energy) and, with --exact, the KL of the final logits with only that module "
       "quantized.");
   cmd->add_option("model", args->model, "Model directory (unquantized Hugging Face checkpoint)")
       ->required();
@@ -51,6 +52,11 @@ void register_sensitivity(CLI::App& app, Action& run) {
                 "Also the exact measure: KL of the final logits vs the original with only that "
                 "module quantized (one model run over the windows per module and format), and "
                 "the proxy's Spearman rank correlation to it");
+  cmd->add_option("--proxy-rows", args->proxy_rows,
+                  "Calibration rows sampled per Linear input for the proxy (its cost: one "
+                  "product of these rows with each candidate's weight error)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
   cmd->add_option("--html", args->html, "Write a self-contained HTML report to this file");
   cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
@@ -65,6 +71,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
       o.calib.files.assign(args->calib_files.begin(), args->calib_files.end());
       o.formats = parse_format_list(args->formats);
       o.exact = args->exact;
+      o.proxy_rows = args->proxy_rows;
       o.threads = args->threads;
       o.progress = !args->quiet && !args->json;
       const SensitivityResult r = run_sensitivity(args->model, o);

@@ -231,28 +231,44 @@ void fake_quantize_with_scales(const QuantizedTensor& q, const float* w, float* 
   });
 }
 
-void dequantize(const QuantizedTensor& q, float* out) {
-  switch (q.format) {
-    case Format::nvfp4:
-      nvfp4_dequantize(q.codes.data(), q.block_scales.data(), q.global_scale, q.rows, q.cols, out);
-      break;
-    case Format::mxfp4:
-      mxfp4_dequantize(q.codes.data(), q.block_scales.data(), q.rows, q.cols, out);
-      break;
-    case Format::int4:
-      int4_dequantize(reinterpret_cast<const int8_t*>(q.codes.data()), q.scales.data(), q.block,
-                      q.rows, q.cols, out);
-      break;
-    case Format::fp8:
-      fp8_channel_dequantize(q.codes.data(), q.scales.data(), q.rows, q.cols, out);
-      break;
-    case Format::int8:
-      for (int64_t r = 0; r < q.rows; ++r)
-        for (int64_t c = 0; c < q.cols; ++c)
-          out[r * q.cols + c] =
-              float(int8_t(q.codes[size_t(r * q.cols + c)])) * q.scales[size_t(r)];
-      break;
+void dequantize(const QuantizedTensor& q, float* out, ThreadPool* pool) {
+  // Rows [r0, r0 + n): every format's codes and scales are row-major, whole rows at a time.
+  auto rows = [&](int64_t r0, int64_t n) {
+    float* o = out + r0 * q.cols;
+    switch (q.format) {
+      case Format::nvfp4:
+        nvfp4_dequantize(q.codes.data() + r0 * (q.cols / 2),
+                         q.block_scales.data() + r0 * (q.cols / 16), q.global_scale, n, q.cols, o);
+        break;
+      case Format::mxfp4:
+        mxfp4_dequantize(q.codes.data() + r0 * (q.cols / 2),
+                         q.block_scales.data() + r0 * (q.cols / 32), n, q.cols, o);
+        break;
+      case Format::int4:
+        int4_dequantize(reinterpret_cast<const int8_t*>(q.codes.data()) + r0 * q.cols,
+                        q.scales.data() + r0 * (q.cols / q.block), q.block, n, q.cols, o);
+        break;
+      case Format::fp8:
+        fp8_channel_dequantize(q.codes.data() + r0 * q.cols, q.scales.data() + r0, n, q.cols, o);
+        break;
+      case Format::int8:
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < q.cols; ++c)
+            o[r * q.cols + c] =
+                float(int8_t(q.codes[size_t((r0 + r) * q.cols + c)])) * q.scales[size_t(r0 + r)];
+        break;
+    }
+  };
+  constexpr int64_t kRows = 64;
+  const int64_t tasks = (q.rows + kRows - 1) / kRows;
+  if (!pool || tasks <= 1) {
+    rows(0, q.rows);
+    return;
   }
+  pool->parallel_for(tasks, [&](int64_t t) {
+    const int64_t r0 = t * kRows;
+    rows(r0, std::min(kRows, q.rows - r0));
+  });
 }
 
 QuantizedTensor nvfp4_static_quantize(const float* w, int64_t rows, int64_t cols,

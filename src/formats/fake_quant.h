@@ -83,8 +83,8 @@ void encode_with_scales(QuantizedTensor& q, const float* w, ThreadPool& pool);
 void fake_quantize_with_scales(const QuantizedTensor& q, const float* w, float* out,
                                ThreadPool& pool);
 // out [rows, cols] = the dequantized values of q (any format), through the formats'
-// dequantizers.
-void dequantize(const QuantizedTensor& q, float* out);
+// dequantizers; split into tasks of rows on `pool` when given (same values either way).
+void dequantize(const QuantizedTensor& q, float* out, ThreadPool* pool = nullptr);
 
 // NVFP4 static-block export (specs §1.2): scales from calibrated block amaxes and the group
 // global amax, then the codes of w (float32 [rows, cols], cols % 16 == 0).

@@ -1,5 +1,6 @@
 // Sensitivity analysis over a real checkpoint: the calibration pass feeds proxy_unit_scores
-// layer by layer; the exact measure reruns the model with one unit's weights fake-quantized.
+// (sampled rows, no X^T X) layer by layer, relative to the residual stream's energy; the exact
+// measure reruns the model with one unit's weights fake-quantized.
 #include "pipeline/sensitivity_run.h"
 
 #include "calib/layer_calibration.h"
@@ -154,8 +155,8 @@ SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
   for (size_t u = 0; u < r.units.size(); ++u) by_layer[r.units[u].layer].push_back(u);
 
   LayerCalibrationOptions lo;
-  lo.capture.xtx = true;
-  lo.capture.sample_rows = 0;
+  lo.capture.xtx = false;
+  lo.capture.sample_rows = std::max<int64_t>(options.proxy_rows, 1);
   lo.capture.seed = options.calib.seed;
   lo.progress = options.progress;
   auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
@@ -168,6 +169,11 @@ SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
         st.push_back(&cap.input(layer_input_of(a.linears[i].role)));
       }
       r.proxy[u] = proxy_unit_scores(unit, w, st, model->pool());
+      // Every error of layer l ends up in the residual stream h_{l+1}, which all later layers
+      // and the final norm read through RMSNorm: its effect scales with its size relative to
+      // that stream, so the errors are divided by the stream's energy E||h_{l+1}||^2.
+      if (cap.output_mean_square > 0)
+        for (double& v : r.proxy[u]) v /= cap.output_mean_square;
     }
     return nullptr;
   };

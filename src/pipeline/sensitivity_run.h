@@ -1,6 +1,9 @@
 // Sensitivity of a checkpoint to quantizing each decision unit: one layer-by-layer calibration
-// pass that scores every unit's candidates with the X^T X proxy, optionally the exact measure
-// (KL of the final logits with only that unit fake-quantized), and the KL of any assignment.
+// pass (no X^T X) that scores every unit's candidates with the proxy (mean squared output error
+// on proxy_rows sampled calibration rows per Linear input, one matrix product per candidate,
+// divided by the energy E||h||^2 of the residual stream the unit's layer writes), optionally
+// the exact measure (KL of the final logits with only that unit fake-quantized), and the KL of
+// any assignment.
 #pragma once
 
 #include "calib/calibration_data.h"
@@ -22,6 +25,7 @@ struct SensitivityOptions {
   CalibrationOptions calib;            // --calib files, samples, seq, seed (required)
   std::vector<FormatChoice> formats;   // candidates scored (keep is added by decision_units)
   bool exact = false;                  // also the exact measure (one model run per candidate)
+  int64_t proxy_rows = 256;            // calibration rows sampled per Linear input for the proxy
   int threads = 0;                     // 0 = all hardware threads
   bool progress = false;               // progress on stderr
 };
@@ -30,12 +34,13 @@ struct SensitivityResult {
   Architecture arch;
   DType original_dtype = DType::BF16;
   std::vector<DecisionUnit> units;     // decision_units(arch, formats)
-  UnitScores proxy;                    // raw proxy, [unit][candidate]
+  UnitScores proxy;                    // raw proxy, [unit][candidate]: sampled output error /
+                                       // E||h_{l+1}||^2 of the unit's layer l
   UnitScores exact;                    // raw exact KL, empty unless options.exact
   UnitScores monotone;                 // monotonized scores for the planner (exact if computed, else proxy)
   SensitivityReport report;            // rows from the raw scores, Spearman(proxy, exact)
   int64_t calib_tokens = 0;
-  double calib_seconds = 0;            // layer forwards (and statistics)
+  double calib_seconds = 0;            // layer forwards and statistics (as any calibration pass)
   double proxy_seconds = 0;            // proxy scoring inside the calibration callback
   double exact_seconds = 0;
 };

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats/fake_quant.h"
+#include "kernels/linear.h"
 
 #include <algorithm>
 #include <cmath>
@@ -78,16 +79,92 @@ QF_PLAN_CLONES void quad_forms4(const float* h, int64_t k, const float* d, int64
   for (int r = 0; r < 4; ++r) out[r] += acc[r];
 }
 
-// What the error measure needs from the statistics, prepared once per Linear input.
+// The sampled calibration rows of one Linear input, checked against the weight.
+struct Samples {
+  const float* x = nullptr;  // [n, k]
+  int64_t n = 0;
+};
+
+Samples samples_of(const LinearStats& stats, int64_t k) {
+  const int64_t n = stats.sample_count(k);
+  if (n <= 0 || int64_t(stats.samples.size()) != n * k)
+    fail("sensitivity: statistics hold {} sampled values, not rows of the weight's {} inputs",
+         stats.samples.size(), k);
+  return Samples{stats.samples.data(), n};
+}
+
+// Buffers reused across candidates and members: fresh allocations of weight-sized arrays cost
+// page faults and zeroing comparable to the product itself.
+struct Scratch {
+  std::vector<float> w;       // fake-quantized weight, then its error dW
+  std::vector<uint16_t> b16;  // dW in bf16
+  std::vector<float> y;       // X_s dW^T
+};
+
+template <class T>
+T* sized(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// sum ||X_s m^T||^2 / n for a float matrix m [rows, k]: m rounded to bf16 (relative 2^-9 per
+// element, unbiased; it only measures an error), then one matrix product with the engine's BF16
+// prefill kernel (AVX512-BF16 where the CPU has it, else the decoded-tile kernel), tasks of
+// output rows, then a sum in a fixed order.
+double sampled_energy(const float* m, int64_t rows, int64_t k, const Samples& s,
+                      ThreadPool& pool, Scratch& scratch) {
+  uint16_t* mb = sized(scratch.b16, size_t(rows * k));
+  const int64_t tasks = (rows + kTaskRows - 1) / kTaskRows;
+  pool.parallel_for(tasks, [&](int64_t t) {
+    const int64_t r0 = t * kTaskRows;
+    const int64_t nr = std::min(kTaskRows, rows - r0);
+    convert_from_f32(DType::BF16, m + r0 * k, mb + r0 * k, size_t(nr * k));
+  });
+  LinearWeight lw;
+  lw.format = WeightFormat::bf16;
+  lw.rows = rows;
+  lw.cols = k;
+  lw.data = mb;
+  float* y = sized(scratch.y, size_t(s.n * rows));
+  linear_forward(lw, s.x, s.n, y, &pool);
+  double sum = 0;
+  for (int64_t i = 0; i < s.n * rows; ++i) sum += double(y[i]) * double(y[i]);
+  return sum / double(s.n);
+}
+
+// dst[i] = dst[i] - w[i] (w converted to float), by tasks of rows.
+void subtract_weight(float* dst, const WeightRows& w, ThreadPool& pool) {
+  const int64_t k = w.cols;
+  const size_t esize = dtype_size(w.dtype);
+  const int64_t tasks = (w.rows + kTaskRows - 1) / kTaskRows;
+  pool.parallel_for(tasks, [&](int64_t t) {
+    const int64_t r0 = t * kTaskRows;
+    const int64_t nr = std::min(kTaskRows, w.rows - r0);
+    std::vector<float> row(static_cast<size_t>(nr * k));
+    convert_to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + size_t(r0 * k) * esize,
+                   row.data(), row.size());
+    float* d = dst + r0 * k;
+    for (size_t i = 0; i < row.size(); ++i) d[i] -= row[i];
+  });
+}
+
+// How one Linear input weights an error matrix, prepared once per input: the sampled rows
+// (the fast proxy), or X^T X / tokens, or the diagonal fallback (the reference measure).
 struct Weighting {
   int64_t k = 0;
+  Samples s;                // sampled rows, or n = 0
   std::vector<float> h;     // [k, k] X^T X / tokens, or empty
   std::vector<float> diag;  // [k] fallback weights when h is empty
 };
 
-Weighting make_weighting(const LinearStats& stats, int64_t k) {
+// sampled: use stats.samples (they must be there); else X^T X, else the diagonal fallback.
+Weighting make_weighting(const LinearStats& stats, int64_t k, bool sampled) {
   Weighting wt;
   wt.k = k;
+  if (sampled) {
+    wt.s = samples_of(stats, k);
+    return wt;
+  }
   if (!stats.xtx.empty()) {
     if (int64_t(stats.xtx.size()) != k * k)
       fail("sensitivity: X^T X has {} elements, expected {} x {}", stats.xtx.size(), k, k);
@@ -105,27 +182,26 @@ Weighting make_weighting(const LinearStats& stats, int64_t k) {
   return wt;
 }
 
-double weighted_error(const WeightRows& w, const float* w_hat, const Weighting& wt,
-                      ThreadPool& pool) {
-  const int64_t k = w.cols;
+// sum_r m_r H m_r^T for a float matrix m [rows, k] under the weighting. Deterministic for any
+// thread count (fixed tasks, summed in order).
+double weighted_energy(const float* m, int64_t rows, int64_t k, const Weighting& wt,
+                       ThreadPool& pool, Scratch& scratch) {
   if (wt.k != k) fail("sensitivity: statistics have {} channels, the weight has {} inputs", wt.k, k);
-  const int64_t tasks = (w.rows + kTaskRows - 1) / kTaskRows;
+  if (wt.s.n > 0) return sampled_energy(m, rows, k, wt.s, pool, scratch);
+  const int64_t tasks = (rows + kTaskRows - 1) / kTaskRows;
   std::vector<double> part(size_t(tasks), 0.0);
-  const size_t esize = dtype_size(w.dtype);
   pool.parallel_for(tasks, [&](int64_t t) {
     const int64_t r0 = t * kTaskRows;
-    const int64_t nr = std::min(kTaskRows, w.rows - r0);
-    const int64_t padded = (nr + kQuad - 1) / kQuad * kQuad;
-    std::vector<float> d(size_t(padded * k), 0.f);
-    convert_to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + size_t(r0 * k) * esize,
-                   d.data(), size_t(nr * k));
-    const float* wh = w_hat + r0 * k;
-    for (int64_t i = 0; i < nr * k; ++i) d[size_t(i)] = wh[i] - d[size_t(i)];
+    const int64_t nr = std::min(kTaskRows, rows - r0);
+    const float* d = m + r0 * k;
     double sum = 0;
     if (!wt.h.empty()) {
+      const int64_t padded = (nr + kQuad - 1) / kQuad * kQuad;
+      std::vector<float> dp(size_t(padded * k), 0.f);
+      std::copy_n(d, nr * k, dp.begin());
       std::vector<double> q(size_t(padded), 0.0);
       for (int64_t r = 0; r < padded; r += kQuad)
-        quad_forms4(wt.h.data(), k, d.data() + r * k, k, q.data() + r);
+        quad_forms4(wt.h.data(), k, dp.data() + r * k, k, q.data() + r);
       for (double v : q) sum += v;
     } else {
       for (int64_t r = 0; r < nr; ++r) {
@@ -144,14 +220,33 @@ double weighted_error(const WeightRows& w, const float* w_hat, const Weighting& 
   return total;
 }
 
-}  // namespace
+double error_of(const WeightRows& w, const float* w_hat, const Weighting& wt, ThreadPool& pool) {
+  std::vector<float> d(w_hat, w_hat + w.rows * w.cols);
+  subtract_weight(d.data(), w, pool);
+  Scratch scratch;
+  return weighted_energy(d.data(), w.rows, w.cols, wt, pool, scratch);
+}
 
-std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice& choice,
-                                        float tensor_amax, ThreadPool& pool) {
-  std::vector<float> out(size_t(w.rows * w.cols));
+// Rows of a weight the sampled proxy fake-quantizes and multiplies at a time: about 8M elements
+// (32 MB as float), a multiple of 64 rows, fixed by the shape (not the thread count). Every
+// format's scales belong to one row (NVFP4's tensor scale is passed in), so quantizing a slice
+// of rows gives exactly those rows of the whole weight's quantization.
+int64_t chunk_rows(int64_t rows, int64_t k) {
+  const int64_t r = std::max<int64_t>(64, ((int64_t(1) << 23) / std::max<int64_t>(k, 1)) / 64 * 64);
+  return std::min(r, rows);
+}
+
+WeightRows row_slice(const WeightRows& w, int64_t r0, int64_t n) {
+  return WeightRows{static_cast<const uint8_t*>(w.data) + size_t(r0 * w.cols) * dtype_size(w.dtype),
+                    w.dtype, n, w.cols};
+}
+
+// fake_quantize_choice into out [rows, cols].
+void fake_quantize_into(const WeightRows& w, const FormatChoice& choice, float tensor_amax,
+                        ThreadPool& pool, float* out) {
   if (choice.is_keep()) {
-    convert_to_f32(w.dtype, w.data, out.data(), out.size());
-    return out;
+    convert_to_f32(w.dtype, w.data, out, size_t(w.rows * w.cols));
+    return;
   }
   if (!choice_fits(choice, w.cols))
     fail("sensitivity: {} does not fit a weight with {} inputs", choice.name(), w.cols);
@@ -160,13 +255,26 @@ std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice&
   o.format = *choice.format;
   o.block = choice.effective_block();
   const QuantizedTensor q = quantize_rtn(w, o, tensor_amax, pool);
-  dequantize(q, out.data());
+  dequantize(q, out, &pool);
+}
+
+}  // namespace
+
+std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice& choice,
+                                        float tensor_amax, ThreadPool& pool) {
+  std::vector<float> out(size_t(w.rows * w.cols));
+  fake_quantize_into(w, choice, tensor_amax, pool, out.data());
   return out;
 }
 
 double weighted_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
                              ThreadPool& pool) {
-  return weighted_error(w, w_hat, make_weighting(stats, w.cols), pool);
+  return error_of(w, w_hat, make_weighting(stats, w.cols, false), pool);
+}
+
+double sampled_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
+                            ThreadPool& pool) {
+  return error_of(w, w_hat, make_weighting(stats, w.cols, true), pool);
 }
 
 std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const WeightRows> weights,
@@ -188,16 +296,27 @@ std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const 
         source[i] = source[j];
         break;
       }
-    if (source[i] == i) weighting[i] = make_weighting(*stats[i], weights[i].cols);
+    if (source[i] == i)
+      weighting[i] = make_weighting(*stats[i], weights[i].cols, !stats[i]->samples.empty());
   }
   std::vector<double> scores(unit.candidates.size(), 0.0);
+  Scratch scratch;
   for (size_t c = 0; c < unit.candidates.size(); ++c) {
     const FormatChoice& choice = unit.candidates[c].choice;
     if (choice.is_keep()) continue;
     double s = 0;
     for (size_t i = 0; i < m; ++i) {
-      const std::vector<float> fq = fake_quantize_choice(weights[i], choice, group_amax, pool);
-      s += weighted_error(weights[i], fq.data(), weighting[source[i]], pool);
+      const WeightRows& w = weights[i];
+      const Weighting& wt = weighting[source[i]];
+      // Sampled: a slice of rows at a time (memory: one slice, not the weight, as float).
+      const int64_t step = wt.s.n > 0 ? chunk_rows(w.rows, w.cols) : w.rows;
+      for (int64_t r0 = 0; r0 < w.rows; r0 += step) {
+        const WeightRows part = row_slice(w, r0, std::min(step, w.rows - r0));
+        float* d = sized(scratch.w, size_t(part.rows * part.cols));
+        fake_quantize_into(part, choice, group_amax, pool, d);
+        subtract_weight(d, part, pool);  // in place: dW
+        s += weighted_energy(d, part.rows, part.cols, wt, pool, scratch);
+      }
     }
     scores[c] = s;
   }

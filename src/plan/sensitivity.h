@@ -26,20 +26,35 @@ using UnitScores = std::vector<std::vector<double>>;
 std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice& choice,
                                         float tensor_amax, ThreadPool& pool);
 
-// The expected squared error of the Linear's output per token, sum over outputs:
+// The reference measure: the expected squared error of the Linear's output per token, summed
+// over outputs:
 //   tr(dW H dW^T),  dW = w_hat - w,  H = X^T X / tokens  (stats.xtx, stats.tokens)
 // If stats.xtx is empty, the diagonal fallback sum_{n,c} dW[n,c]^2 * m_c with m_c =
 // channel_mean_abs[c]^2 (a lower bound of the mean square, by Jensen; the statistics collect no
 // mean square). w_hat: float32 [rows, cols]. Deterministic for any thread count (rows are summed
 // in fixed tasks, in order). Throws qf::Error if the statistics do not match cols or hold
-// neither xtx nor channel_mean_abs.
+// neither xtx nor channel_mean_abs. Costs rows x cols^2 (and the calibration pass in^2 per
+// token to collect X^T X): tests and small models only; the pipeline uses the sampled measure.
 double weighted_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
                              ThreadPool& pool);
 
+// The fast proxy: the same quantity with H replaced by H_s = X_s^T X_s / n over the n sampled
+// calibration rows X_s (stats.samples, a uniform reservoir sample of the tokens, so H_s is an
+// unbiased estimate of H):
+//   tr(dW H_s dW^T) = ||X_s dW^T||_F^2 / n  (the mean squared output error on the samples),
+// computed as one matrix product (kernels' linear_forward, dW rounded to bf16: the engine's BF16
+// prefill kernel; relative error ~1e-3): n x rows x cols per call, no X^T X. Deterministic for
+// any thread count. Throws qf::Error if stats.samples is empty or not rows of cols values.
+double sampled_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
+                            ThreadPool& pool);
+
 // Proxy scores of one unit, one per candidate (keep = 0): the sum over the unit's Linears of
-// weighted_output_error for that candidate's fake-quantized weights (NVFP4 tensor scale from the
-// members' common max |w|, as the exporter unifies it). weights[i], stats[i] belong to
-// unit.linears[i] (members of a fused group usually share one LinearStats; it is used once).
+// the output error for that candidate's fake-quantized weights (NVFP4 tensor scale from the
+// members' common max |w|, as the exporter unifies it); each weight is fake-quantized once per
+// candidate. The error is sampled_output_error when the member's statistics hold samples
+// (computed in slices of ~8M weight elements, which quantize exactly as the whole weight's
+// rows: memory one slice), else weighted_output_error. weights[i], stats[i] belong to unit.linears[i] (members of a fused
+// group usually share one LinearStats; it is prepared once).
 std::vector<double> proxy_unit_scores(const DecisionUnit& unit, std::span<const WeightRows> weights,
                                       std::span<const LinearStats* const> stats, ThreadPool& pool);
 

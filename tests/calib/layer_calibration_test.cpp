@@ -124,7 +124,11 @@ TEST(LayerCalibration, LayerByLayerEqualsTheWholeForwardAndCapturesKv) {
   std::vector<float> h(size_t(n * a.hidden_size));
   m->embed(ids, h.data());
   std::vector<RecordingObserver> obs(size_t(a.num_layers));
-  for (int64_t l = 0; l < a.num_layers; ++l) m->forward_layer(l, h.data(), n, &obs[size_t(l)]);
+  std::vector<double> out_ms(size_t(a.num_layers), 0.0);  // mean ||h_{l+1}||^2 per token
+  for (int64_t l = 0; l < a.num_layers; ++l) {
+    m->forward_layer(l, h.data(), n, &obs[size_t(l)]);
+    for (float x : h) out_ms[size_t(l)] += double(x) * double(x) / double(n);
+  }
   m->head(h.data(), n, got.data());
   EXPECT_EQ(ref, got);
 
@@ -156,6 +160,8 @@ TEST(LayerCalibration, LayerByLayerEqualsTheWholeForwardAndCapturesKv) {
     return static_cast<const LayerWeights*>(nullptr);
   });
   for (int64_t l = 0; l < a.num_layers; ++l) {
+    EXPECT_GT(out_ms[size_t(l)], 0.0);
+    EXPECT_NEAR(caps[size_t(l)].output_mean_square, out_ms[size_t(l)], 1e-9 * out_ms[size_t(l)]);
     EXPECT_EQ(caps[size_t(l)].k_amax, obs[size_t(l)].k);
     EXPECT_EQ(caps[size_t(l)].v_amax, obs[size_t(l)].v);
     for (int i = 0; i < kLayerInputs; ++i)

@@ -63,10 +63,11 @@ TEST_P(SensitivityFixtures, ProxyAndExactAgreeInRank) {
   EXPECT_EQ(r.report.rows.size(), rows);
   ASSERT_FALSE(std::isnan(r.report.rank_correlation));
   std::cout << GetParam() << ": proxy vs exact Spearman " << r.report.rank_correlation << "\n";
-  // The proxy must carry information about the exact measure (measured: 0.80 on stories260K,
-  // 0.27 on TinyStories-656K, where the layer-local proxy overweights o_proj/down_proj against
-  // q/k/v).
-  EXPECT_GT(r.report.rank_correlation, 0.0);
+  // The proxy must carry information about the exact measure (measured with these options:
+  // 0.85 on stories260K, 0.47 on TinyStories-656K, where the layer-local proxy still
+  // overweights o_proj/down_proj against q/k/v; 0.80 and 0.29 before the errors were taken
+  // relative to the residual stream).
+  EXPECT_GT(r.report.rank_correlation, 0.3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SensitivityFixtures,
@@ -142,12 +143,22 @@ TEST(SensitivityCli, TableJsonAndHtml) {
   EXPECT_FALSE(j["modules"].empty());
   EXPECT_TRUE(j["rank_correlation"].is_number());
   EXPECT_TRUE(j["modules"][0]["exact"].is_number());
+  for (const char* key : {"calib_tokens", "calib_seconds", "proxy_seconds", "exact_seconds"})
+    EXPECT_TRUE(j[key].is_number()) << key;
   const std::string html = test::read_file(dir / "report.html");
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_EQ(html.find("http://"), std::string::npos);
   r = test::run_qforge(base + " --formats nvfp4,mxfp4,fp8,int4 -q");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("mxfp4"), std::string::npos) << r.out;
+  // Fewer proxy rows: same modules, finite non-negative scores.
+  r = test::run_qforge(base + " --proxy-rows 16 --json -q");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto few = nlohmann::json::parse(r.out);
+  ASSERT_EQ(few["modules"].size(), j["modules"].size());
+  for (const auto& m : few["modules"]) EXPECT_GE(m["proxy"].get<double>(), 0.0);
+  r = test::run_qforge(base + " --proxy-rows 0 -q");
+  EXPECT_NE(r.exit_code, 0);
   r = test::run_qforge(base + " --formats nvfp5 -q");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--formats: unknown format 'nvfp5'"), std::string::npos) << r.err;

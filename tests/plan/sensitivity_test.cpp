@@ -2,6 +2,7 @@
 // exact-score enumeration, monotonisation and rank correlation.
 #include "plan/sensitivity.h"
 
+#include "core/convert.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "plan_test_util.h"
@@ -73,9 +74,83 @@ TEST(Sensitivity, DiagonalFallbackWithoutXtx) {
   EXPECT_THROW(weighted_output_error(wr, fq.data(), bad, pool), Error);
 }
 
+// The fast proxy is the full-H measure with H = X_s^T X_s / n: on the same rows the two agree
+// (the sampled one is a matrix product, the other a quadratic form in X^T X).
+TEST(Sensitivity, SampledProxyEqualsFullHessianOnTheSameRows) {
+  const int64_t n = 45, k = 96, tokens = 150;
+  const std::vector<float> w = gaussian_weights(n, k, 11);
+  std::vector<float> scale(static_cast<size_t>(k));
+  for (int64_t c = 0; c < k; ++c) scale[size_t(c)] = c % 13 == 0 ? 30.f : 1.f;
+  const std::vector<float> x = test::scaled_inputs(tokens, k, scale, 12);
+  LinearStats st = test::stats_of(x, tokens, k, true);
+  st.samples = x;
+  ThreadPool pool(2), one(1);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    std::vector<uint8_t> bytes(w.size() * dtype_size(dt));
+    convert_from_f32(dt, w.data(), bytes.data(), w.size());
+    const WeightRows wr{bytes.data(), dt, n, k};
+    for (Format f : {Format::nvfp4, Format::mxfp4, Format::fp8}) {
+      const std::vector<float> fq = fake_quantize_choice(wr, FormatChoice::of(f), 0.f, pool);
+      const double full = weighted_output_error(wr, fq.data(), st, pool);
+      const double sampled = sampled_output_error(wr, fq.data(), st, pool);
+      EXPECT_GT(sampled, 0.0);
+      // dW is rounded to bf16 for the product (and X too on AVX512-BF16 CPUs).
+      EXPECT_NEAR(sampled, full, 3e-3 * full) << format_info(f).name;
+      EXPECT_EQ(sampled, sampled_output_error(wr, fq.data(), st, one));  // any thread count
+    }
+  }
+  // proxy_unit_scores takes the sampled path when the statistics hold samples.
+  const Architecture arch = test::tiny_llama(1, 96, 128);
+  CandidateOptions o;
+  o.formats = {FormatChoice::of(Format::nvfp4)};
+  const auto units = decision_units(arch, o);
+  const DecisionUnit& u = units[1];  // o_proj: one Linear of [96, 96]
+  ASSERT_EQ(u.linears.size(), 1u);
+  const std::vector<float> wo = gaussian_weights(96, 96, 13);
+  const WeightRows wr{wo.data(), DType::F32, 96, 96};
+  const LinearStats* sp = &st;
+  const std::vector<double> s = proxy_unit_scores(u, std::span(&wr, 1), std::span(&sp, 1), pool);
+  const std::vector<float> fq = fake_quantize_choice(wr, u.candidates[0].choice, 0.f, pool);
+  EXPECT_EQ(s[0], sampled_output_error(wr, fq.data(), st, pool));
+  LinearStats bad = st;
+  bad.samples.resize(bad.samples.size() - 1);
+  EXPECT_THROW(sampled_output_error(wr, fq.data(), bad, pool), Error);
+  bad.samples.clear();
+  EXPECT_THROW(sampled_output_error(wr, fq.data(), bad, pool), Error);
+}
+
+// A weight over 8M elements is fake-quantized and multiplied a slice of rows at a time; the
+// slices give the whole weight's error (the scales belong to rows; NVFP4's tensor scale is
+// shared).
+TEST(Sensitivity, SampledProxyInRowSlicesEqualsTheWholeWeight) {
+  const int64_t n = 2100, k = 4096, tokens = 24;  // 2 slices of 2048 rows and 52
+  const std::vector<float> w = gaussian_weights(n, k, 21);
+  std::vector<float> scale(static_cast<size_t>(k), 1.f);
+  LinearStats st;
+  st.tokens = tokens;
+  st.samples = test::scaled_inputs(tokens, k, scale, 22);
+  ThreadPool pool(2);
+  const WeightRows wr{w.data(), DType::F32, n, k};
+  DecisionUnit unit;
+  unit.name = "big";
+  unit.linears = {0};
+  unit.candidates = {{FormatChoice::of(Format::nvfp4), 0}, {FormatChoice::of(Format::fp8), 0}};
+  const LinearStats* sp = &st;
+  const std::vector<double> s = proxy_unit_scores(unit, std::span(&wr, 1), std::span(&sp, 1), pool);
+  for (size_t c = 0; c < 2; ++c) {
+    const std::vector<float> fq = fake_quantize_choice(wr, unit.candidates[c].choice, 0.f, pool);
+    const double whole = sampled_output_error(wr, fq.data(), st, pool);
+    EXPECT_GT(whole, 0.0);
+    EXPECT_NEAR(s[c], whole, 1e-9 * whole) << unit.candidates[c].choice.name();
+  }
+}
+
 // The synthetic test: one layer's inputs carry large outlier channels; the proxy ranks it
 // first for every format.
-TEST(Sensitivity, PlantedSensitiveLayerIsFoundFirst) {
+class PlantedSensitive : public ::testing::TestWithParam<bool> {};  // sampled rows or X^T X
+
+TEST_P(PlantedSensitive, LayerIsFoundFirst) {
+  const bool sampled = GetParam();
   const Architecture arch = test::tiny_llama(4, 64, 128);
   CandidateOptions o;
   o.formats = {FormatChoice::of(Format::nvfp4), FormatChoice::of(Format::mxfp4),
@@ -95,7 +170,8 @@ TEST(Sensitivity, PlantedSensitiveLayerIsFoundFirst) {
     if (u == sensitive)
       for (int64_t c = 0; c < k; c += 16) scale[size_t(c)] = 40.f;  // outlier channels
     const std::vector<float> x = test::scaled_inputs(128, k, scale, uint32_t(u));
-    const LinearStats st = test::stats_of(x, 128, k, true);
+    LinearStats st = test::stats_of(x, 128, k, !sampled);
+    if (sampled) st.samples.assign(x.begin(), x.begin() + 64 * k);  // half the rows
     std::vector<WeightRows> wr;
     std::vector<const LinearStats*> sp;
     for (size_t m : units[u].linears) {
@@ -115,6 +191,9 @@ TEST(Sensitivity, PlantedSensitiveLayerIsFoundFirst) {
   // FP8 loses less than the 4-bit formats.
   EXPECT_LT(proxy[sensitive][2], proxy[sensitive][0]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Sensitivity, PlantedSensitive, ::testing::Values(true, false),
+                         [](const auto& p) { return p.param ? "sampled" : "xtx"; });
 
 TEST(Sensitivity, ExactScoresQuantizeOneUnitAtATime) {
   const Architecture arch = test::tiny_llama(2);
