@@ -82,9 +82,7 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model,
           arch.linears.empty() ? nullptr : ck.find(arch.linears[0].weight_name());
       return t ? t->entry->dtype : DType::BF16;
     }();
-    ao.allowed = [exporter, exclude, dtype](
-                     const LinearModule& m, const FormatChoice& f) {
-      if (excluded_by_patterns(m.name, exclude)) return false;
+    auto exported = [dtype](const LinearModule& m, const FormatChoice& f) {
       ExportedLinear l;
       l.module = m.name;
       l.format = *f.format;
@@ -92,7 +90,17 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model,
       l.cols = m.in_features;
       l.block = f.block_for(m.in_features);
       l.model_dtype = dtype;
-      return exporter->unsupported_reason(l).empty();
+      return l;
+    };
+    ao.allowed = [exporter, exclude, exported](const LinearModule& m, const FormatChoice& f) {
+      if (excluded_by_patterns(m.name, exclude)) return false;
+      return exporter->unsupported_reason(exported(m, f)).empty();
+    };
+    // The budget counts what this export writes, so `qforge inspect` measures the plan's bytes.
+    ao.sensitivity.stored_bytes = [exporter, exported](const LinearModule& m, const FormatChoice& f) {
+      uint64_t bytes = 0;
+      for (const TensorSpec& t : exporter->linear_specs(exported(m, f))) bytes += t.nbytes();
+      return bytes;
     };
     ao.sensitivity.threads = o.threads;
     ao.sensitivity.progress = o.progress;

@@ -92,6 +92,7 @@ Reach formats_reach(const std::filesystem::path& model_dir, const AutoPlanOption
       Architecture::from_config(ck.config(), (model_dir / "config.json").string());
   CandidateOptions co;
   co.formats = formats;
+  co.stored_bytes = o.sensitivity.stored_bytes;
   if (!arch.linears.empty())
     if (const CheckpointTensor* t = ck.find(arch.linears[0].weight_name()))
       co.original_dtype = t->entry->dtype;

@@ -136,7 +136,9 @@ std::vector<DecisionUnit> decision_units(const Architecture& arch, const Candida
       for (size_t m : members) {
         const LinearModule& x = arch.linears[m];
         if (!choice_fits(f, x.in_features)) return;
-        c.bytes += linear_stored_bytes(f, x.out_features, x.in_features, options.original_dtype);
+        c.bytes += options.stored_bytes && !f.is_keep()
+                       ? options.stored_bytes(x, f)
+                       : linear_stored_bytes(f, x.out_features, x.in_features, options.original_dtype);
       }
       u.candidates.push_back(c);
     };

@@ -90,6 +90,10 @@ struct CandidateOptions {
   // Modules that must stay unquantized (--exclude): their unit gets only "keep". A fused group
   // is excluded if any member is. Empty: none.
   std::function<bool(const LinearModule&)> excluded;
+  // Exact stored bytes of one Linear in a (non-keep) choice as the chosen export writes it, all
+  // its tensors included (exports differ: compressed-tensors INT4 adds weight_shape and stores
+  // scales in the model dtype). Empty: linear_stored_bytes.
+  std::function<uint64_t(const LinearModule&, const FormatChoice&)> stored_bytes;
 };
 
 // Units in architecture order (layer by layer: q/k/v, o, gate/up, down).
