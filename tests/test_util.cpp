@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -56,6 +58,25 @@ std::string read_file(const fs::path& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+fs::path model_dir(const std::string& name) { return fixtures_dir() / "models" / name; }
+
+std::string quote(const fs::path& p) { return fmt::format("'{}'", p.string()); }
+
+nlohmann::json eval_kl(const std::string& model, const fs::path& quantized) {
+  const auto r = run_qforge("eval kl " + quote(model_dir(model)) + " " + quote(quantized) +
+                            " --text " +
+                            quote(fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
+                            " --max-chars 4000 --json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
+}
+
+nlohmann::json inspect_json(const fs::path& dir) {
+  const auto r = run_qforge("inspect " + quote(dir) + " --json --brief");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
 }
 
 }  // namespace qf::test

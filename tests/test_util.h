@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <string>
 
@@ -43,5 +45,16 @@ CommandResult run_qforge(const std::string& args, const std::string& prefix = ""
 // Writes bytes to a file (creating directories).
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 std::string read_file(const std::filesystem::path& path);
+
+// ---- end-to-end helpers (fixture models through the CLI) ----
+// fixtures/models/<name>.
+std::filesystem::path model_dir(const std::string& name);
+// `p` in single quotes, for a run_qforge command line.
+std::string quote(const std::filesystem::path& p);
+// `qforge eval kl` of fixture model `model` against `quantized` on the first 4000 characters
+// of tinystories_valid_subset.txt, parsed; an empty object (and a test failure) if it fails.
+nlohmann::json eval_kl(const std::string& model, const std::filesystem::path& quantized);
+// `qforge inspect DIR --json --brief`, parsed; empty (and a test failure) if it fails.
+nlohmann::json inspect_json(const std::filesystem::path& dir);
 
 }  // namespace qf::test

@@ -15,34 +15,28 @@ namespace fs = std::filesystem;
 namespace qf {
 namespace {
 
-fs::path model_dir(const std::string& name) { return test::fixtures_dir() / "models" / name; }
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
+using test::model_dir;
+using test::quote;
 
 std::string auto_cmd(const fs::path& out) {
-  return "quantize " + q(model_dir("tinystories-656K-hf")) + " -o " + q(out) + " --calib " +
-         q(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+  return "quantize " + quote(model_dir("tinystories-656K-hf")) + " -o " + quote(out) + " --calib " +
+         quote(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
          " --calib-samples 8 --calib-seq 64 --threads 2 -q --auto";
-}
-
-nlohmann::json inspect(const fs::path& dir) {
-  const auto r = test::run_qforge("inspect " + q(dir) + " --json --brief");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
 }
 
 TEST(AutoQuantize, TargetBitsIsMetAndRecipeReplaysIdentically) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir dir;
   auto r = test::run_qforge(auto_cmd(dir / "a") + " --target-bits 5 --save-recipe " +
-                            q(dir / "plan.json"));
+                            quote(dir / "plan.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto j = inspect(dir / "a");
+  const auto j = test::inspect_json(dir / "a");
   const double bits = j["bits_per_linear_weight"].get<double>();
   EXPECT_LE(bits, 5.0);
   EXPECT_GT(bits, 4.5);  // the budget is spent, not wasted on NVFP4 everywhere
   ASSERT_TRUE(fs::exists(dir / "plan.json"));
-  r = test::run_qforge("quantize " + q(model_dir("tinystories-656K-hf")) + " -o " + q(dir / "b") +
-                       " -q --recipe " + q(dir / "plan.json"));
+  r = test::run_qforge("quantize " + quote(model_dir("tinystories-656K-hf")) + " -o " + quote(dir / "b") +
+                       " -q --recipe " + quote(dir / "plan.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(test::read_file(dir / "a" / "model.safetensors"),
             test::read_file(dir / "b" / "model.safetensors"));
@@ -54,9 +48,9 @@ TEST(AutoQuantize, ExactScoresMeetTheTargetToo) {
   test::ScratchDir dir;
   auto r = test::run_qforge(auto_cmd(dir / "e") + " --auto-exact --target-bits 5");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_LE(inspect(dir / "e")["bits_per_linear_weight"].get<double>(), 5.0);
-  r = test::run_qforge("quantize " + q(model_dir("tinystories-656K-hf")) + " -o " +
-                       q(dir / "f") + " -q --auto-exact");
+  EXPECT_LE(test::inspect_json(dir / "e")["bits_per_linear_weight"].get<double>(), 5.0);
+  r = test::run_qforge("quantize " + quote(model_dir("tinystories-656K-hf")) + " -o " +
+                       quote(dir / "f") + " -q --auto-exact");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("need --auto"), std::string::npos) << r.err;
 }
@@ -64,12 +58,12 @@ TEST(AutoQuantize, ExactScoresMeetTheTargetToo) {
 TEST(AutoQuantize, TargetSizeAndFitMemoryAreMet) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir dir;
-  const auto original = inspect(model_dir("tinystories-656K-hf"));
+  const auto original = test::inspect_json(model_dir("tinystories-656K-hf"));
   // Halfway between the checkpoint and a rough all-4-bit size.
   const uint64_t size = original["total_bytes"].get<uint64_t>() * 6 / 10;
   auto r = test::run_qforge(auto_cmd(dir / "s") + fmt::format(" --target-size {}", size));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_LE(inspect(dir / "s")["total_bytes"].get<uint64_t>(), size);
+  EXPECT_LE(test::inspect_json(dir / "s")["total_bytes"].get<uint64_t>(), size);
 
   // TinyStories-656K: 2 layers, 4 KV heads of 16.
   const uint64_t kv = kv_cache_bytes(2, 4, 16, 256, 1, 2);
@@ -77,7 +71,7 @@ TEST(AutoQuantize, TargetSizeAndFitMemoryAreMet) {
   r = test::run_qforge(auto_cmd(dir / "m") +
                        fmt::format(" --fit-memory {} --context 256", memory));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_LE(inspect(dir / "m")["tensor_bytes"].get<uint64_t>() + kv, memory);
+  EXPECT_LE(test::inspect_json(dir / "m")["tensor_bytes"].get<uint64_t>() + kv, memory);
 }
 
 TEST(AutoQuantize, FitMemoryCountsAnFp8KvCache) {
@@ -86,7 +80,7 @@ TEST(AutoQuantize, FitMemoryCountsAnFp8KvCache) {
   // A long context: the KV cache dwarfs the model. In FP8 it takes half the BF16 bytes, so this
   // budget (the whole original checkpoint plus an FP8 cache) is met only if the cache is
   // counted in FP8.
-  const auto original = inspect(model_dir("tinystories-656K-hf"));
+  const auto original = test::inspect_json(model_dir("tinystories-656K-hf"));
   const uint64_t kv8 = kv_cache_bytes(2, 4, 16, 100000, 1, 1);
   const uint64_t memory = original["tensor_bytes"].get<uint64_t>() + kv8;
   auto r = test::run_qforge(auto_cmd(dir / "m") +
@@ -96,7 +90,7 @@ TEST(AutoQuantize, FitMemoryCountsAnFp8KvCache) {
   r = test::run_qforge(auto_cmd(dir / "m") +
                        fmt::format(" --fit-memory {} --context 100000 --kv-cache fp8", memory));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_LE(inspect(dir / "m")["tensor_bytes"].get<uint64_t>() + kv8, memory);
+  EXPECT_LE(test::inspect_json(dir / "m")["tensor_bytes"].get<uint64_t>() + kv8, memory);
 }
 
 TEST(AutoQuantize, ExcludedModulesOnlyKeep) {
@@ -115,7 +109,7 @@ TEST(AutoQuantize, ExcludedModulesOnlyKeep) {
     }
   EXPECT_TRUE(kept);
   // The kept F32 o_proj is counted in the budget, so the target still holds.
-  EXPECT_LE(inspect(dir / "x")["bits_per_linear_weight"].get<double>(), 6.0);
+  EXPECT_LE(test::inspect_json(dir / "x")["bits_per_linear_weight"].get<double>(), 6.0);
 }
 
 TEST(AutoQuantize, FourAndAHalfBitsReachableOnBothFixtures) {
@@ -123,17 +117,17 @@ TEST(AutoQuantize, FourAndAHalfBitsReachableOnBothFixtures) {
   for (const std::string m : {"stories260K-hf", "tinystories-656K-hf"}) {
     test::ScratchDir dir;
     const auto r = test::run_qforge(
-        "quantize " + q(model_dir(m)) + " -o " + q(dir / "a") + " --calib " +
-        q(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+        "quantize " + quote(model_dir(m)) + " -o " + quote(dir / "a") + " --calib " +
+        quote(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
         " --calib-samples 8 --calib-seq 64 --threads 2 --auto --target-bits 4.5");
     ASSERT_EQ(r.exit_code, 0) << m << ": " << r.err;
     // NVFP4 alone cannot (4.5 bits plus its tensor scale): the candidates were extended.
     EXPECT_NE(r.err.find("candidates extended with mxfp4,int4,int4:channel"), std::string::npos)
         << r.err;
-    EXPECT_LE(inspect(dir / "a")["bits_per_linear_weight"].get<double>(), 4.5) << m;
+    EXPECT_LE(test::inspect_json(dir / "a")["bits_per_linear_weight"].get<double>(), 4.5) << m;
     const auto kl = test::run_qforge(
-        "eval kl " + q(model_dir(m)) + " " + q(dir / "a") + " --text " +
-        q(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
+        "eval kl " + quote(model_dir(m)) + " " + quote(dir / "a") + " --text " +
+        quote(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
         " --max-chars 2000 --json --threads 2");
     ASSERT_EQ(kl.exit_code, 0) << kl.err;
     EXPECT_LT(nlohmann::json::parse(kl.out)["kl_mean"].get<double>(), 0.5) << m;
@@ -146,17 +140,17 @@ TEST(AutoQuantize, OnlyFormatsTheExportCanWriteAreOffered) {
   // compressed-tensors packs INT4 in int32 words: stories260K's 172-input down_proj cannot be
   // INT4 there, so 4.5 bits is out of reach (its floor is FP8 for those), and a reachable target
   // is met without any module silently left unquantized.
-  const std::string base = "quantize " + q(model_dir("stories260K-hf")) + " --calib " +
-                           q(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+  const std::string base = "quantize " + quote(model_dir("stories260K-hf")) + " --calib " +
+                           quote(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
                            " --calib-samples 8 --calib-seq 64 --threads 2 -q --auto "
                            "--export compressed-tensors";
-  auto r = test::run_qforge(base + " -o " + q(dir / "x") + " --target-bits 4.5");
+  auto r = test::run_qforge(base + " -o " + quote(dir / "x") + " --target-bits 4.5");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("cannot be met: the smallest choice gives 5.2"), std::string::npos) << r.err;
-  r = test::run_qforge(base + " -o " + q(dir / "y") + " --target-bits 5.3 --json");
+  r = test::run_qforge(base + " -o " + quote(dir / "y") + " --target-bits 5.3 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["modules_excluded"].get<int>(), 0);
-  EXPECT_LE(inspect(dir / "y")["bits_per_linear_weight"].get<double>(), 5.3);
+  EXPECT_LE(test::inspect_json(dir / "y")["bits_per_linear_weight"].get<double>(), 5.3);
 }
 
 TEST(AutoQuantize, UnreachableTargetNamesTheClosest) {

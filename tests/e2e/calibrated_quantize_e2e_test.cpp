@@ -23,20 +23,12 @@ namespace fs = std::filesystem;
 namespace qf {
 namespace {
 
-fs::path model_dir(const std::string& name) { return test::fixtures_dir() / "models" / name; }
+using test::model_dir;
+using test::eval_kl;
+using test::quote;
+
 fs::path calib_file() { return test::fixtures_dir() / "corpora" / "tinyshakespeare.txt"; }
 const char* kCalib = " --calib-samples 16 --calib-seq 128 --seed 3";
-
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
-
-nlohmann::json eval_kl(const std::string& m, const fs::path& out) {
-  const auto r = test::run_qforge(
-      "eval kl " + q(model_dir(m)) + " " + q(out) + " --text " +
-      q(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
-      " --max-chars 4000 --json");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
-}
 
 float f32_of(const Checkpoint& c, const std::string& name, DType* dtype = nullptr,
              Shape* shape = nullptr) {
@@ -88,9 +80,9 @@ TEST_P(CalibratedE2E, Nvfp4W4A4WithFp8KvBothExports) {
   for (const char* exp : {"modelopt", "compressed-tensors"}) {
     SCOPED_TRACE(std::string(m) + " " + exp);
     const fs::path out = tmp / exp;
-    const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+    const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
                                     " --format nvfp4 --activations nvfp4 --kv-cache fp8 --export " +
-                                    exp + " --calib " + q(calib_file()) + kCalib + " --json -q");
+                                    exp + " --calib " + quote(calib_file()) + kCalib + " --json -q");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto rep = nlohmann::json::parse(r.out);
     EXPECT_EQ(rep["calib_tokens"].get<int64_t>(), 16 * 128);
@@ -179,9 +171,9 @@ TEST_P(CalibratedE2E, Fp8W8A8PerTensorBothExports) {
   for (const char* exp : {"modelopt", "compressed-tensors"}) {
     SCOPED_TRACE(std::string(m) + " " + exp);
     const fs::path out = tmp / exp;
-    const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+    const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
                                     " --format fp8 --activations fp8 --export " + exp +
-                                    " --calib " + q(calib_file()) + kCalib + " -q");
+                                    " --calib " + quote(calib_file()) + kCalib + " -q");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const bool ct = std::string(exp) == "compressed-tensors";
     const Checkpoint c = Checkpoint::open(out);
@@ -216,9 +208,9 @@ TEST_P(CalibratedE2E, AwqAndGptqWeights) {
     for (const char* exp : {"modelopt", "compressed-tensors"}) {
       SCOPED_TRACE(std::string(m) + " " + algo + " " + exp);
       const fs::path out = tmp / (std::string(algo) + exp);
-      const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+      const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
                                       " --format nvfp4 --algo " + algo + " --export " + exp +
-                                      " --calib " + q(calib_file()) + kCalib + " -q");
+                                      " --calib " + quote(calib_file()) + kCalib + " -q");
       ASSERT_EQ(r.exit_code, 0) << r.err;
       const Checkpoint c = Checkpoint::open(out);
       const bool awq_modelopt = std::string(algo) == "awq" && std::string(exp) == "modelopt";
@@ -246,15 +238,15 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CalibratedE2E,
 TEST(CalibratedE2EErrors, ActivationsWithoutCalibIsAClearError) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
-  const auto r = test::run_qforge("quantize " + q(model_dir("stories260K-hf")) + " -o " +
-                                  q(tmp / "o") + " --activations nvfp4");
+  const auto r = test::run_qforge("quantize " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(tmp / "o") + " --activations nvfp4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--activations nvfp4 needs calibration data: pass --calib FILE"),
             std::string::npos)
       << r.err;
-  const auto f = test::run_qforge("quantize " + q(model_dir("stories260K-hf")) + " -o " +
-                                  q(tmp / "o") + " --format int4 --activations nvfp4 --calib " +
-                                  q(calib_file()));
+  const auto f = test::run_qforge("quantize " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(tmp / "o") + " --format int4 --activations nvfp4 --calib " +
+                                  quote(calib_file()));
   EXPECT_EQ(f.exit_code, 1);
   EXPECT_NE(f.err.find("needs --format nvfp4"), std::string::npos) << f.err;
 }

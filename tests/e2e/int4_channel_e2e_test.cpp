@@ -20,8 +20,8 @@ namespace fs = std::filesystem;
 namespace qf {
 namespace {
 
-fs::path model_dir(const std::string& name) { return test::fixtures_dir() / "models" / name; }
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
+using test::model_dir;
+using test::quote;
 
 std::vector<std::byte> bytes_of(const Checkpoint& c, const std::string& name) {
   const CheckpointTensor* t = c.find(name);
@@ -38,7 +38,7 @@ TEST_P(Int4Channel, ExportsBitExactAndRuns) {
   const auto [name, exp] = GetParam();
   const bool modelopt = exp == "modelopt";
   test::ScratchDir dir;
-  auto r = test::run_qforge("quantize " + q(model_dir(name)) + " -o " + q(dir / "out") +
+  auto r = test::run_qforge("quantize " + quote(model_dir(name)) + " -o " + quote(dir / "out") +
                             " --format int4 --group-size channel --export " + exp +
                             " -q --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -106,8 +106,8 @@ TEST_P(Int4Channel, ExportsBitExactAndRuns) {
     EXPECT_EQ(w["type"], "int");
   }
   // The engine runs it, close to the original.
-  r = test::run_qforge("eval kl " + q(model_dir(name)) + " " + q(dir / "out") + " --text " +
-                       q(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
+  r = test::run_qforge("eval kl " + quote(model_dir(name)) + " " + quote(dir / "out") + " --text " +
+                       quote(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
                        " --max-chars 4000 --json --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const double kl = nlohmann::json::parse(r.out)["kl_mean"].get<double>();
@@ -127,8 +127,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Int4Channel, GroupSizeFlagIsChecked) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir dir;
-  const auto r = test::run_qforge("quantize " + q(model_dir("stories260K-hf")) + " -o " +
-                                  q(dir / "x") + " --format nvfp4 --group-size channel -q");
+  const auto r = test::run_qforge("quantize " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(dir / "x") + " --format nvfp4 --group-size channel -q");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--group-size applies to int4 only"), std::string::npos) << r.err;
 }

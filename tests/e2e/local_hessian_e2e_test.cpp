@@ -14,16 +14,17 @@ namespace fs = std::filesystem;
 namespace qf {
 namespace {
 
-fs::path model_dir(const std::string& name) { return test::fixtures_dir() / "models" / name; }
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
+using test::model_dir;
+using test::quote;
+
 const std::string kCalib =
     " --calib '" + (test::fixtures_dir() / "corpora" / "tinyshakespeare.txt").string() +
     "' --calib-samples 16 --calib-seq 128 --seed 3 -q";
 
 double kl_mean(const std::string& m, const fs::path& out) {
   const auto r = test::run_qforge(
-      "eval kl " + q(model_dir(m)) + " " + q(out) + " --text " +
-      q(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
+      "eval kl " + quote(model_dir(m)) + " " + quote(out) + " --text " +
+      quote(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
       " --max-chars 4000 --json");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r.exit_code == 0 ? nlohmann::json::parse(r.out)["kl_mean"].get<double>() : NAN;
@@ -35,7 +36,7 @@ TEST_P(LocalHessianE2E, BeatsRoundToNearest) {
   QF_REQUIRE_FIXTURES();
   const std::string m = GetParam();
   test::ScratchDir tmp;
-  const auto base = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(tmp / "max") +
+  const auto base = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(tmp / "max") +
                                      " --format nvfp4 -q");
   ASSERT_EQ(base.exit_code, 0) << base.err;
   const double kl_max = kl_mean(m, tmp / "max");
@@ -43,7 +44,7 @@ TEST_P(LocalHessianE2E, BeatsRoundToNearest) {
     for (const char* exp : {"modelopt", "compressed-tensors"}) {
       SCOPED_TRACE(m + " " + algo + " " + exp);
       const fs::path out = tmp / (std::string(algo) + exp);
-      const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+      const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
                                       " --format nvfp4 --algo " + algo + " --export " + exp + kCalib);
       ASSERT_EQ(r.exit_code, 0) << r.err;
       const Checkpoint c = Checkpoint::open(out);
@@ -66,8 +67,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LocalHessianE2E,
 TEST(LocalHessianE2EErrors, OtherFormatsAreAClearError) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
-  const auto r = test::run_qforge("quantize " + q(model_dir("stories260K-hf")) + " -o " +
-                                  q(tmp / "o") + " --format int4 --algo local_hessian" + kCalib);
+  const auto r = test::run_qforge("quantize " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(tmp / "o") + " --format int4 --algo local_hessian" + kCalib);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--algo local_hessian needs --format nvfp4"), std::string::npos) << r.err;
 }

@@ -20,17 +20,9 @@ namespace fs = std::filesystem;
 namespace qf {
 namespace {
 
-fs::path model_dir(const std::string& name) { return test::fixtures_dir() / "models" / name; }
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
-
-nlohmann::json eval_kl(const std::string& m, const fs::path& out) {
-  const auto r = test::run_qforge(
-      "eval kl " + q(model_dir(m)) + " " + q(out) + " --text " +
-      q(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
-      " --max-chars 4000 --json");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
-}
+using test::model_dir;
+using test::eval_kl;
+using test::quote;
 
 Assignment mixed_assignment(const Architecture& a) {
   Assignment as;

@@ -20,6 +20,8 @@ namespace fs = std::filesystem;
 namespace qf {
 namespace {
 
+using test::quote;
+
 // A one-layer Llama small enough to build in a test: hidden 32, intermediate 64.
 struct TinyModel {
   std::map<std::string, Shape> shapes;
@@ -69,8 +71,6 @@ struct TinyModel {
   }
 };
 
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
-
 // No finished or temporary output next to `out`.
 void expect_nothing_left(const fs::path& out) {
   EXPECT_FALSE(fs::exists(out)) << out;
@@ -88,7 +88,7 @@ void expect_one_line_error(const test::CommandResult& r, const std::string& phra
 TEST(QuantizeCli, TinyModelQuantizesAndExistingOutputNeedsForce) {
   test::ScratchDir dir;
   TinyModel().write(dir / "model");
-  const std::string cmd = "quantize " + q(dir / "model") + " -o " + q(dir / "out") + " -q";
+  const std::string cmd = "quantize " + quote(dir / "model") + " -o " + quote(dir / "out") + " -q";
   auto r = test::run_qforge(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("bits per quantized weight"), std::string::npos) << r.out;
@@ -108,7 +108,7 @@ TEST(QuantizeCli, NanWeightIsNamed) {
     return name.find("up_proj") != std::string::npos && i == 77 ? NAN : 0.01f;
   };
   m.write(dir / "model");
-  const auto r = test::run_qforge("quantize " + q(dir / "model") + " -o " + q(dir / "out") + " -q");
+  const auto r = test::run_qforge("quantize " + quote(dir / "model") + " -o " + quote(dir / "out") + " -q");
   expect_one_line_error(r, "tensor 'model.layers.0.mlp.up_proj.weight' has 1 NaN or Inf");
   expect_nothing_left(dir / "out");
 }
@@ -118,7 +118,7 @@ TEST(QuantizeCli, AllZeroWeightEncodesWithoutNan) {
   TinyModel m;
   m.value = [](const std::string&, int64_t) { return 0.f; };
   m.write(dir / "model");
-  const auto r = test::run_qforge("quantize " + q(dir / "model") + " -o " + q(dir / "out") + " -q");
+  const auto r = test::run_qforge("quantize " + quote(dir / "model") + " -o " + quote(dir / "out") + " -q");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Checkpoint c = Checkpoint::open(dir / "out");
   const CheckpointTensor* ws2 = c.find("model.layers.0.mlp.down_proj.weight_scale_2");
@@ -137,19 +137,19 @@ TEST(QuantizeCli, UnsupportedArchitectureAndWrongTensors) {
   m.config["model_type"] = "gpt2";
   m.config["architectures"] = {"GPT2LMHeadModel"};
   m.write(dir / "gpt2");
-  auto r = test::run_qforge("quantize " + q(dir / "gpt2") + " -o " + q(dir / "out") + " -q");
+  auto r = test::run_qforge("quantize " + quote(dir / "gpt2") + " -o " + quote(dir / "out") + " -q");
   expect_one_line_error(r, "unsupported architecture 'GPT2LMHeadModel'");
 
   TinyModel wrong_shape;
   wrong_shape.shapes["model.layers.0.mlp.up_proj.weight"] = {48, 32};
   wrong_shape.write(dir / "shape");
-  r = test::run_qforge("quantize " + q(dir / "shape") + " -o " + q(dir / "out") + " -q");
+  r = test::run_qforge("quantize " + quote(dir / "shape") + " -o " + quote(dir / "out") + " -q");
   expect_one_line_error(r, "'model.layers.0.mlp.up_proj.weight' has shape [48, 32]");
 
   TinyModel int8;
   int8.weight_dtype = DType::I8;
   int8.write(dir / "int8");
-  r = test::run_qforge("quantize " + q(dir / "int8") + " -o " + q(dir / "out") + " -q");
+  r = test::run_qforge("quantize " + quote(dir / "int8") + " -o " + quote(dir / "out") + " -q");
   expect_one_line_error(r, "has dtype I8");
   expect_nothing_left(dir / "out");
 }
@@ -163,7 +163,7 @@ TEST(QuantizeCli, BrokenCheckpointsAreNamed) {
   for (const auto& e : fs::directory_iterator(src)) fs::copy_file(e.path(), dir / "trunc" / e.path().filename());
   fs::permissions(dir / "trunc" / "model.safetensors", fs::perms::owner_write, fs::perm_options::add);
   fs::resize_file(dir / "trunc" / "model.safetensors", 500000);
-  auto r = test::run_qforge("quantize " + q(dir / "trunc") + " -o " + q(dir / "out") + " -q");
+  auto r = test::run_qforge("quantize " + quote(dir / "trunc") + " -o " + quote(dir / "out") + " -q");
   expect_one_line_error(r, "model.safetensors");
   // Index naming a missing shard, and one escaping the directory.
   for (const std::string shard : {"model-00002-of-00002.safetensors", "../evil.safetensors"}) {
@@ -176,7 +176,7 @@ TEST(QuantizeCli, BrokenCheckpointsAreNamed) {
     index["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors";
     index["weight_map"]["model.embed_tokens.weight"] = shard;
     write_json_file(d / "model.safetensors.index.json", index);
-    r = test::run_qforge("quantize " + q(d) + " -o " + q(dir / "out") + " -q");
+    r = test::run_qforge("quantize " + quote(d) + " -o " + quote(dir / "out") + " -q");
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find(shard), std::string::npos) << r.err;
   }
@@ -189,7 +189,7 @@ TEST(QuantizeCli, DiskFullFailsCleanly) {
   const fs::path src = test::fixtures_dir() / "models" / "tinystories-656K-hf";
   // A 256 kB file-size limit: the first output shard cannot be written.
   const auto r = test::run_qforge(
-      "quantize " + q(src) + " -o " + q(dir / "out") + " -q --format fp8", "ulimit -f 256;");
+      "quantize " + quote(src) + " -o " + quote(dir / "out") + " -q --format fp8", "ulimit -f 256;");
   expect_one_line_error(r, "write failed");
   expect_nothing_left(dir / "out");
 }
@@ -197,7 +197,7 @@ TEST(QuantizeCli, DiskFullFailsCleanly) {
 TEST(QuantizeCli, ExcludeTakesWholeFusedGroups) {
   test::ScratchDir dir;
   TinyModel().write(dir / "model");
-  const auto r = test::run_qforge("quantize " + q(dir / "model") + " -o " + q(dir / "out") +
+  const auto r = test::run_qforge("quantize " + quote(dir / "model") + " -o " + quote(dir / "out") +
                                   " -q --json --exclude '*k_proj' --exclude '*.down_proj'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -219,7 +219,7 @@ TEST(QuantizeCli, ShardsWithIndexAndKeepsInputsUntouched) {
   const fs::path src = test::fixtures_dir() / "models" / "tinystories-656K-hf";
   const std::string before = test::read_file(src / "model.safetensors");
   const auto mtime = fs::last_write_time(src / "model.safetensors");
-  const auto r = test::run_qforge("quantize " + q(src) + " -o " + q(dir / "out") +
+  const auto r = test::run_qforge("quantize " + quote(src) + " -o " + quote(dir / "out") +
                                   " -q --json --max-shard-size 300kB");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -236,15 +236,15 @@ TEST(QuantizeCli, ShardsWithIndexAndKeepsInputsUntouched) {
 
 TEST(QuantizeCli, SynthThenQuantizeAndDemo) {
   test::ScratchDir dir;
-  auto r = test::run_qforge("synth --shape tiny --layers 1 -o " + q(dir / "synth") + " -q --json");
+  auto r = test::run_qforge("synth --shape tiny --layers 1 -o " + quote(dir / "synth") + " -q --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GT(nlohmann::json::parse(r.out)["parameters"].get<int64_t>(), 0);
   // Same seed, same bytes.
-  r = test::run_qforge("synth --shape tiny --layers 1 -o " + q(dir / "synth2") + " -q");
+  r = test::run_qforge("synth --shape tiny --layers 1 -o " + quote(dir / "synth2") + " -q");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(test::read_file(dir / "synth" / "model.safetensors"),
             test::read_file(dir / "synth2" / "model.safetensors"));
-  r = test::run_qforge("quantize " + q(dir / "synth") + " -o " + q(dir / "q") +
+  r = test::run_qforge("quantize " + quote(dir / "synth") + " -o " + quote(dir / "q") +
                        " --format int4 --export compressed-tensors -q --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["modules_excluded"], 0);
@@ -253,7 +253,7 @@ TEST(QuantizeCli, SynthThenQuantizeAndDemo) {
   EXPECT_NE(r.out.find("W4A16_NVFP4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("top-1 agreement"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode speed"), std::string::npos) << r.out;
-  r = test::run_qforge("synth --shape llama-9000 -o " + q(dir / "x"));
+  r = test::run_qforge("synth --shape llama-9000 -o " + quote(dir / "x"));
   expect_one_line_error(r, "unknown shape 'llama-9000'");
 }
 

@@ -27,20 +27,12 @@ namespace fs = std::filesystem;
 namespace qf {
 namespace {
 
-fs::path model_dir(const std::string& name) { return test::fixtures_dir() / "models" / name; }
+using test::model_dir;
+using test::eval_kl;
+using test::quote;
+
 fs::path calib_file() { return test::fixtures_dir() / "corpora" / "tinyshakespeare.txt"; }
 const char* kCalib = " --calib-samples 16 --calib-seq 128 --seed 3";
-
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
-
-nlohmann::json eval_kl(const std::string& m, const fs::path& out) {
-  const auto r = test::run_qforge(
-      "eval kl " + q(model_dir(m)) + " " + q(out) + " --text " +
-      q(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
-      " --max-chars 4000 --json");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
-}
 
 // A tensor as float32 (I8 as its integer values), with its dtype and shape.
 struct Loaded {
@@ -130,9 +122,9 @@ TEST_P(SmoothQuantE2E, ModelOptW8A8SqPerChannel) {
   test::ScratchDir tmp;
   const ChannelAmax cap = capture(m);
   const fs::path out = tmp / "modelopt";
-  const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+  const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
                                   " --format int8 --activations int8 --algo smoothquant --calib " +
-                                  q(calib_file()) + kCalib + " --json -q");
+                                  quote(calib_file()) + kCalib + " --json -q");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto rep = nlohmann::json::parse(r.out);
   EXPECT_EQ(rep["algo"], "smoothquant");
@@ -193,10 +185,10 @@ TEST_P(SmoothQuantE2E, CompressedTensorsFoldsIntoNorms) {
   test::ScratchDir tmp;
   const ChannelAmax cap = capture(m);
   const fs::path out = tmp / "ct";
-  const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+  const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
                                   " --format int8 --activations int8 --algo smoothquant "
                                   "--export compressed-tensors --calib " +
-                                  q(calib_file()) + kCalib + " -q");
+                                  quote(calib_file()) + kCalib + " -q");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto cfg = read_json_file(out / "config.json")["quantization_config"];
   EXPECT_EQ(cfg["format"], "int-quantized");
@@ -257,9 +249,9 @@ TEST_P(SmoothQuantE2E, Int8MaxHasNoPreQuantScale) {
   const std::string m = GetParam();
   test::ScratchDir tmp;
   const fs::path out = tmp / "max";
-  const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+  const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
                                   " --format int8 --activations int8 --algo max --calib " +
-                                  q(calib_file()) + kCalib + " -q");
+                                  quote(calib_file()) + kCalib + " -q");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Checkpoint c = Checkpoint::open(out);
   EXPECT_EQ(c.find("model.layers.0.self_attn.q_proj.pre_quant_scale"), nullptr);
@@ -280,9 +272,9 @@ TEST_P(SmoothQuantE2E, EngineLoadsBothExportsAsW8A8) {
   for (const char* exp : {"modelopt", "compressed-tensors"}) {
     SCOPED_TRACE(exp);
     const fs::path out = tmp / exp;
-    const auto r = test::run_qforge("quantize " + q(model_dir(m)) + " -o " + q(out) +
+    const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
                                     " --format int8 --activations int8 --algo smoothquant "
-                                    "--export " + exp + " --calib " + q(calib_file()) + kCalib +
+                                    "--export " + exp + " --calib " + quote(calib_file()) + kCalib +
                                     " -q");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const bool ct = std::string(exp) == "compressed-tensors";
@@ -331,8 +323,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SmoothQuantE2E,
 TEST(SmoothQuantE2EErrors, RefusedCombinationsAreOneLineErrors) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
-  const std::string base = "quantize " + q(model_dir("stories260K-hf")) + " -o " + q(tmp / "o");
-  const std::string calib = " --calib " + q(calib_file());
+  const std::string base = "quantize " + quote(model_dir("stories260K-hf")) + " -o " + quote(tmp / "o");
+  const std::string calib = " --calib " + quote(calib_file());
   const std::pair<std::string, std::string> cases[] = {
       {" --format int8 --activations int8 --algo smoothquant",
        "--activations int8 needs calibration data: pass --calib FILE"},

@@ -18,9 +18,10 @@ namespace fs = std::filesystem;
 namespace qf {
 namespace {
 
-fs::path model_dir(const std::string& name) { return test::fixtures_dir() / "models" / name; }
+using test::model_dir;
+using test::quote;
+
 fs::path calib_file() { return test::fixtures_dir() / "corpora" / "tinyshakespeare.txt"; }
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
 
 SensitivityOptions small_options(bool exact) {
   SensitivityOptions o;
@@ -123,7 +124,7 @@ TEST(Sensitivity, SyntheticSensitiveLayerRanksFirst) {
   EXPECT_EQ(top_proxy->name, module);
   EXPECT_EQ(top_exact->name, module);
   // And through the CLI, the table's first line names it.
-  const auto out = test::run_qforge("sensitivity " + q(m) + " --calib " + q(calib_file()) +
+  const auto out = test::run_qforge("sensitivity " + quote(m) + " --calib " + quote(calib_file()) +
                                     " --calib-samples 8 --calib-seq 64 --formats nvfp4 --json -q");
   ASSERT_EQ(out.exit_code, 0) << out.err;
   const auto j = nlohmann::json::parse(out.out);
@@ -134,9 +135,9 @@ TEST(Sensitivity, SyntheticSensitiveLayerRanksFirst) {
 TEST(SensitivityCli, TableJsonAndHtml) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir dir;
-  const std::string base = "sensitivity " + q(model_dir("tinystories-656K-hf")) + " --calib " +
-                           q(calib_file()) + " --calib-samples 4 --calib-seq 32 --threads 2";
-  auto r = test::run_qforge(base + " --exact --json -q --html " + q(dir / "report.html"));
+  const std::string base = "sensitivity " + quote(model_dir("tinystories-656K-hf")) + " --calib " +
+                           quote(calib_file()) + " --calib-samples 4 --calib-seq 32 --threads 2";
+  auto r = test::run_qforge(base + " --exact --json -q --html " + quote(dir / "report.html"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_TRUE(j["modules"].is_array());
