@@ -43,7 +43,12 @@ struct QuantizedX {
   std::vector<int8_t> q;
   std::vector<float> lane_scale;
   std::vector<int32_t> lane_bias;
+  // Per pair of chunks (2p, 2p+1), the 16 block scales in the lane order of pair_dot: lane
+  // 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk 2p + 1 (j >= 2).
+  std::vector<float> pair_scale;
 };
+
+inline int64_t pair_lane_block(int j, int q) { return (j >= 2 ? 8 : 0) + 2 * q + (j & 1); }
 
 QF_VNNI_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX& out) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -72,6 +77,12 @@ QF_VNNI_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX
     out.lane_scale[size_t(lane)] = s;
     out.lane_scale[size_t(lane + 1)] = s;
   }
+  out.pair_scale.assign(size_t(chunks / 2 * kLanes), 0.f);
+  for (int64_t p = 0; p < chunks / 2; ++p)
+    for (int q = 0; q < 4; ++q)
+      for (int j = 0; j < 4; ++j)  // a block's scale is that of its first lane
+        out.pair_scale[size_t(p * kLanes + 4 * q + j)] =
+            out.lane_scale[size_t(2 * p * kLanes + 2 * pair_lane_block(j, q))];
   // Per-lane bias: -offset * (sum of the lane's 4 even and 4 odd bytes), by vpdpbusd with ones.
   const __m512i ones = _mm512_set1_epi8(1);
   const __m512i neg_off = _mm512_set1_epi32(-offset);
@@ -158,8 +169,18 @@ QF_VNNI_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
 // Per-lane weight scales of one row's chunk. `count` is the number of valid elements (128 but
 // in the last chunk); missing scales read as 0 so that padding lanes stay finite.
 struct Nvfp4Scales {
+  static constexpr int kBlock = 16;
   const uint8_t* codes;  // [rows, cols / 16] E4M3
   int64_t per_row;
+  // The 16 scales of chunks c, c + 1 (c even, both whole) in pair_dot's lane order.
+  QF_VNNI_TARGET __m512 pair(int64_t row, int64_t c) const {
+    const __m256i v = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + row * per_row + c * 8)));
+    const __m256i h = _mm256_shuffle_epi8(
+        v, _mm256_setr_epi8(-1, 0, -1, 1, -1, 8, -1, 9, -1, 2, -1, 3, -1, 10, -1, 11,  //
+                            -1, 4, -1, 5, -1, 12, -1, 13, -1, 6, -1, 7, -1, 14, -1, 15));
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(-0x4001)));
+  }
   // E4M3 -> F16 is a shift: the 7 magnitude bits land in the F16 exponent and mantissa with an
   // exponent bias 8 too big, so the value comes out 2^-8 times the scale (subnormals included,
   // which vcvtph2ps handles exactly); the caller multiplies 2^8 back once per row. With the code
@@ -187,6 +208,7 @@ struct Nvfp4Scales {
 };
 
 struct Mxfp4Scales {
+  static constexpr int kBlock = 32;
   const uint8_t* codes;  // [rows, cols / 32] E8M0
   int64_t per_row;
   template <bool kTail>
@@ -202,6 +224,7 @@ struct Mxfp4Scales {
 };
 
 struct Int4Scales {
+  static constexpr int kBlock = 0;  // group, at run time
   const float* scales;  // [rows, cols / group]
   int64_t per_row;
   int64_t group;  // a multiple of 8 that divides 128 or is a multiple of it
