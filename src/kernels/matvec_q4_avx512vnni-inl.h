@@ -20,9 +20,8 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
   const __m512 xs = _mm512_loadu_ps(qx.lane_scale.data() + c * kLanes);
   for (int i = 0; i < R; ++i) {
     const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
-    // Eight chunks ahead in this row: the hardware prefetcher alone leaves the 4 interleaved
-    // row streams a little short of one core's bandwidth.
     _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchRows * row_bytes, _MM_HINT_T1);
     __m512i wb;
     if constexpr (kTail) {
       wb = _mm512_maskz_loadu_epi8((__mmask64(1) << (count / 2)) - 1, p);
@@ -68,8 +67,11 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
   const __m512 xs = _mm512_loadu_ps(qx.pair_scale.data() + c / 2 * kLanes);
   for (int i = 0; i < R; ++i) {
     const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + 64, _MM_HINT_T0);
+    const char* pc = reinterpret_cast<const char*>(p);
+    _mm_prefetch(pc + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(pc + kPrefetchBytes + 64, _MM_HINT_T0);
+    _mm_prefetch(pc + kPrefetchRows * row_bytes, _MM_HINT_T1);
+    _mm_prefetch(pc + kPrefetchRows * row_bytes + 64, _MM_HINT_T1);
     const __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 64);
     __m512i lo0, hi0, lo1, hi1;
     if constexpr (QF_Q4_VBMI) {
