@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <vector>
 
@@ -76,13 +78,15 @@ std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_
 }
 
 // Enough copies of a [rows, cols] weight for kRotateBytes.
-const std::vector<std::unique_ptr<Stored>>& copies(WeightFormat f) {
-  static std::vector<std::unique_ptr<Stored>> nv, bf;
-  auto& v = f == WeightFormat::nvfp4 ? nv : bf;
+const std::vector<std::unique_ptr<Stored>>& copies(WeightFormat f, int64_t rows = kRows,
+                                                   int64_t cols = kCols) {
+  static std::map<std::tuple<WeightFormat, int64_t, int64_t>, std::vector<std::unique_ptr<Stored>>>
+      all;
+  auto& v = all[{f, rows, cols}];
   if (v.empty()) {
-    const uint64_t one = make(f, 16, kCols, 1)->w.stored_bytes() / 16 * kRows;
+    const uint64_t one = make(f, 16, cols, 1)->w.stored_bytes() / 16 * uint64_t(rows);
     const size_t n = size_t((kRotateBytes + one - 1) / one);
-    for (size_t i = 0; i < n; ++i) v.push_back(make(f, kRows, kCols, 1 + i));
+    for (size_t i = 0; i < n; ++i) v.push_back(make(f, rows, cols, 1 + i));
   }
   return v;
 }
@@ -95,12 +99,13 @@ std::vector<float> activation(int64_t n) {
 }
 
 // precise: the float-activation kernels (the baseline of the int8-activation ones).
-void MatVec(benchmark::State& state, WeightFormat f, bool precise = false) {
-  const auto& ws = copies(f);
+void MatVec(benchmark::State& state, WeightFormat f, bool precise = false, int64_t rows = kRows,
+            int64_t cols = kCols) {
+  const auto& ws = copies(f, rows, cols);
   set_precise_kernels(precise);
   ThreadPool pool(int(state.range(0)));
-  const auto x = activation(kCols);
-  std::vector<float> y(static_cast<size_t>(kRows));
+  const auto x = activation(cols);
+  std::vector<float> y(static_cast<size_t>(rows));
   size_t i = 0;
   uint64_t bytes = 0;
   for (auto _ : state) {
@@ -175,6 +180,10 @@ void MatMul(benchmark::State& state, WeightFormat f, bool precise = false) {
 void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }
 void KernelMatVecNvfp4Precise(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4, true); }
 void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
+// Llama-3.2-1B's gate/up shape (8192 x 2048): short rows, so more row blocks per byte.
+void KernelMatVecNvfp4Short(benchmark::State& s) {
+  MatVec(s, WeightFormat::nvfp4, false, 8192, 2048);
+}
 void KernelMatVecNvfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::nvfp4); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
@@ -184,6 +193,7 @@ void KernelMatMulBf16Precise(benchmark::State& s) { MatMul(s, WeightFormat::bf16
 BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecNvfp4Short)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

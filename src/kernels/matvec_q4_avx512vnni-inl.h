@@ -7,9 +7,9 @@ namespace QF_Q4_NS {
 // acc[i] += one chunk c of rows r0 .. r0+R against the activation. kTail: the last chunk, with
 // `count` < 128 valid elements (masked loads; the padding of the activation is zero).
 template <int R, bool kLut, bool kTail, class Scales>
-QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64_t r0, int64_t c,
-                                     int64_t count, const QuantizedX& qx, const Scales& scales,
-                                     __m512* acc) {
+QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
+                                   int64_t r0, int64_t c, int64_t count, const QuantizedX& qx,
+                                   const Scales& scales, __m512* acc) {
   // E2M1 doubled + 12: {0, .5, 1, 1.5, 2, 3, 4, 6} * 2 + 12, then the negatives.
   const __m512i lut = _mm512_broadcast_i32x4(
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
@@ -21,7 +21,7 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
   for (int i = 0; i < R; ++i) {
     const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
     _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchRows * row_bytes, _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
     __m512i wb;
     if constexpr (kTail) {
       wb = _mm512_maskz_loadu_epi8((__mmask64(1) << (count / 2)) - 1, p);
@@ -54,8 +54,9 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
 // sum is block 2q + j of chunk c (j < 2) or block 2q + j - 2 of chunk c + 1 (j >= 2), the order
 // of QuantizedX::pair_scale and Scales::pair.
 template <int R, class Scales>
-QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_t r0, int64_t c,
-                                  const QuantizedX& qx, const Scales& scales, __m512* acc) {
+QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
+                                  int64_t r0, int64_t c, const QuantizedX& qx,
+                                  const Scales& scales, __m512* acc) {
   const __m512i lut = _mm512_broadcast_i32x4(
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i low = _mm512_set1_epi8(0x0F);
@@ -70,8 +71,8 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
     const char* pc = reinterpret_cast<const char*>(p);
     _mm_prefetch(pc + kPrefetchBytes, _MM_HINT_T0);
     _mm_prefetch(pc + kPrefetchBytes + 64, _MM_HINT_T0);
-    _mm_prefetch(pc + kPrefetchRows * row_bytes, _MM_HINT_T1);
-    _mm_prefetch(pc + kPrefetchRows * row_bytes + 64, _MM_HINT_T1);
+    _mm_prefetch(pc + ahead, _MM_HINT_T1);
+    _mm_prefetch(pc + ahead + 64, _MM_HINT_T1);
     const __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 64);
     __m512i lo0, hi0, lo1, hi1;
     if constexpr (QF_Q4_VBMI) {
@@ -99,19 +100,20 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
 // the scale units of Scales (the caller applies the per-tensor factor). Each row's arithmetic is
 // the same whatever R, so results do not depend on how rows are grouped.
 template <int R, bool kLut, class Scales>
-QF_Q4_TARGET void rows_dot(const uint8_t* data, int64_t row_bytes, int64_t r0, int64_t cols,
-                             const QuantizedX& qx, const Scales& scales, float* y) {
+QF_Q4_TARGET void rows_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0,
+                           int64_t cols, const QuantizedX& qx, const Scales& scales,
+                           float* y) {
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   const int64_t full = cols / kChunk;
   int64_t c = 0;
   if constexpr (Scales::kBlock == 16) {
-    for (; c + 2 <= full; c += 2) pair_dot<R>(data, row_bytes, r0, c, qx, scales, acc);
+    for (; c + 2 <= full; c += 2) pair_dot<R>(data, row_bytes, ahead, r0, c, qx, scales, acc);
   }
   for (; c < full; ++c)
-    chunk_dot<R, kLut, false>(data, row_bytes, r0, c, kChunk, qx, scales, acc);
+    chunk_dot<R, kLut, false>(data, row_bytes, ahead, r0, c, kChunk, qx, scales, acc);
   const int64_t rem = cols - full * kChunk;
-  if (rem > 0) chunk_dot<R, kLut, true>(data, row_bytes, r0, full, rem, qx, scales, acc);
+  if (rem > 0) chunk_dot<R, kLut, true>(data, row_bytes, ahead, r0, full, rem, qx, scales, acc);
   for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
 }
 
@@ -122,10 +124,12 @@ void run(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, int 
   quantize_x(x, w.cols, offset, qx);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = w.cols / 2, cols = w.cols;
+  const int64_t ahead = prefetch_ahead_bytes(row_bytes);
   for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 4), [&](int64_t r0, int64_t r1) {
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) rows_dot<4, kLut>(data, row_bytes, r, cols, qx, scales, y + r);
-    for (; r < r1; ++r) rows_dot<1, kLut>(data, row_bytes, r, cols, qx, scales, y + r);
+    for (; r + 4 <= r1; r += 4)
+      rows_dot<4, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r);
+    for (; r < r1; ++r) rows_dot<1, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r);
     for (int64_t i = r0; i < r1; ++i) y[i] *= factor;
   });
 }
