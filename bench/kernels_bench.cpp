@@ -50,6 +50,7 @@ void fill_random(uint8_t* p, size_t n, uint64_t seed) {
 // One stored weight matrix: its bytes and scales, plus the LinearWeight that views them.
 struct Stored {
   std::vector<uint8_t> data, block_scales;
+  std::vector<float> scales;
   LinearWeight w;
 };
 
@@ -67,6 +68,12 @@ std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_
     for (size_t i = 0; i < s->block_scales.size(); ++i) s->block_scales[i] = uint8_t(0x30 + i % 16);
     s->w.block_scales = s->block_scales.data();
     s->w.global_scale = 1e-3f;
+  } else if (f == WeightFormat::int4_row_pairs) {  // ModelOpt W4A16_AWQ, group 128
+    s->data.resize(n / 2);
+    fill_random(s->data.data(), s->data.size(), seed);
+    s->w.group = 128;
+    s->scales.assign(n / 128, 1e-3f);
+    s->w.scales = s->scales.data();
   } else {  // BF16: random patterns in a sane range
     s->data.resize(n * 2);
     auto* h = reinterpret_cast<uint16_t*>(s->data.data());
@@ -184,6 +191,7 @@ void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
 void KernelMatVecNvfp4Short(benchmark::State& s) {
   MatVec(s, WeightFormat::nvfp4, false, 8192, 2048);
 }
+void KernelMatVecInt4(benchmark::State& s) { MatVec(s, WeightFormat::int4_row_pairs); }
 void KernelMatVecNvfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::nvfp4); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
@@ -194,6 +202,7 @@ BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Short)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

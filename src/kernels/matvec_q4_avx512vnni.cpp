@@ -142,7 +142,8 @@ QF_VNNI_TARGET void quantize_x_natural(const float* x, int64_t n, int offset, Qu
 // each within one group (group % 4 == 0 and it divides 64 or is a multiple of it).
 template <int P>
 QF_VNNI_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int64_t group,
-                                  int64_t r0, int64_t cols, const QuantizedX& qx, float* y) {
+                                  int64_t r0, int64_t cols, int64_t ahead, const QuantizedX& qx,
+                                  float* y) {
   constexpr int64_t kNat = 64;
   const int64_t groups = cols / group;
   alignas(64) int32_t idx_arr[16];
@@ -160,6 +161,8 @@ QF_VNNI_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
     for (int i = 0; i < P; ++i) {
       const int64_t r = r0 + 2 * i;
       const uint8_t* p = data + (r / 2) * cols + c * kNat;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
       const __m512i wb = count == kNat ? _mm512_loadu_si512(p)
                                        : _mm512_maskz_loadu_epi8((__mmask64(1) << count) - 1, p);
       // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
@@ -331,10 +334,14 @@ void matvec_nibbles_avx512vnni(const LinearWeight& w, const float* x, float* y,
       QuantizedX qx;
       quantize_x_natural(x, w.cols, 8, qx);
       const auto* data = static_cast<const uint8_t*>(w.data);
+      // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
+      const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
       for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 4), [&](int64_t r0, int64_t r1) {
         int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, qx, y + r);
-        for (; r < r1; r += 2) row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, qx, y + r);
+        for (; r + 4 <= r1; r += 4)
+          row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
+        for (; r < r1; r += 2)
+          row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
       });
       return;
     }
