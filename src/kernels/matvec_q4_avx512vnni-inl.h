@@ -91,6 +91,7 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
     const __m512 f0 = _mm512_castsi512_ps(d0), f1 = _mm512_castsi512_ps(d1);
     const __m512i d = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0x88)),
                                        _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0xDD)));
+    if (c % 8 == 0) scales.prefetch(r0 + i, c, ahead);  // a line holds 8 chunks' scales
     const __m512 ws = scales.pair(r0 + i, c);
     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i]);
   }

@@ -41,7 +41,8 @@ constexpr int kLanes = 16;  // 32-bit lanes; lane L covers chunk elements 8L .. 
 // of one core's bandwidth. One thread streaming NVFP4 from memory, GB/s of CPU time on a shared
 // machine: 4096 x 14336 16.9 (L1 prefetch only) -> ~22; 8192 x 2048 (short rows: one block is
 // only 4 KB, too close) 14.5 with one block ahead -> ~23.5 with 8 KB. Prefetches never fault, so
-// those past the matrix's end are harmless.
+// those past the matrix's end are harmless. The NVFP4 scale codes (1/8 of the weight bytes, 4
+// more streams) get the same L2 prefetch: +10% per core.
 constexpr int64_t kPrefetchBytes = 512;
 constexpr int64_t kPrefetchAheadBytes = 8192;
 inline int64_t prefetch_ahead_bytes(int64_t row_bytes) {
@@ -188,6 +189,11 @@ struct Nvfp4Scales {
   static constexpr int kBlock = 16;
   const uint8_t* codes;  // [rows, cols / 16] E4M3
   int64_t per_row;
+  // The scales as far ahead (to L2) as the weights at `ahead` bytes: 1/8 of that distance.
+  void prefetch(int64_t row, int64_t c, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(codes + row * per_row + c * 8) + ahead / 8,
+                 _MM_HINT_T1);
+  }
   // The 16 scales of chunks c, c + 1 (c even, both whole) in pair_dot's lane order.
   QF_VNNI_TARGET __m512 pair(int64_t row, int64_t c) const {
     const __m256i v = _mm256_broadcastsi128_si256(
