@@ -68,6 +68,11 @@ std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_
     for (size_t i = 0; i < s->block_scales.size(); ++i) s->block_scales[i] = uint8_t(0x30 + i % 16);
     s->w.block_scales = s->block_scales.data();
     s->w.global_scale = 1e-3f;
+  } else if (f == WeightFormat::mxfp4) {
+    s->data.resize(n / 2);
+    s->block_scales.assign(n / 32, uint8_t(120));
+    fill_random(s->data.data(), s->data.size(), seed);
+    s->w.block_scales = s->block_scales.data();
   } else if (f == WeightFormat::int4_row_pairs) {  // ModelOpt W4A16_AWQ, group 128
     s->data.resize(n / 2);
     fill_random(s->data.data(), s->data.size(), seed);
@@ -192,6 +197,7 @@ void KernelMatVecNvfp4Short(benchmark::State& s) {
   MatVec(s, WeightFormat::nvfp4, false, 8192, 2048);
 }
 void KernelMatVecInt4(benchmark::State& s) { MatVec(s, WeightFormat::int4_row_pairs); }
+void KernelMatVecMxfp4(benchmark::State& s) { MatVec(s, WeightFormat::mxfp4); }
 void KernelMatVecNvfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::nvfp4); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
@@ -203,6 +209,7 @@ BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Short)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -43,6 +43,7 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
     }
     __m512i d = _mm512_dpbusd_epi32(bias, lo, xlo);
     d = _mm512_dpbusd_epi32(d, hi, xhi);
+    if (c % 4 == 0) scales.prefetch(r0 + i, c, ahead);
     const __m512 ws = scales.template get<kTail>(r0 + i, c, count);
     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i]);
   }

@@ -233,6 +233,10 @@ struct Mxfp4Scales {
   static constexpr int kBlock = 32;
   const uint8_t* codes;  // [rows, cols / 32] E8M0
   int64_t per_row;
+  void prefetch(int64_t row, int64_t c, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(codes + row * per_row + c * 4) + ahead / 16,
+                 _MM_HINT_T1);
+  }
   template <bool kTail>
   QF_VNNI_TARGET __m512 get(int64_t row, int64_t c, int64_t count) const {
     const uint8_t* s = codes + row * per_row + c * (kChunk / 32);
@@ -251,6 +255,12 @@ struct Int4Scales {
   int64_t per_row;
   int64_t group;  // a multiple of 8 that divides 128 or is a multiple of it
   int32_t idx[16];  // lane L -> 8L / group
+  void prefetch(int64_t row, int64_t c, int64_t ahead) const {
+    // 4-byte scales per group, half-byte weights: 8 / group scale bytes per weight byte.
+    _mm_prefetch(reinterpret_cast<const char*>(scales + row * per_row + c * kChunk / group) +
+                     ahead * 8 / group,
+                 _MM_HINT_T1);
+  }
   template <bool kTail>
   QF_VNNI_TARGET __m512 get(int64_t row, int64_t c, int64_t count) const {
     const int64_t e0 = c * kChunk;
