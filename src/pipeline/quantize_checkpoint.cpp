@@ -273,7 +273,8 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     report.warnings.push_back(
         "lm_head is quantized (--quantize-lm-head): engines may not load it. vLLM loads an "
         "NVFP4 lm_head from ModelOpt exports only in recent builds (ModelOptNvFp4LMHeadMethod); "
-        "SGLang and older vLLM builds do not; other formats' heads are untested");
+        "SGLang and older vLLM builds do not. llm-compressor also writes quantized heads for "
+        "compressed-tensors; other formats' heads have not been checked in any engine");
   }
   std::sort(excluded_names.begin(), excluded_names.end());
   report.modules_excluded = int(report.excluded.size());
