@@ -127,7 +127,7 @@ void run(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, int 
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = w.cols / 2, cols = w.cols;
   const int64_t ahead = prefetch_ahead_bytes(row_bytes);
-  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 4), [&](int64_t r0, int64_t r1) {
+  for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
     int64_t r = r0;
     for (; r + 4 <= r1; r += 4)
       rows_dot<4, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r);
