@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <vector>
 
@@ -48,6 +50,7 @@ void fill_random(uint8_t* p, size_t n, uint64_t seed) {
 // One stored weight matrix: its bytes and scales, plus the LinearWeight that views them.
 struct Stored {
   std::vector<uint8_t> data, block_scales;
+  std::vector<float> scales;
   LinearWeight w;
 };
 
@@ -65,6 +68,17 @@ std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_
     for (size_t i = 0; i < s->block_scales.size(); ++i) s->block_scales[i] = uint8_t(0x30 + i % 16);
     s->w.block_scales = s->block_scales.data();
     s->w.global_scale = 1e-3f;
+  } else if (f == WeightFormat::mxfp4) {
+    s->data.resize(n / 2);
+    s->block_scales.assign(n / 32, uint8_t(120));
+    fill_random(s->data.data(), s->data.size(), seed);
+    s->w.block_scales = s->block_scales.data();
+  } else if (f == WeightFormat::int4_row_pairs) {  // ModelOpt W4A16_AWQ, group 128
+    s->data.resize(n / 2);
+    fill_random(s->data.data(), s->data.size(), seed);
+    s->w.group = 128;
+    s->scales.assign(n / 128, 1e-3f);
+    s->w.scales = s->scales.data();
   } else {  // BF16: random patterns in a sane range
     s->data.resize(n * 2);
     auto* h = reinterpret_cast<uint16_t*>(s->data.data());
@@ -76,13 +90,15 @@ std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_
 }
 
 // Enough copies of a [rows, cols] weight for kRotateBytes.
-const std::vector<std::unique_ptr<Stored>>& copies(WeightFormat f) {
-  static std::vector<std::unique_ptr<Stored>> nv, bf;
-  auto& v = f == WeightFormat::nvfp4 ? nv : bf;
+const std::vector<std::unique_ptr<Stored>>& copies(WeightFormat f, int64_t rows = kRows,
+                                                   int64_t cols = kCols) {
+  static std::map<std::tuple<WeightFormat, int64_t, int64_t>, std::vector<std::unique_ptr<Stored>>>
+      all;
+  auto& v = all[{f, rows, cols}];
   if (v.empty()) {
-    const uint64_t one = make(f, 16, kCols, 1)->w.stored_bytes() / 16 * kRows;
+    const uint64_t one = make(f, 16, cols, 1)->w.stored_bytes() / 16 * uint64_t(rows);
     const size_t n = size_t((kRotateBytes + one - 1) / one);
-    for (size_t i = 0; i < n; ++i) v.push_back(make(f, kRows, kCols, 1 + i));
+    for (size_t i = 0; i < n; ++i) v.push_back(make(f, rows, cols, 1 + i));
   }
   return v;
 }
@@ -95,12 +111,13 @@ std::vector<float> activation(int64_t n) {
 }
 
 // precise: the float-activation kernels (the baseline of the int8-activation ones).
-void MatVec(benchmark::State& state, WeightFormat f, bool precise = false) {
-  const auto& ws = copies(f);
+void MatVec(benchmark::State& state, WeightFormat f, bool precise = false, int64_t rows = kRows,
+            int64_t cols = kCols) {
+  const auto& ws = copies(f, rows, cols);
   set_precise_kernels(precise);
   ThreadPool pool(int(state.range(0)));
-  const auto x = activation(kCols);
-  std::vector<float> y(static_cast<size_t>(kRows));
+  const auto x = activation(cols);
+  std::vector<float> y(static_cast<size_t>(rows));
   size_t i = 0;
   uint64_t bytes = 0;
   for (auto _ : state) {
@@ -112,6 +129,20 @@ void MatVec(benchmark::State& state, WeightFormat f, bool precise = false) {
   state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
   state.counters["copies"] = double(ws.size());
   set_precise_kernels(false);
+}
+
+// The same product on one thread with the weights in cache (256 x 4096 NVFP4, 0.6 MB), timed
+// by CPU time: the kernel's compute ceiling per core, which shared machines disturb least.
+void MatVecCached(benchmark::State& state, WeightFormat f) {
+  auto s = make(f, 256, 4096, 5);
+  const auto x = activation(4096);
+  std::vector<float> y(256);
+  for (auto _ : state) {
+    linear_forward(s->w, x.data(), 1, y.data(), nullptr);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(
+      double(s->w.stored_bytes()) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 // STREAM-style read (sum of 64-bit words) of the same rotated NVFP4 buffers, split over the
@@ -161,6 +192,13 @@ void MatMul(benchmark::State& state, WeightFormat f, bool precise = false) {
 void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }
 void KernelMatVecNvfp4Precise(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4, true); }
 void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
+// Llama-3.2-1B's gate/up shape (8192 x 2048): short rows, so more row blocks per byte.
+void KernelMatVecNvfp4Short(benchmark::State& s) {
+  MatVec(s, WeightFormat::nvfp4, false, 8192, 2048);
+}
+void KernelMatVecInt4(benchmark::State& s) { MatVec(s, WeightFormat::int4_row_pairs); }
+void KernelMatVecMxfp4(benchmark::State& s) { MatVec(s, WeightFormat::mxfp4); }
+void KernelMatVecNvfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::nvfp4); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4Precise(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4, true); }
@@ -169,6 +207,10 @@ void KernelMatMulBf16Precise(benchmark::State& s) { MatMul(s, WeightFormat::bf16
 BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecNvfp4Short)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulBf16)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

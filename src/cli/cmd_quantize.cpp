@@ -16,6 +16,10 @@ void print_quantize_summary(const QuantizeReport& r) {
              r.export_format);
   fmt::print("  {:<28} {}\n", "modules quantized", r.modules_quantized);
   fmt::print("  {:<28} {}\n", "modules left unquantized", r.modules_excluded);
+  fmt::print("  {:<28} {}\n", "lm_head",
+             r.lm_head_quantized ? fmt::format("quantized ({}; engine support varies, see README)",
+                                               r.format)
+                                 : std::string("kept in its dtype"));
   fmt::print("  {:<28} {}\n", "tensors copied unchanged", r.tensors_copied);
   fmt::print("  {:<28} {} ({} bytes)\n", "bytes in", human_bytes(double(r.bytes_in)), r.bytes_in);
   fmt::print("  {:<28} {} ({} bytes)\n", "bytes out", human_bytes(double(r.bytes_out)), r.bytes_out);
@@ -50,6 +54,7 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["seconds"] = r.seconds;
   j["modules_quantized"] = r.modules_quantized;
   j["modules_excluded"] = r.modules_excluded;
+  j["lm_head_quantized"] = r.lm_head_quantized;
   j["tensors_copied"] = r.tensors_copied;
   j["quantized_weights"] = r.quantized_weights;
   j["bits_per_quantized_weight"] = r.bits_per_quantized_weight();
@@ -77,6 +82,7 @@ void register_quantize(CLI::App& app, Action& run) {
     std::string algo = "max", activations = "none", kv_cache = "none", group_size;
     int threads = 0;
     bool force = false, json = false, quiet = false, calib_quantized_inputs = false;
+    bool quantize_lm_head = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -103,8 +109,13 @@ void register_quantize(CLI::App& app, Action& run) {
       ->capture_default_str();
   cmd->add_option("--exclude", args->exclude,
                   "Leave modules matching this glob unquantized (repeatable), e.g. "
-                  "'*.layers.0.*' or '*down_proj'. lm_head and embeddings are never quantized; a "
-                  "fused group (q/k/v, gate/up) is excluded whole");
+                  "'*.layers.0.*' or '*down_proj'. Embeddings are never quantized, lm_head only with "
+                  "--quantize-lm-head; a fused group (q/k/v, gate/up) is excluded whole");
+  cmd->add_flag("--quantize-lm-head", args->quantize_lm_head,
+                "Also quantize the output head (off by default, as ModelOpt): faster decode, "
+                "some accuracy cost. Tied embeddings are untied (model.embed_tokens keeps its "
+                "dtype). Weight-only (max, or mse with --algo mse). Engine support varies: "
+                "vLLM loads an NVFP4 ModelOpt lm_head only in recent builds, SGLang not");
   cmd->add_option("--group-size", args->group_size,
                   "INT4 group size (elements per scale along the input dimension): 32, 64, 128, "
                   "or channel (one scale per output channel: the group is the whole input row); "
@@ -151,6 +162,7 @@ void register_quantize(CLI::App& app, Action& run) {
       o.format = *parse_format(args->format);
       o.export_format = *parse_export_format(args->export_format);
       o.exclude = args->exclude;
+      o.quantize_lm_head = args->quantize_lm_head;
       o.block = args->group_size.empty()       ? 0
                 : args->group_size == "channel" ? kInt4ChannelGroup
                                                 : std::stoi(args->group_size);

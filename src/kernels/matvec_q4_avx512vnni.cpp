@@ -4,7 +4,9 @@
 //
 // Why this shape: the float kernels spend their time turning nibbles into floats with cross-lane
 // permutes (compute-bound at ~12 G weights/s per core). Here a 64-byte load of weights (128
-// elements) costs two masks/shifts, two vpshufb and two vpdpbusd, with no cross-lane work: the
+// elements) costs two masks/shifts, two vpshufb and two vpdpbusd (with VBMI: one shift, two
+// vpermb, two vpdpbusd), and the 8 E4M3 block scales of a chunk one byte shuffle, a shift, a mask
+// and vcvtph2ps, with no cross-lane work in the weights' path: the
 // activation, quantized once per call, is stored in the order the nibbles come out of a byte
 // (low nibbles = even elements, high nibbles = odd ones), not the weights reordered.
 //
@@ -31,8 +33,31 @@ namespace qf::kernels {
 namespace {
 
 constexpr int64_t kChunk = 128;  // elements per 64-byte weight load
-constexpr int kLanes = 16;
-constexpr int64_t kPrefetchBytes = 512;  // +4% per core streaming from memory       // 32-bit lanes; lane L covers chunk elements 8L .. 8L+7
+constexpr int kLanes = 16;  // 32-bit lanes; lane L covers chunk elements 8L .. 8L+7
+// Software prefetch. Rows are processed 4 at a time, and 4 rows are contiguous in memory: while
+// a block of rows is read, the same columns of a later block (whole blocks, at least 8 KB ahead)
+// are prefetched to L2, so the loads see one sequential stream well ahead; and 8 lines ahead in
+// each row to L1. The hardware prefetchers alone left the 4 interleaved row streams well short
+// of one core's bandwidth. One thread streaming NVFP4 from memory, GB/s of CPU time on a shared
+// machine: 4096 x 14336 16.9 (L1 prefetch only) -> ~22; 8192 x 2048 (short rows: one block is
+// only 4 KB, too close) 14.5 with one block ahead -> ~23.5 with 8 KB. Prefetches never fault, so
+// those past the matrix's end are harmless. The NVFP4 scale codes (1/8 of the weight bytes, 4
+// more streams) get the same L2 prefetch: +10% per core.
+constexpr int64_t kPrefetchBytes = 512;
+constexpr int64_t kPrefetchAheadBytes = 8192;
+inline int64_t prefetch_ahead_bytes(int64_t row_bytes) {
+  const int64_t block = 4 * row_bytes;
+  return block * std::max<int64_t>(1, (kPrefetchAheadBytes + block - 1) / block);
+}
+
+// Rows per task: about 512 KB of weights (8x the usual matrix-vector task), at least 16 tasks.
+// The L2 lookahead runs past a task's end into rows that the other core may take (tasks are
+// handed out in turn), where it is wasted and leaves that core's first rows unprefetched; long
+// tasks make that rare. With 64 KB tasks two threads streamed 4096 x 14336 at ~27 GB/s while a
+// STREAM read reached 44-47 in the same minutes; with 512 KB tasks 34 GB/s (STREAM 31 then).
+inline int64_t q4_rows_per_task(const LinearWeight& w) {
+  return std::min(matvec_rows_per_task(w, 4) * 8, std::max<int64_t>(4, w.rows / 16 / 4 * 4));
+}
 
 // The activation in kernel layout, per chunk c: bytes [128c, 128c+64) hold q of the even
 // elements, [128c+64, 128c+128) the odd ones; per lane, its float scale and int32 bias.
@@ -41,7 +66,12 @@ struct QuantizedX {
   std::vector<int8_t> q;
   std::vector<float> lane_scale;
   std::vector<int32_t> lane_bias;
+  // Per pair of chunks (2p, 2p+1), the 16 block scales in the lane order of pair_dot: lane
+  // 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk 2p + 1 (j >= 2).
+  std::vector<float> pair_scale;
 };
+
+inline int64_t pair_lane_block(int j, int q) { return (j >= 2 ? 8 : 0) + 2 * q + (j & 1); }
 
 QF_VNNI_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX& out) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -70,6 +100,12 @@ QF_VNNI_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX
     out.lane_scale[size_t(lane)] = s;
     out.lane_scale[size_t(lane + 1)] = s;
   }
+  out.pair_scale.assign(size_t(chunks / 2 * kLanes), 0.f);
+  for (int64_t p = 0; p < chunks / 2; ++p)
+    for (int q = 0; q < 4; ++q)
+      for (int j = 0; j < 4; ++j)  // a block's scale is that of its first lane
+        out.pair_scale[size_t(p * kLanes + 4 * q + j)] =
+            out.lane_scale[size_t(2 * p * kLanes + 2 * pair_lane_block(j, q))];
   // Per-lane bias: -offset * (sum of the lane's 4 even and 4 odd bytes), by vpdpbusd with ones.
   const __m512i ones = _mm512_set1_epi8(1);
   const __m512i neg_off = _mm512_set1_epi32(-offset);
@@ -116,7 +152,8 @@ QF_VNNI_TARGET void quantize_x_natural(const float* x, int64_t n, int offset, Qu
 // each within one group (group % 4 == 0 and it divides 64 or is a multiple of it).
 template <int P>
 QF_VNNI_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int64_t group,
-                                  int64_t r0, int64_t cols, const QuantizedX& qx, float* y) {
+                                  int64_t r0, int64_t cols, int64_t ahead, const QuantizedX& qx,
+                                  float* y) {
   constexpr int64_t kNat = 64;
   const int64_t groups = cols / group;
   alignas(64) int32_t idx_arr[16];
@@ -134,6 +171,8 @@ QF_VNNI_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
     for (int i = 0; i < P; ++i) {
       const int64_t r = r0 + 2 * i;
       const uint8_t* p = data + (r / 2) * cols + c * kNat;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
       const __m512i wb = count == kNat ? _mm512_loadu_si512(p)
                                        : _mm512_maskz_loadu_epi8((__mmask64(1) << count) - 1, p);
       // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
@@ -156,27 +195,59 @@ QF_VNNI_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
 // Per-lane weight scales of one row's chunk. `count` is the number of valid elements (128 but
 // in the last chunk); missing scales read as 0 so that padding lanes stay finite.
 struct Nvfp4Scales {
+  static constexpr int kBlock = 16;
   const uint8_t* codes;  // [rows, cols / 16] E4M3
   int64_t per_row;
+  // The scales as far ahead (to L2) as the weights at `ahead` bytes: 1/8 of that distance.
+  void prefetch(int64_t row, int64_t c, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(codes + row * per_row + c * 8) + ahead / 8,
+                 _MM_HINT_T1);
+  }
+  // The 16 scales of chunks c, c + 1 (c even, both whole) in pair_dot's lane order.
+  QF_VNNI_TARGET __m512 pair(int64_t row, int64_t c) const {
+    const __m256i v = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + row * per_row + c * 8)));
+    const __m256i h = _mm256_shuffle_epi8(
+        v, _mm256_setr_epi8(-1, 0, -1, 1, -1, 8, -1, 9, -1, 2, -1, 3, -1, 10, -1, 11,  //
+                            -1, 4, -1, 5, -1, 12, -1, 13, -1, 6, -1, 7, -1, 14, -1, 15));
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(-0x4001)));
+  }
   // E4M3 -> F16 is a shift: the 7 magnitude bits land in the F16 exponent and mantissa with an
   // exponent bias 8 too big, so the value comes out 2^-8 times the scale (subnormals included,
-  // which vcvtph2ps handles exactly); the caller multiplies 2^8 back once per row.
-  QF_VNNI_TARGET __m512 operator()(int64_t row, int64_t c, int64_t count) const {
+  // which vcvtph2ps handles exactly); the caller multiplies 2^8 back once per row. With the code
+  // in the high byte of a 16-bit lane, an arithmetic shift right by one puts the magnitude in
+  // bits 13..7 and the sign in bits 15 and 14; bit 14 is then cleared.
+  template <bool kTail>
+  QF_VNNI_TARGET __m512 get(int64_t row, int64_t c, int64_t count) const {
     const uint8_t* s = codes + row * per_row + c * (kChunk / 16);
-    __m128i v = _mm_maskz_loadu_epi8(__mmask16((1u << ((count + 15) / 16)) - 1), s);
-    v = _mm_unpacklo_epi8(v, v);  // lane L takes code L / 2
-    const __m256i h = _mm256_cvtepu8_epi16(v);
-    const __m256i f16 =
-        _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(h, 8), _mm256_set1_epi16(-0x8000)),
-                        _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(0x3F80)));
+    __m256i v;
+    if constexpr (kTail) {
+      v = _mm256_broadcastq_epi64(
+          _mm_maskz_loadu_epi8(__mmask16((1u << ((count + 15) / 16)) - 1), s));
+    } else {
+      int64_t eight;
+      std::memcpy(&eight, s, 8);
+      v = _mm256_set1_epi64x(eight);
+    }
+    // 16-bit lane L (L < 8 in the low 128 bits) takes code L / 2 in its high byte.
+    const __m256i h = _mm256_shuffle_epi8(
+        v, _mm256_setr_epi8(-1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,  //
+                            -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7));
+    const __m256i f16 = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(-0x4001));
     return _mm512_cvtph_ps(f16);
   }
 };
 
 struct Mxfp4Scales {
+  static constexpr int kBlock = 32;
   const uint8_t* codes;  // [rows, cols / 32] E8M0
   int64_t per_row;
-  QF_VNNI_TARGET __m512 operator()(int64_t row, int64_t c, int64_t count) const {
+  void prefetch(int64_t row, int64_t c, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(codes + row * per_row + c * 4) + ahead / 16,
+                 _MM_HINT_T1);
+  }
+  template <bool kTail>
+  QF_VNNI_TARGET __m512 get(int64_t row, int64_t c, int64_t count) const {
     const uint8_t* s = codes + row * per_row + c * (kChunk / 32);
     __m128i v = _mm_maskz_loadu_epi8(__mmask16((1u << ((count + 31) / 32)) - 1), s);
     v = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
@@ -188,11 +259,19 @@ struct Mxfp4Scales {
 };
 
 struct Int4Scales {
+  static constexpr int kBlock = 0;  // group, at run time
   const float* scales;  // [rows, cols / group]
   int64_t per_row;
   int64_t group;  // a multiple of 8 that divides 128 or is a multiple of it
   int32_t idx[16];  // lane L -> 8L / group
-  QF_VNNI_TARGET __m512 operator()(int64_t row, int64_t c, int64_t count) const {
+  void prefetch(int64_t row, int64_t c, int64_t ahead) const {
+    // 4-byte scales per group, half-byte weights: 8 / group scale bytes per weight byte.
+    _mm_prefetch(reinterpret_cast<const char*>(scales + row * per_row + c * kChunk / group) +
+                     ahead * 8 / group,
+                 _MM_HINT_T1);
+  }
+  template <bool kTail>
+  QF_VNNI_TARGET __m512 get(int64_t row, int64_t c, int64_t count) const {
     const int64_t e0 = c * kChunk;
     const float* s = scales + row * per_row + e0 / group;
     const int64_t n = std::max<int64_t>(1, (count + group - 1) / group);
@@ -201,75 +280,38 @@ struct Int4Scales {
   }
 };
 
-// acc[i] += one chunk c of rows r0 .. r0+R against the activation. kTail: the last chunk, with
-// `count` < 128 valid elements (masked loads; the padding of the activation is zero).
-template <int R, bool kLut, bool kTail, class Scales>
-QF_VNNI_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64_t r0, int64_t c,
-                                     int64_t count, const QuantizedX& qx, const Scales& scales,
-                                     __m512* acc) {
-  // E2M1 doubled + 12: {0, .5, 1, 1.5, 2, 3, 4, 6} * 2 + 12, then the negatives.
-  const __m512i lut = _mm512_broadcast_i32x4(
-      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m512i low = _mm512_set1_epi8(0x0F);
-  const __m512i xlo = _mm512_loadu_si512(qx.q.data() + c * kChunk);
-  const __m512i xhi = _mm512_loadu_si512(qx.q.data() + c * kChunk + 64);
-  const __m512i bias = _mm512_loadu_si512(qx.lane_bias.data() + c * kLanes);
-  const __m512 xs = _mm512_loadu_ps(qx.lane_scale.data() + c * kLanes);
-  for (int i = 0; i < R; ++i) {
-    const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
-    // Eight chunks ahead in this row: the hardware prefetcher alone leaves the 4 interleaved
-    // row streams a little short of one core's bandwidth.
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-    __m512i wb;
-    if constexpr (kTail) {
-      wb = _mm512_maskz_loadu_epi8((__mmask64(1) << (count / 2)) - 1, p);
-    } else {
-      wb = _mm512_loadu_si512(p);
-    }
-    __m512i lo = _mm512_and_si512(wb, low);
-    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), low);
-    if constexpr (kLut) {
-      lo = _mm512_shuffle_epi8(lut, lo);
-      hi = _mm512_shuffle_epi8(lut, hi);
-    }
-    __m512i d = _mm512_dpbusd_epi32(bias, lo, xlo);
-    d = _mm512_dpbusd_epi32(d, hi, xhi);
-    const __m512 ws = scales(r0 + i, c, count);
-    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i]);
-  }
-}
+// The row products, compiled twice: for AVX-512 VNNI alone, and with VBMI (vpermb decodes a
+// nibble without masking it first, since it reads only the low 6 bits of each index byte).
+#define QF_Q4_NS vnni
+#define QF_Q4_VBMI 0
+#define QF_Q4_TARGET QF_VNNI_TARGET
+#include "kernels/matvec_q4_avx512vnni-inl.h"
+#undef QF_Q4_NS
+#undef QF_Q4_VBMI
+#undef QF_Q4_TARGET
+#define QF_Q4_NS vbmi
+#define QF_Q4_VBMI 1
+#define QF_Q4_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,f16c")))
+#include "kernels/matvec_q4_avx512vnni-inl.h"
+#undef QF_Q4_NS
+#undef QF_Q4_VBMI
+#undef QF_Q4_TARGET
 
-// y[i] = the dot products of rows r0 .. r0+R (the activation loads are shared between them), in
-// the scale units of Scales (the caller applies the per-tensor factor). Each row's arithmetic is
-// the same whatever R, so results do not depend on how rows are grouped.
-template <int R, bool kLut, class Scales>
-QF_VNNI_TARGET void rows_dot(const uint8_t* data, int64_t row_bytes, int64_t r0, int64_t cols,
-                             const QuantizedX& qx, const Scales& scales, float* y) {
-  __m512 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
-  const int64_t full = cols / kChunk;
-  for (int64_t c = 0; c < full; ++c)
-    chunk_dot<R, kLut, false>(data, row_bytes, r0, c, kChunk, qx, scales, acc);
-  const int64_t rem = cols - full * kChunk;
-  if (rem > 0) chunk_dot<R, kLut, true>(data, row_bytes, r0, full, rem, qx, scales, acc);
-  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+bool cpu_has_avx512vbmi() {
+  static const bool ok = __builtin_cpu_supports("avx512vbmi");
+  return ok;
 }
 
 template <bool kLut, class Scales>
 void run(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, int offset,
          const Scales& scales, float factor) {
-  QuantizedX qx;
-  quantize_x(x, w.cols, offset, qx);
-  const auto* data = static_cast<const uint8_t*>(w.data);
-  const int64_t row_bytes = w.cols / 2, cols = w.cols;
-  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 4), [&](int64_t r0, int64_t r1) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) rows_dot<4, kLut>(data, row_bytes, r, cols, qx, scales, y + r);
-    for (; r < r1; ++r) rows_dot<1, kLut>(data, row_bytes, r, cols, qx, scales, y + r);
-    for (int64_t i = r0; i < r1; ++i) y[i] *= factor;
-  });
+  if (cpu_has_avx512vbmi()) {
+    vbmi::run<kLut>(w, x, y, pool, offset, scales, factor);
+  } else {
+    vnni::run<kLut>(w, x, y, pool, offset, scales, factor);
+  }
 }
-
 
 }  // namespace
 
@@ -317,10 +359,14 @@ void matvec_nibbles_avx512vnni(const LinearWeight& w, const float* x, float* y,
       QuantizedX qx;
       quantize_x_natural(x, w.cols, 8, qx);
       const auto* data = static_cast<const uint8_t*>(w.data);
-      for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 4), [&](int64_t r0, int64_t r1) {
+      // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
+      const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
+      for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
         int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, qx, y + r);
-        for (; r < r1; r += 2) row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, qx, y + r);
+        for (; r + 4 <= r1; r += 4)
+          row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
+        for (; r < r1; r += 2)
+          row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
       });
       return;
     }

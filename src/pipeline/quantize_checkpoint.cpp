@@ -45,6 +45,7 @@ namespace {
 struct OutputItem {
   const CheckpointTensor* source = nullptr;
   int linear = -1;  // index into Architecture::linears when quantized
+  bool head = false;  // the quantized output head (--quantize-lm-head)
   std::vector<TensorSpec> specs;
   uint64_t nbytes() const {
     uint64_t n = 0;
@@ -325,6 +326,44 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     report.excluded.push_back({arch.linears[i].name, reason[i]});
     excluded_names.push_back(arch.linears[i].name);
   }
+  // The output head (--quantize-lm-head): its own tensor, or the tied embedding's, which then
+  // stays as it is and gains a quantized copy named lm_head.
+  const CheckpointTensor* head_src = nullptr;
+  bool head_tied = false;
+  ExportedLinear head;
+  if (options.quantize_lm_head) {
+    if (options.assignment || options.activations != ActQuant::none)
+      fail("--quantize-lm-head is weight-only and single-format for now (no --activations, "
+           "--auto or --recipe)");
+    head_src = ckpt.find("lm_head.weight");
+    const CheckpointTensor* embed = ckpt.find("model.embed_tokens.weight");
+    head_tied = !head_src || ckpt.aliases().count("lm_head.weight") > 0;
+    if (head_tied) {
+      if (!arch.tie_word_embeddings || !embed)
+        fail("{}: tensor 'lm_head.weight' is missing", model_dir.string());
+      head_src = embed;
+    } else if (!embed || ckpt.aliases().count("model.embed_tokens.weight")) {
+      fail("{}: 'lm_head.weight' is also the token embedding; --quantize-lm-head needs a "
+           "stored model.embed_tokens.weight", model_dir.string());
+    }
+    const SafetensorsEntry& e = *head_src->entry;
+    if (e.shape != Shape{arch.vocab_size, arch.hidden_size} || !is_quantizable_float(e.dtype))
+      fail("{}: tensor '{}' ({} {}) cannot be quantized as the output head", model_dir.string(),
+           head_src->name, dtype_name(e.dtype), shape_str(e.shape));
+    head = {"lm_head", options.format, arch.vocab_size, arch.hidden_size, block, e.dtype};
+    std::string why = arch.hidden_size % block != 0
+                          ? fmt::format("hidden_size {} is not a multiple of the {} block of {}",
+                                        arch.hidden_size, info.name, block)
+                          : exporter->unsupported_reason(head);
+    if (!why.empty()) fail("--quantize-lm-head: lm_head cannot be quantized: {}", why);
+    std::erase(excluded_names, std::string("lm_head"));
+    report.lm_head_quantized = true;
+    report.warnings.push_back(
+        "lm_head is quantized (--quantize-lm-head): engines may not load it. vLLM loads an "
+        "NVFP4 lm_head from ModelOpt exports only in recent builds (ModelOptNvFp4LMHeadMethod); "
+        "SGLang and older vLLM builds do not. llm-compressor also writes quantized heads for "
+        "compressed-tensors; other formats' heads have not been checked in any engine");
+  }
   std::sort(excluded_names.begin(), excluded_names.end());
   report.modules_excluded = int(report.excluded.size());
   report.modules_quantized = int(linear_by_weight.size());
@@ -339,10 +378,20 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     if (auto it = linear_by_weight.find(t.name); it != linear_by_weight.end()) {
       item.linear = it->second;
       item.specs = exporter->linear_specs(exported[size_t(it->second)]);
+    } else if (head_src && !head_tied && t.name == "lm_head.weight") {
+      item.head = true;
+      item.specs = exporter->linear_specs(head);
     } else {
       item.specs = {{t.name, t.entry->dtype, t.entry->shape}};
     }
     items.push_back(std::move(item));
+    if (head_src && head_tied && t.entry == head_src->entry) {
+      OutputItem h;  // the quantized copy of the tied embedding, right after it
+      h.source = &t;
+      h.head = true;
+      h.specs = exporter->linear_specs(head);
+      items.push_back(std::move(h));
+    }
   }
   std::vector<uint64_t> item_bytes;
   for (const auto& item : items) item_bytes.push_back(item.nbytes());
@@ -644,7 +693,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     // Keep __metadata__ aliases whose stored tensor lands in this shard.
     std::map<std::string, std::string> metadata = {{"format", "pt"}};
     for (const auto& [alias, stored] : ckpt.aliases())
-      if (names.count(stored)) {
+      if (names.count(stored) && !(head_src && alias == "lm_head.weight")) {
         metadata[alias] = stored;
         weight_map[alias] = file_name;
       }
@@ -653,6 +702,30 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       const OutputItem& item = items[i];
       const CheckpointTensor& t = *item.source;
       const TensorView view = t.file->view(*t.entry);
+      if (item.head) {
+        // Weight-only: mse searches as for the other Linears, every other algo is max.
+        const WeightRows w = weight_rows(view);
+        const AmaxResult a = weight_amax(w, pool);
+        if (a.nonfinite > 0)
+          fail("{}: tensor '{}' has {} NaN or Inf values", t.file->path().string(), t.name,
+               a.nonfinite);
+        const RtnOptions rtn{head.format, head.block, exporter->scale_dtype(head)};
+        const QuantizedTensor q =
+            options.algo != WeightAlgo::mse ? quantize_rtn(w, rtn, a.amax, pool)
+            : head.format == Format::nvfp4
+                ? quantize_mse(w, rtn, MseOptions{}, pool,
+                               nvfp4_mse_global_amax(w, a.amax, MseOptions{}, pool))
+                : quantize_mse(w, rtn, MseOptions{}, pool);
+        const auto data = exporter->linear_data(head, q);
+        for (size_t k = 0; k < data.size(); ++k) {
+          writer.write(item.specs[k].name, data[k]);
+          report.quantized_bytes += data[k].size();
+        }
+        report.quantized_weights += head.rows * head.cols;
+        t.file->release(*t.entry);
+        if (!head_tied) progress.advance(view.nbytes);  // a tied source was counted once
+        continue;
+      }
       if (item.linear < 0 && vector_override.count(t.name)) {
         // A norm that absorbed AWQ / SmoothQuant scales, in its own dtype.
         const auto bytes = scales_to_bytes(vector_override[t.name], t.entry->dtype);
@@ -708,6 +781,8 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   // config.json keeps the input's key order (already validated by Checkpoint::open).
   std::ifstream config_file(model_dir / "config.json");
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(config_file);
+  // lm_head is its own (quantized) tensor: engines must not tie it to the embedding.
+  if (head_src) config["tie_word_embeddings"] = false;
   QuantizationSummary summary{options.format, block, excluded_names};
   summary.act = options.activations;
   summary.per_tensor = per_tensor;

@@ -33,6 +33,9 @@ struct QuantizeOptions {
   bool calib_quantized_inputs = false;    // layers see the outputs of quantized predecessors
   ExportFormat export_format = ExportFormat::modelopt;
   std::vector<std::string> exclude;  // glob patterns over module names (fnmatch)
+  // --quantize-lm-head: also quantize the output head (weight-only, max or mse). Tied
+  // embeddings are untied: lm_head is written quantized, model.embed_tokens keeps its dtype.
+  bool quantize_lm_head = false;
   int block = 0;                     // INT4 group size; 0 = the format's default
   int threads = 0;                   // 0 = all hardware threads
   uint64_t max_shard_bytes = 5'000'000'000;
@@ -62,6 +65,7 @@ struct QuantizeReport {
   double seconds = 0;
   int modules_quantized = 0;
   int modules_excluded = 0;  // Linear modules of the decoder left unquantized
+  bool lm_head_quantized = false;  // --quantize-lm-head (not counted in modules_quantized)
   int tensors_copied = 0;
   int64_t quantized_weights = 0;  // weight elements that were quantized
   uint64_t quantized_bytes = 0;   // bytes of the tensors that replace them (codes and scales)

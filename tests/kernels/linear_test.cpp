@@ -248,6 +248,41 @@ TEST(KernelLinear, Int8ActivationQuantizationRoundsPerBlock) {
   EXPECT_FLOAT_EQ(s[1], 2.f / 127);
 }
 
+// Every finite E4M3 scale code (subnormals, negatives, the largest) and every nibble through the
+// int8-activation NVFP4 kernel, with a chunk tail, against its scalar model.
+TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
+  const int64_t rows = 12, cols = 4096 + 48;
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols / 2)),
+      scales(static_cast<size_t>(rows * cols / 16));
+  std::mt19937 rng(3);
+  for (auto& b : bytes) b = uint8_t(rng());
+  size_t k = 0;
+  for (auto& s : scales) {
+    do k = (k + 1) % 256;
+    while ((k & 0x7F) == 0x7F);  // NaN codes
+    s = uint8_t(k);
+  }
+  LinearWeight w;
+  w.format = WeightFormat::nvfp4;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = bytes.data();
+  w.block_scales = scales.data();
+  w.global_scale = 0.75f;
+  if (!matvec_uses_int8_activation(w)) GTEST_SKIP() << "no AVX-512 VNNI";
+  const auto x = random_vector(size_t(cols), 11);
+  std::vector<float> y(static_cast<size_t>(rows)), ref(y.size()), row(static_cast<size_t>(cols));
+  ThreadPool two(2);
+  linear_forward(w, x.data(), 1, y.data(), &two);
+  linear_reference_int8_activation(w, x.data(), ref.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_weight_rows(w, r, 1, row.data());
+    double mag = 0;
+    for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(row[size_t(c)]) * x[size_t(c)]);
+    ASSERT_NEAR(y[size_t(r)], ref[size_t(r)], 4e-6 * mag) << "row " << r;
+  }
+}
+
 TEST(KernelLinear, DequantizeMatchesFormatsAndStoredBytes) {
   auto t = make_weight(WeightFormat::nvfp4, 4, 64);
   std::vector<float> a(4 * 64), b(4 * 64);

@@ -1,0 +1,140 @@
+// Included twice by matvec_q4_avx512vnni.cpp, inside namespace qf::kernels::{anonymous}, with
+// QF_Q4_NS (namespace), QF_Q4_TARGET (target attribute) and QF_Q4_VBMI (0/1) defined.
+// NOLINT(build/header_guard): meant for repeated inclusion.
+
+namespace QF_Q4_NS {
+
+// acc[i] += one chunk c of rows r0 .. r0+R against the activation. kTail: the last chunk, with
+// `count` < 128 valid elements (masked loads; the padding of the activation is zero).
+template <int R, bool kLut, bool kTail, class Scales>
+QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
+                                   int64_t r0, int64_t c, int64_t count, const QuantizedX& qx,
+                                   const Scales& scales, __m512* acc) {
+  // E2M1 doubled + 12: {0, .5, 1, 1.5, 2, 3, 4, 6} * 2 + 12, then the negatives.
+  const __m512i lut = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i xlo = _mm512_loadu_si512(qx.q.data() + c * kChunk);
+  const __m512i xhi = _mm512_loadu_si512(qx.q.data() + c * kChunk + 64);
+  const __m512i bias = _mm512_loadu_si512(qx.lane_bias.data() + c * kLanes);
+  const __m512 xs = _mm512_loadu_ps(qx.lane_scale.data() + c * kLanes);
+  for (int i = 0; i < R; ++i) {
+    const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
+    __m512i wb;
+    if constexpr (kTail) {
+      wb = _mm512_maskz_loadu_epi8((__mmask64(1) << (count / 2)) - 1, p);
+    } else {
+      wb = _mm512_loadu_si512(p);
+    }
+    __m512i lo, hi;
+    if constexpr (kLut && QF_Q4_VBMI) {
+      // The table repeats every 16 bytes, so the bits above a nibble do not matter.
+      lo = _mm512_permutexvar_epi8(wb, lut);
+      hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(wb, 4), lut);
+    } else {
+      lo = _mm512_and_si512(wb, low);
+      hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), low);
+      if constexpr (kLut) {
+        lo = _mm512_shuffle_epi8(lut, lo);
+        hi = _mm512_shuffle_epi8(lut, hi);
+      }
+    }
+    __m512i d = _mm512_dpbusd_epi32(bias, lo, xlo);
+    d = _mm512_dpbusd_epi32(d, hi, xhi);
+    if (c % 4 == 0) scales.prefetch(r0 + i, c, ahead);
+    const __m512 ws = scales.template get<kTail>(r0 + i, c, count);
+    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i]);
+  }
+}
+
+// acc[i] += chunks c, c+1 of rows r0 .. r0+R for 16-element blocks (NVFP4). The two chunks'
+// lanes (8 elements each) are added in pairs first, so that each lane holds one block: one scale
+// conversion and one float multiply-add per 16 elements instead of per 8. Lane 4q + j of the
+// sum is block 2q + j of chunk c (j < 2) or block 2q + j - 2 of chunk c + 1 (j >= 2), the order
+// of QuantizedX::pair_scale and Scales::pair.
+template <int R, class Scales>
+QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
+                                  int64_t r0, int64_t c, const QuantizedX& qx,
+                                  const Scales& scales, __m512* acc) {
+  const __m512i lut = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const int8_t* xq = qx.q.data() + c * kChunk;
+  const __m512i xlo0 = _mm512_loadu_si512(xq), xhi0 = _mm512_loadu_si512(xq + 64);
+  const __m512i xlo1 = _mm512_loadu_si512(xq + 128), xhi1 = _mm512_loadu_si512(xq + 192);
+  const __m512i bias0 = _mm512_loadu_si512(qx.lane_bias.data() + c * kLanes);
+  const __m512i bias1 = _mm512_loadu_si512(qx.lane_bias.data() + (c + 1) * kLanes);
+  const __m512 xs = _mm512_loadu_ps(qx.pair_scale.data() + c / 2 * kLanes);
+  for (int i = 0; i < R; ++i) {
+    const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
+    const char* pc = reinterpret_cast<const char*>(p);
+    _mm_prefetch(pc + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(pc + kPrefetchBytes + 64, _MM_HINT_T0);
+    _mm_prefetch(pc + ahead, _MM_HINT_T1);
+    _mm_prefetch(pc + ahead + 64, _MM_HINT_T1);
+    const __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 64);
+    __m512i lo0, hi0, lo1, hi1;
+    if constexpr (QF_Q4_VBMI) {
+      lo0 = _mm512_permutexvar_epi8(w0, lut);
+      hi0 = _mm512_permutexvar_epi8(_mm512_srli_epi16(w0, 4), lut);
+      lo1 = _mm512_permutexvar_epi8(w1, lut);
+      hi1 = _mm512_permutexvar_epi8(_mm512_srli_epi16(w1, 4), lut);
+    } else {
+      lo0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(w0, low));
+      hi0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w0, 4), low));
+      lo1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(w1, low));
+      hi1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w1, 4), low));
+    }
+    const __m512i d0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias0, lo0, xlo0), hi0, xhi0);
+    const __m512i d1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias1, lo1, xlo1), hi1, xhi1);
+    const __m512 f0 = _mm512_castsi512_ps(d0), f1 = _mm512_castsi512_ps(d1);
+    const __m512i d = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0x88)),
+                                       _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0xDD)));
+    if (c % 8 == 0) scales.prefetch(r0 + i, c, ahead);  // a line holds 8 chunks' scales
+    const __m512 ws = scales.pair(r0 + i, c);
+    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i]);
+  }
+}
+
+// y[i] = the dot products of rows r0 .. r0+R (the activation loads are shared between them), in
+// the scale units of Scales (the caller applies the per-tensor factor). Each row's arithmetic is
+// the same whatever R, so results do not depend on how rows are grouped.
+template <int R, bool kLut, class Scales>
+QF_Q4_TARGET void rows_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0,
+                           int64_t cols, const QuantizedX& qx, const Scales& scales,
+                           float* y) {
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t full = cols / kChunk;
+  int64_t c = 0;
+  if constexpr (Scales::kBlock == 16) {
+    for (; c + 2 <= full; c += 2) pair_dot<R>(data, row_bytes, ahead, r0, c, qx, scales, acc);
+  }
+  for (; c < full; ++c)
+    chunk_dot<R, kLut, false>(data, row_bytes, ahead, r0, c, kChunk, qx, scales, acc);
+  const int64_t rem = cols - full * kChunk;
+  if (rem > 0) chunk_dot<R, kLut, true>(data, row_bytes, ahead, r0, full, rem, qx, scales, acc);
+  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+template <bool kLut, class Scales>
+void run(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, int offset,
+         const Scales& scales, float factor) {
+  QuantizedX qx;
+  quantize_x(x, w.cols, offset, qx);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t row_bytes = w.cols / 2, cols = w.cols;
+  const int64_t ahead = prefetch_ahead_bytes(row_bytes);
+  for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+      rows_dot<4, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r);
+    for (; r < r1; ++r) rows_dot<1, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r);
+    for (int64_t i = r0; i < r1; ++i) y[i] *= factor;
+  });
+}
+
+
+}  // namespace QF_Q4_NS
