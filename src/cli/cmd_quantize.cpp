@@ -82,6 +82,7 @@ void register_quantize(CLI::App& app, Action& run) {
     std::string algo = "max", activations = "none", kv_cache = "none", group_size;
     int threads = 0;
     bool force = false, json = false, quiet = false, calib_quantized_inputs = false;
+    float smoothquant_alpha = 1.0f;
     bool quantize_lm_head = false;
   };
   auto args = std::make_shared<Args>();
@@ -132,6 +133,11 @@ void register_quantize(CLI::App& app, Action& run) {
       ->check(CLI::IsMember({"max", "mse", "awq", "gptq", "awq+gptq", "local_hessian",
                              "local_hessian+gptq", "smoothquant"}))
       ->capture_default_str();
+  cmd->add_option("--smoothquant-alpha", args->smoothquant_alpha,
+                  "SmoothQuant migration strength alpha in [0, 1]: s = w_max^(1-alpha) / "
+                  "a_max^alpha (1.0 is ModelOpt's default, 0.5 llm-compressor's and the paper's)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_option("--activations", args->activations,
                   "Activation quantization: none (weight-only), nvfp4 (W4A4 with --format nvfp4: "
                   "input_scale from calibration), fp8 (W8A8 per-tensor with --format fp8), int8 "
@@ -178,6 +184,7 @@ void register_quantize(CLI::App& app, Action& run) {
       o.calib = args->calib;
       o.calib.files.assign(args->calib_files.begin(), args->calib_files.end());
       o.calib_quantized_inputs = args->calib_quantized_inputs;
+      o.smoothquant_alpha = args->smoothquant_alpha;
       apply_plan(*plan, o, args->model, args->quiet);
       const QuantizeReport r = quantize_checkpoint(args->model, args->out, o);
       if (!args->quiet)

@@ -223,6 +223,10 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   if (smoothquant_algo && options.format != Format::int8)
     fail("--algo smoothquant needs --format int8 --activations int8 (SmoothQuant W8A8), not {}",
          info.name);
+  if (!(options.smoothquant_alpha >= 0.f && options.smoothquant_alpha <= 1.f))
+    fail("--smoothquant-alpha must be in [0, 1], not {}", options.smoothquant_alpha);
+  if (options.smoothquant_alpha != 1.0f && !smoothquant_algo)
+    fail("--smoothquant-alpha applies to --algo smoothquant only");
   if (options.format == Format::int8 && options.algo != WeightAlgo::smoothquant &&
       options.algo != WeightAlgo::max)
     fail("--format int8 supports --algo smoothquant or max, not {}", weight_algo_name(options.algo));
@@ -515,6 +519,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
           return;
         }
         SmoothQuantOptions so;
+        so.alpha = options.smoothquant_alpha;
         so.scale_dtype = rtn.scale_dtype;
         if (!fold) so.pre_quant_scale_dtype = exporter->pre_quant_scale_dtype(exported[members[0]]);
         SmoothQuantResult r = smoothquant(rows, stats, so, pool);

@@ -31,6 +31,7 @@ struct QuantizeOptions {
   bool kv_fp8 = false;                    // --kv-cache fp8
   CalibrationOptions calib;               // --calib files (required when anything calibrates)
   bool calib_quantized_inputs = false;    // layers see the outputs of quantized predecessors
+  float smoothquant_alpha = 1.0f;         // migration strength (ModelOpt 1.0, llm-compressor 0.5)
   ExportFormat export_format = ExportFormat::modelopt;
   std::vector<std::string> exclude;  // glob patterns over module names (fnmatch)
   // --quantize-lm-head: also quantize the output head (weight-only, max or mse). Tied

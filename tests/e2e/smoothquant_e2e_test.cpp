@@ -263,6 +263,35 @@ TEST_P(SmoothQuantE2E, Int8MaxHasNoPreQuantScale) {
   EXPECT_LT(kl["kl_mean"].get<double>(), 0.05);  // measured 0.0077 / 0.0185
 }
 
+TEST_P(SmoothQuantE2E, AlphaSetsTheMigrationStrength) {
+  QF_REQUIRE_FIXTURES();
+  const std::string m = GetParam();
+  test::ScratchDir tmp;
+  const std::string name = "model.layers.0.self_attn.q_proj.pre_quant_scale";
+  std::map<std::string, std::vector<float>> pqs;
+  for (const std::string alpha : {"1", "0"}) {
+    const fs::path out = tmp / alpha;
+    const auto r = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(out) +
+                                    " --format int8 --activations int8 --algo smoothquant "
+                                    "--smoothquant-alpha " + alpha + " --calib " +
+                                    quote(calib_file()) + kCalib + " -q");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    pqs[alpha] = load(Checkpoint::open(out), name).v;
+  }
+  ASSERT_EQ(pqs["1"].size(), pqs["0"].size());
+  // alpha 0: s = w_max (clamped), from the weights alone; alpha 1: s = 1 / a_max.
+  EXPECT_NE(pqs["1"], pqs["0"]);
+  const Checkpoint src = Checkpoint::open(model_dir(m));
+  std::vector<float> w_max(pqs["0"].size(), 0.f);
+  for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+    const auto w = load(src, std::string("model.layers.0.self_attn.") + proj + ".weight");
+    const size_t in = w_max.size();
+    for (size_t i = 0; i < w.v.size(); ++i) w_max[i % in] = std::max(w_max[i % in], std::fabs(w.v[i]));
+  }
+  for (size_t c = 0; c < w_max.size(); ++c)
+    EXPECT_FLOAT_EQ(pqs["0"][c], std::clamp(w_max[c], 1e-4f, 1e4f)) << c;
+}
+
 TEST_P(SmoothQuantE2E, EngineLoadsBothExportsAsW8A8) {
   // What the engine simulates: x * pre_quant_scale (ModelOpt only), then static INT8
   // quantize-dequantize with input_scale, times the dequantized INT8 weight.
@@ -333,6 +362,8 @@ TEST(SmoothQuantE2EErrors, RefusedCombinationsAreOneLineErrors) {
       {" --format nvfp4 --algo smoothquant" + calib, "--algo smoothquant needs --format int8"},
       {" --format int8 --activations int8 --algo gptq" + calib,
        "--format int8 supports --algo smoothquant or max, not gptq"},
+      {" --format int8 --activations int8 --algo max --smoothquant-alpha 0.5" + calib,
+       "--smoothquant-alpha applies to --algo smoothquant only"},
   };
   for (const auto& [flags, message] : cases) {
     const auto r = test::run_qforge(base + flags);
