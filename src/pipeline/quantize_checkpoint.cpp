@@ -144,6 +144,74 @@ void unspill(Precomputed& p, const SpillFile& file) {
   p.spilled.reset();
 }
 
+// The calibrated modes a set of options asks for, after checking that they combine.
+struct AlgoModes {
+  bool awq = false, local_hessian = false, gptq = false, smoothquant = false;
+  bool data_algo = false;   // a weight algorithm that needs calibration statistics
+  bool calibrate = false;   // anything needs the calibration pass
+  bool per_tensor = false;  // FP8 W8A8: one weight scale per tensor
+};
+
+// Throws qf::Error (one line, naming the flags) for combinations that are refused.
+AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) {
+  AlgoModes m;
+  m.awq = options.algo == WeightAlgo::awq || options.algo == WeightAlgo::awq_gptq;
+  m.local_hessian = options.algo == WeightAlgo::local_hessian ||
+                    options.algo == WeightAlgo::local_hessian_gptq;
+  m.gptq = options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq ||
+           options.algo == WeightAlgo::local_hessian_gptq;
+  m.smoothquant = options.algo == WeightAlgo::smoothquant;
+  m.data_algo = m.awq || m.gptq || m.local_hessian || m.smoothquant;
+  m.calibrate = options.activations != ActQuant::none || options.kv_fp8 || m.data_algo ||
+                options.calib_quantized_inputs;
+  if (m.calibrate && options.calib.files.empty()) {
+    const std::string what =
+        options.activations != ActQuant::none
+            ? fmt::format("--activations {}", act_quant_name(options.activations))
+        : options.kv_fp8 ? std::string("--kv-cache fp8")
+        : m.data_algo    ? fmt::format("--algo {}", weight_algo_name(options.algo))
+                         : std::string("--calib-quantized-inputs");
+    fail("{} needs calibration data: pass --calib FILE (plain text or JSON Lines)", what);
+  }
+  if (options.activations == ActQuant::nvfp4 && options.format != Format::nvfp4)
+    fail("--activations nvfp4 (W4A4) needs --format nvfp4, not {}", info.name);
+  if (options.activations == ActQuant::fp8 && options.format != Format::fp8)
+    fail("--activations fp8 (FP8 W8A8 per-tensor) needs --format fp8, not {}", info.name);
+  // INT8 is W8A8 only (ModelOpt W8A8_SQ_PER_CHANNEL, compressed-tensors int-quantized):
+  // smoothquant, or max (per-channel weights, unsmoothed inputs) for comparison.
+  if (options.format == Format::int8 && options.activations != ActQuant::int8)
+    fail("--format int8 is W8A8: pass --activations int8 (weight-only INT8 is not supported)");
+  if (options.activations == ActQuant::int8 && options.format != Format::int8)
+    fail("--activations int8 (W8A8) needs --format int8, not {}", info.name);
+  if (m.smoothquant && options.format != Format::int8)
+    fail("--algo smoothquant needs --format int8 --activations int8 (SmoothQuant W8A8), not {}",
+         info.name);
+  if (!(options.smoothquant_alpha >= 0.f && options.smoothquant_alpha <= 1.f))
+    fail("--smoothquant-alpha must be in [0, 1], not {}", options.smoothquant_alpha);
+  if (options.smoothquant_alpha != 1.0f && !m.smoothquant)
+    fail("--smoothquant-alpha applies to --algo smoothquant only");
+  if (options.format == Format::int8 && options.algo != WeightAlgo::smoothquant &&
+      options.algo != WeightAlgo::max)
+    fail("--format int8 supports --algo smoothquant or max, not {}", weight_algo_name(options.algo));
+  m.per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
+  // A plan takes --kv-cache fp8 (its calibration only measures K/V amaxes); nothing else
+  // calibrated yet.
+  if (options.assignment && (options.activations != ActQuant::none || m.data_algo ||
+                             options.calib_quantized_inputs || options.algo != WeightAlgo::max))
+    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now "
+         "(--kv-cache fp8 is the one calibrated option it takes)");
+  if (options.assignment)
+    for (const auto& [name, c] : options.assignment->modules)
+      if (c.algo != "max")
+        fail("module '{}': the plan asks for algo '{}'; per-module plans support max only", name,
+             c.algo);
+  if (m.per_tensor && m.awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
+  if (m.local_hessian && options.format != Format::nvfp4)
+    fail("--algo {} needs --format nvfp4 (it sweeps NVFP4 block scales), not {}",
+         weight_algo_name(options.algo), info.name);
+  return m;
+}
+
 }  // namespace
 
 std::string_view weight_algo_name(WeightAlgo a) {
@@ -191,61 +259,10 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   if (options.block != 0 && options.format != Format::int4)
     fail("--group-size applies to int4 only ({} has a fixed block of {})", info.name, info.block);
 
-  // Calibrated modes and their combinations.
-  const bool awq = options.algo == WeightAlgo::awq || options.algo == WeightAlgo::awq_gptq;
-  const bool local_hessian = options.algo == WeightAlgo::local_hessian ||
-                             options.algo == WeightAlgo::local_hessian_gptq;
-  const bool gptq = options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq ||
-                    options.algo == WeightAlgo::local_hessian_gptq;
-  const bool smoothquant_algo = options.algo == WeightAlgo::smoothquant;
-  const bool data_algo = awq || gptq || local_hessian || smoothquant_algo;
-  const bool calibrate = options.activations != ActQuant::none || options.kv_fp8 || data_algo ||
-                         options.calib_quantized_inputs;
-  if (calibrate && options.calib.files.empty()) {
-    const std::string what =
-        options.activations != ActQuant::none
-            ? fmt::format("--activations {}", act_quant_name(options.activations))
-        : options.kv_fp8 ? std::string("--kv-cache fp8")
-        : data_algo      ? fmt::format("--algo {}", weight_algo_name(options.algo))
-                         : std::string("--calib-quantized-inputs");
-    fail("{} needs calibration data: pass --calib FILE (plain text or JSON Lines)", what);
-  }
-  if (options.activations == ActQuant::nvfp4 && options.format != Format::nvfp4)
-    fail("--activations nvfp4 (W4A4) needs --format nvfp4, not {}", info.name);
-  if (options.activations == ActQuant::fp8 && options.format != Format::fp8)
-    fail("--activations fp8 (FP8 W8A8 per-tensor) needs --format fp8, not {}", info.name);
-  // INT8 is W8A8 only (ModelOpt W8A8_SQ_PER_CHANNEL, compressed-tensors int-quantized):
-  // smoothquant, or max (per-channel weights, unsmoothed inputs) for comparison.
-  if (options.format == Format::int8 && options.activations != ActQuant::int8)
-    fail("--format int8 is W8A8: pass --activations int8 (weight-only INT8 is not supported)");
-  if (options.activations == ActQuant::int8 && options.format != Format::int8)
-    fail("--activations int8 (W8A8) needs --format int8, not {}", info.name);
-  if (smoothquant_algo && options.format != Format::int8)
-    fail("--algo smoothquant needs --format int8 --activations int8 (SmoothQuant W8A8), not {}",
-         info.name);
-  if (!(options.smoothquant_alpha >= 0.f && options.smoothquant_alpha <= 1.f))
-    fail("--smoothquant-alpha must be in [0, 1], not {}", options.smoothquant_alpha);
-  if (options.smoothquant_alpha != 1.0f && !smoothquant_algo)
-    fail("--smoothquant-alpha applies to --algo smoothquant only");
-  if (options.format == Format::int8 && options.algo != WeightAlgo::smoothquant &&
-      options.algo != WeightAlgo::max)
-    fail("--format int8 supports --algo smoothquant or max, not {}", weight_algo_name(options.algo));
-  const bool per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
-  // A plan takes --kv-cache fp8 (its calibration only measures K/V amaxes); nothing else
-  // calibrated yet.
-  if (options.assignment && (options.activations != ActQuant::none || data_algo ||
-                             options.calib_quantized_inputs || options.algo != WeightAlgo::max))
-    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now "
-         "(--kv-cache fp8 is the one calibrated option it takes)");
-  if (options.assignment)
-    for (const auto& [name, c] : options.assignment->modules)
-      if (c.algo != "max")
-        fail("module '{}': the plan asks for algo '{}'; per-module plans support max only", name,
-             c.algo);
-  if (per_tensor && awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
-  if (local_hessian && options.format != Format::nvfp4)
-    fail("--algo {} needs --format nvfp4 (it sweeps NVFP4 block scales), not {}",
-         weight_algo_name(options.algo), info.name);
+  const AlgoModes modes = check_options(options, info);
+  const bool awq = modes.awq, local_hessian = modes.local_hessian, gptq = modes.gptq;
+  const bool smoothquant_algo = modes.smoothquant, data_algo = modes.data_algo;
+  const bool calibrate = modes.calibrate, per_tensor = modes.per_tensor;
 
   QuantizeReport report;
   report.algo = std::string(weight_algo_name(options.algo));
