@@ -356,26 +356,23 @@ class Loader {
   }
 
  private:
-  // INT8 per-channel (SmoothQuant W8A8): no INT8 kernel, so the weight is dequantized once to
-  // float32 (the products then match an INT8 GEMM with float accumulation up to rounding).
+  // INT8 per-channel (SmoothQuant W8A8): the codes are used as stored (INT8 kernels); the row
+  // scales (ModelOpt F32 [out], compressed-tensors [out, 1] in the model dtype) become float32.
   void int8_weight(EngineLinear& L, const std::string& m, int64_t rows, int64_t cols,
                    const std::string& what) const {
     const TensorView q = expect(m + ".weight", {DType::I8}, {rows, cols}, what);
     const std::string sname = m + ".weight_scale";
     const TensorView sv = require(sname, what);
-    if (!is_quantizable_float(sv.dtype) || sv.numel() != rows)
-      mismatch(sname, sv, fmt::format("F32/BF16/F16 [{}] ({})", rows, what));
-    const std::vector<float> sc = to_f32(sv);
-    auto w = std::make_shared<std::vector<float>>(size_t(rows * cols));
-    const auto* codes = reinterpret_cast<const int8_t*>(q.data);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        (*w)[size_t(r * cols + c)] = float(codes[r * cols + c]) * sc[size_t(r)];
-    L.w.format = WeightFormat::f32;
+    if (!is_quantizable_float(sv.dtype) || sv.numel() != rows ||
+        !(sv.shape == Shape{rows} || sv.shape == Shape{rows, 1}))
+      mismatch(sname, sv, fmt::format("F32/BF16/F16 [{}] or [{}, 1] ({})", rows, rows, what));
+    L.w = LinearWeight{};
+    L.w.format = WeightFormat::int8;
     L.w.rows = rows;
     L.w.cols = cols;
-    L.w.data = w->data();
-    L.storage = std::move(w);
+    L.w.data = q.data;
+    L.w.owned_scales = scales(sv);
+    L.w.scales = L.w.owned_scales->data();
   }
 
   LinearWeight quantized_weight(const std::string& m, int64_t rows, int64_t cols,

@@ -27,6 +27,7 @@ void matvec_float(const LinearWeight& w, const float* x, float* y, ThreadPool* p
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_int8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_int4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 
 // ---- Int8-activation matrix-vector products (AVX-512 VNNI) --------------------------------

@@ -27,6 +27,7 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::nvfp4: return "NVFP4";
     case WeightFormat::mxfp4: return "MXFP4";
     case WeightFormat::fp8: return "FP8";
+    case WeightFormat::int8: return "INT8";
     case WeightFormat::int4_row_pairs: return "INT4 (row pairs)";
     case WeightFormat::int4_packed32: return "INT4 (int32 packed)";
   }
@@ -51,7 +52,8 @@ uint64_t LinearWeight::stored_bytes() const {
     case WeightFormat::bf16: return n * 2;
     case WeightFormat::nvfp4: return n / 2 + n / kNvfp4Block + 4;
     case WeightFormat::mxfp4: return n / 2 + n / kMxfp4Block;
-    case WeightFormat::fp8: return n + uint64_t(rows) * 4;
+    case WeightFormat::fp8:
+    case WeightFormat::int8: return n + uint64_t(rows) * 4;
     case WeightFormat::int4_row_pairs:
     case WeightFormat::int4_packed32: return n / 2 + n / uint64_t(group) * 4;
   }
@@ -95,6 +97,7 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
     case WeightFormat::nvfp4: kernels::matvec_nvfp4(w, x, y, pool); break;
     case WeightFormat::mxfp4: kernels::matvec_mxfp4(w, x, y, pool); break;
     case WeightFormat::fp8: kernels::matvec_fp8(w, x, y, pool); break;
+    case WeightFormat::int8: kernels::matvec_int8(w, x, y, pool); break;
     case WeightFormat::int4_row_pairs:
     case WeightFormat::int4_packed32: kernels::matvec_int4(w, x, y, pool); break;
   }
@@ -128,6 +131,12 @@ void dequantize_weight_rows(const LinearWeight& w, int64_t r0, int64_t n, float*
     case WeightFormat::fp8:
       fp8_channel_dequantize(bytes + r0 * cols, w.scales + r0, n, cols, out);
       return;
+    case WeightFormat::int8: {
+      const auto* q = static_cast<const int8_t*>(w.data) + r0 * cols;
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = float(q[r * cols + c]) * w.scales[r0 + r];
+      return;
+    }
     case WeightFormat::int4_row_pairs:
     case WeightFormat::int4_packed32: {
       // Unpack to one int8 per element, then the formats' dequantizer.
@@ -291,6 +300,12 @@ void decode_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int6
         const uint8_t* p = bytes + row * cols + c0;
         const float sc = w.scales[row];
         for (int64_t c = 0; c < nc; ++c) o[c] = t[p[c]] * sc;
+        break;
+      }
+      case WeightFormat::int8: {
+        const auto* p = static_cast<const int8_t*>(w.data) + row * cols + c0;
+        const float sc = w.scales[row];
+        for (int64_t c = 0; c < nc; ++c) o[c] = float(p[c]) * sc;
         break;
       }
       case WeightFormat::int4_row_pairs: {

@@ -21,6 +21,7 @@ enum class WeightFormat : uint8_t {
                    // global_scale (ModelOpt weight_scale_2; compressed-tensors stores 1/it)
   mxfp4,           // E2M1 pairs [rows, cols/2], E8M0 [rows, cols/32]
   fp8,             // E4M3 [rows, cols], scales [rows] (per output channel)
+  int8,            // I8 [rows, cols], scales [rows] (per output channel; SmoothQuant W8A8)
   int4_row_pairs,  // ModelOpt: U8 [rows/2, cols], byte = q[2i,k] | q[2i+1,k] << 4 (signed),
                    // scales [rows, cols/group]
   int4_packed32,   // compressed-tensors: I32 [rows, cols/8], element 8j+i = nibble i of word j,
@@ -38,7 +39,7 @@ struct LinearWeight {
   int64_t cols = 0;  // in_features
   const void* data = nullptr;
   const uint8_t* block_scales = nullptr;  // nvfp4 E4M3 codes, mxfp4 E8M0 codes
-  const float* scales = nullptr;          // fp8 [rows], int4 [rows, cols/group]
+  const float* scales = nullptr;          // fp8, int8 [rows], int4 [rows, cols/group]
   float global_scale = 1.f;               // nvfp4: dequantized = e2m1 * e4m3 * global_scale
   int group = 0;                          // int4 elements per scale
   std::shared_ptr<std::vector<float>> owned_scales;

@@ -178,7 +178,8 @@ void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t token
   LinearWeight wd = w;
   std::vector<float> ones;
   if (w.format == WeightFormat::nvfp4) wd.global_scale = 1.f;
-  if (w.format == WeightFormat::fp8) {
+  const bool row_scaled = w.format == WeightFormat::fp8 || w.format == WeightFormat::int8;
+  if (row_scaled) {
     ones.assign(size_t(M), 1.f);
     wd.scales = ones.data();
   }
@@ -219,7 +220,7 @@ void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t token
         }
       }
     }
-    if (w.format == WeightFormat::nvfp4 || w.format == WeightFormat::fp8)
+    if (w.format == WeightFormat::nvfp4 || row_scaled)
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t r = r0; r < r1; ++r)
           y[t * M + r] *= w.format == WeightFormat::nvfp4 ? w.global_scale : w.scales[r];

@@ -319,10 +319,14 @@ TEST_P(SmoothQuantE2E, EngineLoadsBothExportsAsW8A8) {
         if (ct) EXPECT_TRUE(L->pre_scale.empty());
         else EXPECT_EQ(L->pre_scale, load(c, L->name + ".pre_quant_scale").v);
         const Loaded codes = load(c, L->name + ".weight"), scale = load(c, L->name + ".weight_scale");
-        ASSERT_EQ(L->w.format, WeightFormat::f32);
-        const auto* f = static_cast<const float*>(L->w.data);
-        for (int64_t i = 0; i < L->w.rows * L->w.cols; i += 7)
-          ASSERT_EQ(f[i], codes.v[size_t(i)] * scale.v[size_t(i / L->w.cols)]) << i;
+        // The codes are used as stored (never expanded to float), with float row scales.
+        ASSERT_EQ(L->w.format, WeightFormat::int8);
+        std::vector<float> row(static_cast<size_t>(L->w.cols));
+        for (int64_t i = 0; i < L->w.rows; i += 3) {
+          dequantize_weight_rows(L->w, i, 1, row.data());
+          for (int64_t k = 0; k < L->w.cols; ++k)
+            ASSERT_EQ(row[size_t(k)], codes.v[size_t(i * L->w.cols + k)] * scale.v[size_t(i)]) << i;
+        }
       }
   }
   // The activation rule: round half to even of x / scale, clamped to [-128, 127].

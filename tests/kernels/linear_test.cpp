@@ -5,6 +5,7 @@
 #include "core/thread_pool.h"
 #include "formats/fp8.h"
 #include "formats/int4.h"
+#include "formats/int8.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
 #include "kernels/kernels_internal.h"
@@ -83,6 +84,16 @@ std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t co
       w.data = t->bytes.data();
       w.scales = t->scales.data();
       break;
+    case WeightFormat::int8: {
+      ThreadPool pool(1);
+      const Int8ChannelTensor q = int8_channel_quantize(t->f32.data(), rows, cols, DType::F32, pool);
+      t->bytes.assign(reinterpret_cast<const uint8_t*>(q.codes.data()),
+                      reinterpret_cast<const uint8_t*>(q.codes.data()) + q.codes.size());
+      t->scales = q.scales;
+      w.data = t->bytes.data();
+      w.scales = t->scales.data();
+      break;
+    }
     case WeightFormat::int4_row_pairs:
     case WeightFormat::int4_packed32: {
       std::vector<int8_t> q(static_cast<size_t>(rows * cols));
@@ -210,6 +221,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::nvfp4, 9, 80, 0},  // 80: a chunk tail of 16
                       Case{WeightFormat::nvfp4, 130, 1024, 0}, Case{WeightFormat::mxfp4, 65, 256, 0},
                       Case{WeightFormat::mxfp4, 8, 96, 0}, Case{WeightFormat::fp8, 40, 200, 0},
+                      Case{WeightFormat::int8, 40, 200, 0}, Case{WeightFormat::int8, 67, 4099, 0},
                       Case{WeightFormat::int4_row_pairs, 66, 256, 32},
                       Case{WeightFormat::int4_row_pairs, 8, 384, 128},
                       Case{WeightFormat::int4_packed32, 65, 256, 32},
