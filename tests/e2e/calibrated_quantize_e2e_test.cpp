@@ -8,6 +8,7 @@
 #include "io/checkpoint.h"
 #include "io/json_file.h"
 #include "io/tokenizer.h"
+#include "e2e/calibration_capture.h"
 #include "test_util.h"
 
 #include <fmt/format.h>
@@ -27,8 +28,8 @@ using test::model_dir;
 using test::eval_kl;
 using test::quote;
 
-fs::path calib_file() { return test::fixtures_dir() / "corpora" / "tinyshakespeare.txt"; }
-const char* kCalib = " --calib-samples 16 --calib-seq 128 --seed 3";
+using test::calib_file;
+const char* kCalib = test::kCalibFlags;
 
 float f32_of(const Checkpoint& c, const std::string& name, DType* dtype = nullptr,
              Shape* shape = nullptr) {
@@ -49,23 +50,12 @@ struct Captured {
   std::vector<std::pair<float, float>> kv;
 };
 Captured capture(const std::string& m) {
-  const auto tok = Tokenizer::load(model_dir(m));
-  CalibrationOptions o;
-  o.files = {calib_file()};
-  o.samples = 16;
-  o.seq_len = 128;
-  o.seed = 3;
-  const CalibrationData data = load_calibration_data(o, *tok);
-  ModelOptions mo;
-  mo.max_seq = 128;
-  auto model = Model::load(model_dir(m), mo);
   Captured c;
-  calibrate_layers(*model, data.windows, {}, [&](int64_t, LayerCapture& cap) {
+  test::capture_calibration(m, [&](int64_t, LayerCapture& cap) {
     std::array<float, kLayerInputs> a{};
     for (int i = 0; i < kLayerInputs; ++i) a[size_t(i)] = cap.inputs[size_t(i)].input_amax;
     c.in.push_back(a);
     c.kv.push_back({cap.k_amax, cap.v_amax});
-    return static_cast<const LayerWeights*>(nullptr);
   });
   return c;
 }

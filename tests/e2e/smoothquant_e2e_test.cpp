@@ -12,6 +12,7 @@
 #include "io/checkpoint.h"
 #include "io/json_file.h"
 #include "io/tokenizer.h"
+#include "e2e/calibration_capture.h"
 #include "test_util.h"
 
 #include <fmt/format.h>
@@ -31,8 +32,8 @@ using test::model_dir;
 using test::eval_kl;
 using test::quote;
 
-fs::path calib_file() { return test::fixtures_dir() / "corpora" / "tinyshakespeare.txt"; }
-const char* kCalib = " --calib-samples 16 --calib-seq 128 --seed 3";
+using test::calib_file;
+const char* kCalib = test::kCalibFlags;
 
 // A tensor as float32 (I8 as its integer values), with its dtype and shape.
 struct Loaded {
@@ -61,24 +62,11 @@ Loaded load(const Checkpoint& c, const std::string& name) {
 // `quantize` does.
 using ChannelAmax = std::vector<std::array<std::vector<float>, kLayerInputs>>;
 ChannelAmax capture(const std::string& m) {
-  const auto tok = Tokenizer::load(model_dir(m));
-  CalibrationOptions o;
-  o.files = {calib_file()};
-  o.samples = 16;
-  o.seq_len = 128;
-  o.seed = 3;
-  const CalibrationData data = load_calibration_data(o, *tok);
-  ModelOptions mo;
-  mo.max_seq = 128;
-  auto model = Model::load(model_dir(m), mo);
   ChannelAmax c;
-  LayerCalibrationOptions co;
-  co.capture.seed = 3;
-  calibrate_layers(*model, data.windows, co, [&](int64_t, LayerCapture& cap) {
+  test::capture_calibration(m, [&](int64_t, LayerCapture& cap) {
     std::array<std::vector<float>, kLayerInputs> a;
     for (int i = 0; i < kLayerInputs; ++i) a[size_t(i)] = cap.inputs[size_t(i)].channel_amax;
     c.push_back(a);
-    return static_cast<const LayerWeights*>(nullptr);
   });
   return c;
 }
