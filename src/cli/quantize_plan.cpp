@@ -92,6 +92,9 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model,
       l.model_dtype = dtype;
       return l;
     };
+    ao.sensitivity.excluded = [exclude](const LinearModule& m) {
+      return excluded_by_patterns(m.name, exclude);
+    };
     ao.allowed = [exporter, exclude, exported](const LinearModule& m, const FormatChoice& f) {
       if (excluded_by_patterns(m.name, exclude)) return false;
       return exporter->unsupported_reason(exported(m, f)).empty();

@@ -93,6 +93,7 @@ Reach formats_reach(const std::filesystem::path& model_dir, const AutoPlanOption
   CandidateOptions co;
   co.formats = formats;
   co.stored_bytes = o.sensitivity.stored_bytes;
+  co.excluded = o.sensitivity.excluded;
   if (!arch.linears.empty())
     if (const CheckpointTensor* t = ck.find(arch.linears[0].weight_name()))
       co.original_dtype = t->entry->dtype;

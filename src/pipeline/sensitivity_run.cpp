@@ -148,6 +148,7 @@ SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
   co.formats = options.formats;
   co.original_dtype = r.original_dtype;
   co.stored_bytes = options.stored_bytes;
+  co.excluded = options.excluded;
   r.units = decision_units(a, co);
   r.proxy.assign(r.units.size(), {});
 

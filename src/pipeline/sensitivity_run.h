@@ -26,6 +26,9 @@ struct SensitivityOptions {
   std::vector<FormatChoice> formats;   // candidates scored (keep is added by decision_units)
   // Stored bytes of a candidate as the export will write it (CandidateOptions::stored_bytes).
   std::function<uint64_t(const LinearModule&, const FormatChoice&)> stored_bytes;
+  // Modules that must stay unquantized (--exclude): their units are offered keep only and are
+  // not scored (CandidateOptions::excluded). Empty: none.
+  std::function<bool(const LinearModule&)> excluded;
   bool exact = false;                  // also the exact measure (one model run per candidate)
   int64_t proxy_rows = 256;            // calibration rows sampled per Linear input for the proxy
   int threads = 0;                     // 0 = all hardware threads
