@@ -73,6 +73,15 @@ struct QuantizedX {
 
 inline int64_t pair_lane_block(int j, int q) { return (j >= 2 ? 8 : 0) + 2 * q + (j & 1); }
 
+// One block of 16 activations (the first `valid`, the rest 0) to int8 in element order, with
+// the same arithmetic as quantize_activation_int8, so every layout agrees with it bit for bit.
+QF_VNNI_TARGET inline __m128i quantize_block16(const float* x, int64_t valid, float& amax) {
+  const __m512 v = _mm512_maskz_loadu_ps(__mmask16((1u << valid) - 1), x);
+  amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
+  const float inv = amax > 0.f ? 127.f / amax : 0.f;
+  return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv))));
+}
+
 QF_VNNI_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX& out) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int64_t padded = chunks * kChunk;
@@ -85,12 +94,8 @@ QF_VNNI_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX
   for (int64_t b = 0; b < padded / kActBlock; ++b) {
     const int64_t e0 = b * kActBlock;
     const int64_t valid = std::clamp<int64_t>(n - e0, 0, kActBlock);
-    const __m512 v = _mm512_maskz_loadu_ps(__mmask16((1u << valid) - 1), x + e0);
-    // The same arithmetic as quantize_activation_int8, so the two agree bit for bit.
-    const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
-    const __m128i q8 = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(qi), split);
+    float amax;
+    const __m128i q8 = _mm_shuffle_epi8(quantize_block16(x + e0, valid, amax), split);
     const int64_t chunk = e0 / kChunk, in = (e0 % kChunk) / 2;  // byte index within halves
     int8_t* base = out.q.data() + chunk * kChunk;
     _mm_storel_epi64(reinterpret_cast<__m128i*>(base + in), q8);
@@ -131,11 +136,9 @@ QF_VNNI_TARGET void quantize_x_natural(const float* x, int64_t n, int offset, Qu
   for (int64_t b = 0; b < padded / kActBlock; ++b) {
     const int64_t e0 = b * kActBlock;
     const int64_t valid = std::clamp<int64_t>(n - e0, 0, kActBlock);
-    const __m512 v = _mm512_maskz_loadu_ps(__mmask16((1u << valid) - 1), x + e0);
-    const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q.data() + e0), _mm512_cvtepi32_epi8(qi));
+    float amax;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q.data() + e0),
+                     quantize_block16(x + e0, valid, amax));
     for (int k = 0; k < 4; ++k) out.lane_scale[size_t(e0 / 4 + k)] = amax / 127.f;
   }
   const __m512i ones = _mm512_set1_epi8(1);
