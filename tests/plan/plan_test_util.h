@@ -1,6 +1,7 @@
 // Small architectures and synthetic layer statistics for the plan/ tests. Header-only.
 #pragma once
 
+#include "algo/algo_test_util.h"
 #include "algo/layer_stats.h"
 #include "model/architecture.h"
 
@@ -33,26 +34,9 @@ inline std::vector<float> scaled_inputs(int64_t tokens, int64_t in, const std::v
   return x;
 }
 
+// The statistics of inputs x [tokens, in] (no sample rows).
 inline LinearStats stats_of(const std::vector<float>& x, int64_t tokens, int64_t in, bool xtx) {
-  LinearStats s;
-  s.tokens = tokens;
-  s.channel_amax.assign(size_t(in), 0.f);
-  s.channel_mean_abs.assign(size_t(in), 0.f);
-  if (xtx) s.xtx.assign(size_t(in * in), 0.0);
-  std::vector<double> sum_abs(size_t(in), 0.0);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* xt = x.data() + t * in;
-    for (int64_t i = 0; i < in; ++i) {
-      const float a = std::fabs(xt[i]);
-      s.channel_amax[size_t(i)] = std::max(s.channel_amax[size_t(i)], a);
-      s.input_amax = std::max(s.input_amax, a);
-      sum_abs[size_t(i)] += a;
-      if (xtx)
-        for (int64_t j = 0; j < in; ++j) s.xtx[size_t(i * in + j)] += double(xt[i]) * double(xt[j]);
-    }
-  }
-  for (int64_t i = 0; i < in; ++i) s.channel_mean_abs[size_t(i)] = float(sum_abs[size_t(i)] / double(tokens));
-  return s;
+  return stats_from_inputs(x, tokens, in, 0, xtx);
 }
 
 }  // namespace qf::test
