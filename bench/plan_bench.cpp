@@ -44,9 +44,9 @@ LinearStats ar1_stats(int64_t in) {
   return st;
 }
 
-void PlanProxyNvfp4(benchmark::State& state) {
+// proxy_unit_scores of one NVFP4 candidate for a [kOut, kIn] Linear with statistics `st`.
+void run_proxy(benchmark::State& state, const LinearStats& st) {
   const std::vector<float> w = weights(kOut, kIn);
-  const LinearStats st = ar1_stats(kIn);
   ThreadPool pool(2);
   DecisionUnit unit;
   unit.name = "model.layers.0.mlp.gate_proj";
@@ -59,41 +59,26 @@ void PlanProxyNvfp4(benchmark::State& state) {
     benchmark::DoNotOptimize(s.data());
   }
 }
+
+// The full X^T X reference.
+void PlanProxyNvfp4(benchmark::State& state) { run_proxy(state, ar1_stats(kIn)); }
 BENCHMARK(PlanProxyNvfp4)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
 
+// What `sensitivity` uses: 256 sampled input rows.
 void PlanProxySampledNvfp4(benchmark::State& state) {
-  const std::vector<float> w = weights(kOut, kIn);
   LinearStats st;
   st.tokens = 256;
   st.samples = weights(256, kIn);
-  ThreadPool pool(2);
-  DecisionUnit unit;
-  unit.linears = {0};
-  unit.candidates = {{FormatChoice::of(Format::nvfp4), 0}};
-  const WeightRows wr{w.data(), DType::F32, kOut, kIn};
-  const LinearStats* sp = &st;
-  for (auto _ : state) {
-    const std::vector<double> s = proxy_unit_scores(unit, std::span(&wr, 1), std::span(&sp, 1), pool);
-    benchmark::DoNotOptimize(s.data());
-  }
+  run_proxy(state, st);
 }
 BENCHMARK(PlanProxySampledNvfp4)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
+// The diagonal fallback (channel mean |x| only).
 void PlanProxyDiagonalNvfp4(benchmark::State& state) {
-  const std::vector<float> w = weights(kOut, kIn);
   LinearStats st;
   st.tokens = 1;
   st.channel_mean_abs.assign(size_t(kIn), 1.f);
-  ThreadPool pool(2);
-  DecisionUnit unit;
-  unit.linears = {0};
-  unit.candidates = {{FormatChoice::of(Format::nvfp4), 0}};
-  const WeightRows wr{w.data(), DType::F32, kOut, kIn};
-  const LinearStats* sp = &st;
-  for (auto _ : state) {
-    const std::vector<double> s = proxy_unit_scores(unit, std::span(&wr, 1), std::span(&sp, 1), pool);
-    benchmark::DoNotOptimize(s.data());
-  }
+  run_proxy(state, st);
 }
 BENCHMARK(PlanProxyDiagonalNvfp4)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
