@@ -50,12 +50,17 @@ void register_generate(CLI::App& app, Action& run) {
       std::fflush(stdout);
       int32_t prev = prompt.back();
       SamplingOptions so{args->temp, args->top_p, args->seed};
-      generate(*model, prompt, args->n, so, tok->eos_id(), [&](int32_t id) {
+      const auto out = generate(*model, prompt, args->n, so, tok->eos_id(), [&](int32_t id) {
         if (id != tok->eos_id()) fmt::print("{}", tok->decode_next(prev, id));
         std::fflush(stdout);
         prev = id;
       });
       fmt::print("\n");
+      if (int64_t(out.size()) < args->n && (out.empty() || out.back() != tok->eos_id()))
+        fmt::print(stderr,
+                   "qforge: generation stopped after {} tokens: prompt + output reached the "
+                   "model's context limit of {} tokens\n",
+                   out.size(), model->max_seq());
       return 0;
     };
   });

@@ -1,6 +1,8 @@
-// The decoder forward pass: embedding, then per layer RMSNorm -> q/k/v -> (Qwen3 q/k norm) ->
-// RoPE -> causal grouped-query attention over the KV cache -> o_proj -> residual, RMSNorm ->
-// SiLU-gated MLP -> residual; final RMSNorm and the output head.
+// The decoder forward pass, one layer spec at a time: embedding (times the family's scale),
+// then per layer [pre-norm] -> q/k/v (fused or not) -> [q/k norm] -> RoPE (partial, scaled) ->
+// causal grouped-query attention over the KV cache (sliding window, soft-capping) -> o_proj ->
+// [post-norm] -> residual; [pre-norm] -> gated MLP (SiLU or GELU) -> [post-norm] -> residual;
+// final norm, output head (divided or soft-capped where the family says).
 #include "engine/model.h"
 
 #include "core/error.h"
@@ -10,6 +12,16 @@
 #include <cmath>
 
 namespace qf {
+namespace {
+
+// Dynamic NTK RoPE exists to run past max_position_embeddings and transformers sets no limit
+// for it; the cache grows with the positions run, so only int32 token positions bound it.
+int64_t default_max_seq(const Architecture& a) {
+  if (a.ropes[0].type == RopeType::dynamic) return int64_t(1) << 31;
+  return a.max_position_embeddings;
+}
+
+}  // namespace
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const ModelOptions& opt) {
   return std::make_unique<Model>(ModelWeights::load(dir), opt);
@@ -17,17 +29,22 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
 
 Model::Model(ModelWeights weights, const ModelOptions& opt)
     : w_(std::move(weights)),
-      max_seq_(opt.max_seq > 0 ? std::min(opt.max_seq, w_.arch.max_position_embeddings)
-                               : w_.arch.max_position_embeddings),
+      max_seq_(opt.max_seq > 0 ? std::min(opt.max_seq, default_max_seq(w_.arch))
+                               : default_max_seq(w_.arch)),
       pool_(std::make_unique<ThreadPool>(opt.threads > 0 ? opt.threads
                                                          : ThreadPool::hardware_threads())),
-      rope_(w_.arch.head_dim, max_seq_, w_.arch.rope_theta) {
-  const int64_t kv_dim = w_.arch.num_kv_heads * w_.arch.head_dim;
-  key_cache_.assign(size_t(w_.arch.num_layers * max_seq_ * kv_dim), 0.f);
-  value_cache_.assign(key_cache_.size(), 0.f);
-}
+      rope_(w_.arch.ropes.size()),
+      key_cache_(size_t(w_.arch.num_layers)),
+      value_cache_(size_t(w_.arch.num_layers)) {}
 
 Model::~Model() = default;
+
+uint64_t Model::kv_cache_bytes() const {
+  uint64_t n = 0;
+  for (size_t l = 0; l < key_cache_.size(); ++l)
+    n += (key_cache_[l].capacity() + value_cache_[l].capacity()) * sizeof(float);
+  return n;
+}
 
 void Model::ensure_capacity(int64_t n) {
   if (n <= capacity_) return;
@@ -42,9 +59,37 @@ void Model::ensure_capacity(int64_t n) {
   att_.resize(sz(q_dim));
   hb_.resize(sz(a.intermediate_size));
   hb2_.resize(sz(a.intermediate_size));
+  // Fused q/k/v or gate/up outputs before they are split (Phi-3).
+  bool fused = false;
+  for (const auto& l : a.layers)
+    fused |= l.slot_of(LinearRole::qkv_proj) >= 0 || l.slot_of(LinearRole::gate_up_proj) >= 0;
+  if (fused) fused_.resize(sz(std::max(q_dim + 2 * kv_dim, 2 * a.intermediate_size)));
   scaled_.resize(sz(std::max({a.hidden_size, q_dim, a.intermediate_size})));
   actq_.resize(scaled_.size());
   capacity_ = n;
+}
+
+void Model::ensure_kv(int64_t len) {
+  if (len <= kv_len_) return;
+  const Architecture& a = w_.arch;
+  const int64_t kv_dim = a.num_kv_heads * a.head_dim;
+  // Geometric growth keeps token-by-token generation from copying the cache every step.
+  const int64_t target = std::min(max_seq_, std::max(len, 2 * kv_len_));
+  for (size_t l = 0; l < key_cache_.size(); ++l) {
+    key_cache_[l].reserve(size_t(target * kv_dim));
+    value_cache_[l].reserve(size_t(target * kv_dim));
+    key_cache_[l].resize(size_t(len * kv_dim));
+    value_cache_[l].resize(size_t(len * kv_dim));
+  }
+  kv_len_ = len;
+}
+
+void Model::prepare_rope(int64_t pos, int64_t n) {
+  // transformers recomputes length-dependent frequencies (dynamic NTK, LongRoPE) from
+  // max(position) + 1 of each forward call; keys already cached keep the rotation they got.
+  const auto& ropes = w_.arch.ropes;
+  for (size_t r = 0; r < ropes.size(); ++r)
+    rope_[r].compute(ropes[r].inv_freq(pos + n), float(ropes[r].attention_factor), pos, n);
 }
 
 void Model::linear(const EngineLinear& L, const float* x, int64_t n, float* y) {
@@ -70,6 +115,17 @@ void Model::linear(const EngineLinear& L, const float* x, int64_t n, float* y) {
       for (int64_t r = 0; r < L.w.rows; ++r) y[t * L.w.rows + r] += L.bias[size_t(r)];
 }
 
+void Model::norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int64_t n, int64_t cols,
+                      float* out) const {
+  const std::vector<float>& w = L.norm(slot);
+  if (w.empty()) {
+    if (out != x) std::copy_n(x, n * cols, out);
+    return;
+  }
+  const float eps = float(w_.arch.rms_norm_eps);
+  for (int64_t t = 0; t < n; ++t) rmsnorm(x + t * cols, w.data(), cols, eps, out + t * cols);
+}
+
 void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) {
   const Architecture& a = w_.arch;
   const int64_t n = int64_t(tokens.size());
@@ -77,94 +133,129 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits,
   if (pos < 0 || pos + n > max_seq_)
     fail("context of {} tokens exceeds the model's limit of {}", pos + n, max_seq_);
   ensure_capacity(n);
-  const int64_t dim = a.hidden_size;
-  const float eps = float(a.rms_norm_eps);
-
-  for (int64_t t = 0; t < n; ++t) {
-    if (tokens[size_t(t)] < 0 || tokens[size_t(t)] >= a.vocab_size)
-      fail("token id {} out of range [0, {})", tokens[size_t(t)], a.vocab_size);
-    w_.embed.row(tokens[size_t(t)], x_.data() + t * dim);
-  }
-
+  ensure_kv(pos + n);
+  prepare_rope(pos, n);
+  embed(tokens, x_.data());
   for (int64_t l = 0; l < a.num_layers; ++l) run_layer(l, w_.layers[size_t(l)], pos, n, nullptr);
-
   const int64_t first = all_logits ? 0 : n - 1;
-  for (int64_t t = first; t < n; ++t)
-    rmsnorm(x_.data() + t * dim, w_.final_norm.data(), dim, eps, xb_.data() + (t - first) * dim);
-  linear(w_.lm_head, xb_.data(), n - first, logits);
+  head(x_.data() + first * a.hidden_size, n - first, logits);
+}
+
+void Model::attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n) {
+  const Architecture& a = w_.arch;
+  const int64_t hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
+  const int64_t q_dim = nh * hd, kv_dim = nkv * hd, kv_mul = nh / nkv;
+  const float* kc = key_cache_[size_t(l)].data();
+  const float* vc = value_cache_[size_t(l)].data();
+  const float scale = a.attention_scale, cap = a.attn_softcap;
+  const int64_t window = spec.sliding_window;
+  // Causal attention, one task per (token, head); each writes its own slice of att_.
+  pool_->parallel_for(n * nh, [&](int64_t task) {
+    const int64_t t = task / nh, h = task % nh;
+    const int64_t end = pos + t + 1;  // keys [begin, end) are visible
+    const int64_t begin = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+    const float* qh = q_.data() + t * q_dim + h * hd;
+    const int64_t kvh = h / kv_mul;
+    std::vector<float> scores(static_cast<size_t>(end - begin));
+    for (int64_t p = begin; p < end; ++p) {
+      const float* kp = kc + p * kv_dim + kvh * hd;
+      float s = 0.f;
+      for (int64_t i = 0; i < hd; ++i) s += qh[i] * kp[i];
+      s *= scale;
+      if (cap > 0) s = std::tanh(s / cap) * cap;
+      scores[size_t(p - begin)] = s;
+    }
+    softmax(scores.data(), end - begin);
+    float* out = att_.data() + t * q_dim + h * hd;
+    std::fill_n(out, hd, 0.f);
+    for (int64_t p = begin; p < end; ++p) {
+      const float* vp = vc + p * kv_dim + kvh * hd;
+      const float s = scores[size_t(p - begin)];
+      for (int64_t i = 0; i < hd; ++i) out[i] += s * vp[i];
+    }
+  });
 }
 
 void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
                       LayerObserver* obs) {
   const Architecture& a = w_.arch;
+  const LayerSpec& spec = a.layers[size_t(l)];
   const int64_t dim = a.hidden_size, hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
   const int64_t q_dim = nh * hd, kv_dim = nkv * hd, hidden = a.intermediate_size;
-  const int64_t kv_mul = nh / nkv;
   const float eps = float(a.rms_norm_eps);
-  const float att_scale = 1.0f / std::sqrt(float(hd));
-  for (int64_t t = 0; t < n; ++t)
-    rmsnorm(x_.data() + t * dim, L.attn_norm.data(), dim, eps, xb_.data() + t * dim);
-  if (obs) obs->linear_input(LayerInput::attn_norm, xb_.data(), n, dim);
-  linear(L.q, xb_.data(), n, q_.data());
-  linear(L.k, xb_.data(), n, k_.data());
-  linear(L.v, xb_.data(), n, v_.data());
 
-  float* kc = key_cache_.data() + l * max_seq_ * kv_dim;
-  float* vc = value_cache_.data() + l * max_seq_ * kv_dim;
+  // Attention block.
+  norm_rows(L, NormSlot::attn_in, x_.data(), n, dim, xb_.data());
+  if (obs) obs->linear_input(LayerInput::attn_norm, xb_.data(), n, dim);
+  if (spec.slot_of(LinearRole::qkv_proj) >= 0) {
+    const int64_t width = q_dim + 2 * kv_dim;
+    linear(L.linear(spec, LinearRole::qkv_proj), xb_.data(), n, fused_.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = fused_.data() + t * width;
+      std::copy_n(row, q_dim, q_.data() + t * q_dim);
+      std::copy_n(row + q_dim, kv_dim, k_.data() + t * kv_dim);
+      std::copy_n(row + q_dim + kv_dim, kv_dim, v_.data() + t * kv_dim);
+    }
+  } else {
+    linear(L.linear(spec, LinearRole::q_proj), xb_.data(), n, q_.data());
+    linear(L.linear(spec, LinearRole::k_proj), xb_.data(), n, k_.data());
+    linear(L.linear(spec, LinearRole::v_proj), xb_.data(), n, v_.data());
+  }
+  if (a.qk_norm == QkNorm::whole) {
+    norm_rows(L, NormSlot::q, q_.data(), n, q_dim, q_.data());
+    norm_rows(L, NormSlot::k, k_.data(), n, kv_dim, k_.data());
+  }
+  const RopeRows& rope = rope_[size_t(spec.rope)];
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < nh; ++h) {
       float* qh = q_.data() + t * q_dim + h * hd;
-      if (a.qk_norm) rmsnorm(qh, L.q_norm.data(), hd, eps, qh);
-      rope_.apply(qh, pos + t);
+      if (a.qk_norm == QkNorm::per_head) rmsnorm(qh, L.norm(NormSlot::q).data(), hd, eps, qh);
+      rope.apply(qh, pos + t);
     }
     for (int64_t h = 0; h < nkv; ++h) {
       float* kh = k_.data() + t * kv_dim + h * hd;
-      if (a.qk_norm) rmsnorm(kh, L.k_norm.data(), hd, eps, kh);
-      rope_.apply(kh, pos + t);
+      if (a.qk_norm == QkNorm::per_head) rmsnorm(kh, L.norm(NormSlot::k).data(), hd, eps, kh);
+      rope.apply(kh, pos + t);
     }
   }
   if (obs) obs->key_value(k_.data(), v_.data(), n, kv_dim);
+  float* kc = key_cache_[size_t(l)].data();
+  float* vc = value_cache_[size_t(l)].data();
   std::copy_n(k_.data(), n * kv_dim, kc + pos * kv_dim);
   std::copy_n(v_.data(), n * kv_dim, vc + pos * kv_dim);
   if (L.k_scale > 0) fake_quantize_fp8(L.k_scale, kc + pos * kv_dim, n * kv_dim);
   if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, vc + pos * kv_dim, n * kv_dim);
-
-  // Causal attention, one task per (token, head); each writes its own slice of att_.
-  pool_->parallel_for(n * nh, [&](int64_t task) {
-    const int64_t t = task / nh, h = task % nh;
-    const int64_t len = pos + t + 1;
-    const float* qh = q_.data() + t * q_dim + h * hd;
-    const int64_t kvh = h / kv_mul;
-    std::vector<float> scores(static_cast<size_t>(len));
-    for (int64_t p = 0; p < len; ++p) {
-      const float* kp = kc + p * kv_dim + kvh * hd;
-      float s = 0.f;
-      for (int64_t i = 0; i < hd; ++i) s += qh[i] * kp[i];
-      scores[size_t(p)] = s * att_scale;
-    }
-    softmax(scores.data(), len);
-    float* out = att_.data() + t * q_dim + h * hd;
-    std::fill_n(out, hd, 0.f);
-    for (int64_t p = 0; p < len; ++p) {
-      const float* vp = vc + p * kv_dim + kvh * hd;
-      const float s = scores[size_t(p)];
-      for (int64_t i = 0; i < hd; ++i) out[i] += s * vp[i];
-    }
-  });
+  attention(l, spec, pos, n);
 
   if (obs) obs->linear_input(LayerInput::attn_out, att_.data(), n, q_dim);
-  linear(L.o, att_.data(), n, xb_.data());
-  for (int64_t i = 0; i < n * dim; ++i) x_[size_t(i)] += xb_[size_t(i)];
+  linear(L.linear(spec, LinearRole::o_proj), att_.data(), n, xb_.data());
+  norm_rows(L, NormSlot::attn_out, xb_.data(), n, dim, xb_.data());
+  const float rs = a.residual_scale;
+  for (int64_t i = 0; i < n * dim; ++i) x_[size_t(i)] += xb_[size_t(i)] * rs;
 
-  for (int64_t t = 0; t < n; ++t)
-    rmsnorm(x_.data() + t * dim, L.ffn_norm.data(), dim, eps, xb_.data() + t * dim);
+  // MLP block.
+  norm_rows(L, NormSlot::mlp_in, x_.data(), n, dim, xb_.data());
   if (obs) obs->linear_input(LayerInput::ffn_norm, xb_.data(), n, dim);
-  linear(L.gate, xb_.data(), n, hb_.data());
-  linear(L.up, xb_.data(), n, hb2_.data());
-  silu_mul(hb_.data(), hb2_.data(), n * hidden);
+  if (spec.slot_of(LinearRole::gate_up_proj) >= 0) {
+    linear(L.linear(spec, LinearRole::gate_up_proj), xb_.data(), n, fused_.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = fused_.data() + t * 2 * hidden;
+      std::copy_n(row, hidden, hb_.data() + t * hidden);
+      std::copy_n(row + hidden, hidden, hb2_.data() + t * hidden);
+    }
+  } else {
+    linear(L.linear(spec, LinearRole::gate_proj), xb_.data(), n, hb_.data());
+    linear(L.linear(spec, LinearRole::up_proj), xb_.data(), n, hb2_.data());
+  }
+  switch (a.activation) {
+    case Activation::silu: silu_mul(hb_.data(), hb2_.data(), n * hidden); break;
+    case Activation::gelu_tanh: gelu_tanh_mul(hb_.data(), hb2_.data(), n * hidden); break;
+    case Activation::gelu: gelu_erf_mul(hb_.data(), hb2_.data(), n * hidden); break;
+  }
   if (obs) obs->linear_input(LayerInput::mlp_act, hb_.data(), n, hidden);
-  linear(L.down, hb_.data(), n, xb_.data());
-  for (int64_t i = 0; i < n * dim; ++i) x_[size_t(i)] += xb_[size_t(i)];
+  linear(L.linear(spec, LinearRole::down_proj), hb_.data(), n, xb_.data());
+  norm_rows(L, NormSlot::mlp_out, xb_.data(), n, dim, xb_.data());
+  for (int64_t i = 0; i < n * dim; ++i) x_[size_t(i)] += xb_[size_t(i)] * rs;
 }
 
 void Model::embed(std::span<const int32_t> tokens, float* x) const {
@@ -172,7 +263,10 @@ void Model::embed(std::span<const int32_t> tokens, float* x) const {
   for (size_t t = 0; t < tokens.size(); ++t) {
     if (tokens[t] < 0 || tokens[t] >= a.vocab_size)
       fail("token id {} out of range [0, {})", tokens[t], a.vocab_size);
-    w_.embed.row(tokens[t], x + int64_t(t) * a.hidden_size);
+    float* row = x + int64_t(t) * a.hidden_size;
+    w_.embed.row(tokens[t], row);
+    if (a.embedding_scale != 1.f)
+      for (int64_t c = 0; c < a.hidden_size; ++c) row[c] *= a.embedding_scale;
   }
 }
 
@@ -183,6 +277,8 @@ void Model::forward_layer(int64_t layer, float* x, int64_t n, LayerObserver* obs
   if (n <= 0) return;
   if (n > max_seq_) fail("window of {} tokens exceeds the model's limit of {}", n, max_seq_);
   ensure_capacity(n);
+  ensure_kv(n);
+  if (rope_[0].first != 0 || rope_[0].count != n) prepare_rope(0, n);
   std::copy_n(x, n * a.hidden_size, x_.data());
   run_layer(layer, weights ? *weights : w_.layers[size_t(layer)], 0, n, observer);
   std::copy_n(x_.data(), n * a.hidden_size, x);
@@ -196,6 +292,12 @@ void Model::head(const float* x, int64_t n, float* logits) {
     rmsnorm(x + t * a.hidden_size, w_.final_norm.data(), a.hidden_size, float(a.rms_norm_eps),
             xb_.data() + t * a.hidden_size);
   linear(w_.lm_head, xb_.data(), n, logits);
+  const int64_t total = n * a.vocab_size;
+  if (a.logits_divisor != 1.f)
+    for (int64_t i = 0; i < total; ++i) logits[i] /= a.logits_divisor;
+  if (a.final_softcap > 0)
+    for (int64_t i = 0; i < total; ++i)
+      logits[i] = std::tanh(logits[i] / a.final_softcap) * a.final_softcap;
 }
 
 }  // namespace qf

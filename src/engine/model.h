@@ -1,5 +1,6 @@
-// The forward pass of a Llama-family decoder (Llama, Mistral, Qwen2, Qwen3), in the spirit of
-// llama2.c's run.c: weights (as stored), a run state of float32 activations, a float32 KV cache.
+// The forward pass of a dense decoder (the families of model/architecture.h), in the spirit of
+// llama2.c's run.c: weights (as stored), a run state of float32 activations, a float32 KV cache
+// that grows with the positions run (never beyond max_seq()).
 // A call processes a window of tokens at once (matrix-matrix products: prefill) or a single
 // token (matrix-vector products: decode).
 #pragma once
@@ -16,29 +17,6 @@ namespace qf {
 
 class ThreadPool;
 
-// The four distinct Linear inputs of a decoder layer.
-enum class LayerInput : uint8_t {
-  attn_norm,  // q/k/v: the attention RMSNorm output
-  attn_out,   // o_proj: the attention output
-  ffn_norm,   // gate/up: the MLP RMSNorm output
-  mlp_act,    // down_proj: silu(gate) * up
-};
-inline constexpr int kLayerInputs = 4;
-
-// Which of those inputs a Linear reads.
-inline LayerInput layer_input_of(LinearRole role) {
-  switch (role) {
-    case LinearRole::q_proj:
-    case LinearRole::k_proj:
-    case LinearRole::v_proj: return LayerInput::attn_norm;
-    case LinearRole::o_proj: return LayerInput::attn_out;
-    case LinearRole::gate_proj:
-    case LinearRole::up_proj: return LayerInput::ffn_norm;
-    case LinearRole::down_proj: return LayerInput::mlp_act;
-  }
-  return LayerInput::attn_norm;
-}
-
 // Receives what flows through one layer during forward_layer (calibration). Called on the
 // calling thread, in layer order, with float32 row-major data valid only during the call.
 class LayerObserver {
@@ -53,7 +31,10 @@ class LayerObserver {
 
 struct ModelOptions {
   int threads = 0;        // 0: all hardware threads
-  int64_t max_seq = 0;    // KV cache length; 0: max_position_embeddings
+  // The longest context allowed; 0: the model's (max_position_embeddings; none for dynamic NTK
+  // RoPE, whose point is running past it). Memory follows the positions actually run, not
+  // this limit.
+  int64_t max_seq = 0;
 };
 
 class Model {
@@ -66,6 +47,8 @@ class Model {
   const Architecture& arch() const { return w_.arch; }
   const ModelWeights& weights() const { return w_; }
   int64_t max_seq() const { return max_seq_; }
+  // Bytes the KV cache holds now (it grows with the positions run).
+  uint64_t kv_cache_bytes() const;
   int64_t vocab_size() const { return w_.arch.vocab_size; }
   ThreadPool& pool() { return *pool_; }
 
@@ -89,18 +72,28 @@ class Model {
 
  private:
   void ensure_capacity(int64_t n);
+  // Grows the KV cache to hold positions [0, len).
+  void ensure_kv(int64_t len);
+  // cos/sin of every RoPE for the positions [pos, pos + n) of this call.
+  void prepare_rope(int64_t pos, int64_t n);
   void linear(const EngineLinear& L, const float* x, int64_t n, float* y);
+  // Applies norm `slot` of the layer to rows of `cols` (x and out may alias); copies x to out when
+  // the layer has no such norm.
+  void norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int64_t n, int64_t cols,
+                 float* out) const;
   // One layer over x_ [n, hidden] at positions [pos, pos + n).
   void run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n, LayerObserver* obs);
+  void attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n);
 
   ModelWeights w_;
   int64_t max_seq_ = 0;
   std::unique_ptr<ThreadPool> pool_;
-  RopeTable rope_;
+  std::vector<RopeRows> rope_;  // per Architecture::ropes, for the current call
   // Run state, [capacity, ...] rows per token.
   int64_t capacity_ = 0;
-  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scaled_, actq_;
-  std::vector<float> key_cache_, value_cache_;  // [layers, max_seq, kv_dim]
+  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, fused_, scaled_, actq_;
+  int64_t kv_len_ = 0;  // positions the cache has room for
+  std::vector<std::vector<float>> key_cache_, value_cache_;  // per layer [kv_len_, kv_dim]
 };
 
 }  // namespace qf

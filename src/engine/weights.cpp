@@ -315,8 +315,10 @@ class Loader {
     return std::make_shared<std::vector<float>>(to_f32(v));
   }
 
+  // `bias`: the spec says the module has one ([rows], required); otherwise a stored bias is an
+  // error, since config.json says the model does not use it.
   EngineLinear linear(const std::string& module, int64_t rows, int64_t cols,
-                      const QuantScheme& scheme, bool allow_bias, bool must_float = false) const {
+                      const QuantScheme& scheme, bool bias, bool must_float = false) const {
     const QuantScheme s = scheme.for_module(module);
     EngineLinear L;
     L.name = module;
@@ -336,7 +338,12 @@ class Loader {
     } else {
       L.w = quantized_weight(module, rows, cols, s, what);
     }
-    if (allow_bias && find(module + ".bias")) L.bias = vector(module + ".bias", rows);
+    if (bias) {
+      L.bias = vector(module + ".bias", rows);
+    } else if (find(module + ".bias")) {
+      fail("{}: tensor '{}.bias' present but config.json gives '{}' no bias (attention_bias / "
+           "mlp_bias)", label_, module, module);
+    }
     if (find(module + ".pre_quant_scale")) L.pre_scale = vector(module + ".pre_quant_scale", cols);
     if (quantized && s.act != ActQuant::none) {
       const bool ct_nvfp4 = s.exporter == QuantScheme::Exporter::compressed_tensors &&
@@ -489,8 +496,7 @@ void EmbeddingView::row(int64_t id, float* out) const {
 uint64_t ModelWeights::weight_bytes_per_token() const {
   uint64_t n = lm_head.w.stored_bytes();
   for (const auto& l : layers)
-    for (const EngineLinear* L : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      n += L->w.stored_bytes();
+    for (const EngineLinear& L : l.linears) n += L.w.stored_bytes();
   return n;
 }
 
@@ -510,8 +516,8 @@ ModelWeights ModelWeights::load(const std::filesystem::path& dir) {
   Loader ld(ck, label);
 
   // Embedding and output head: stored once and shared when the embeddings are tied.
-  std::string embed_name = "model.embed_tokens.weight";
-  std::string head_name = "lm_head.weight";
+  std::string embed_name = a.embed_name;
+  std::string head_name = a.head_name;
   if (!ld.find(embed_name) && ld.find(head_name) && a.tie_word_embeddings) embed_name = head_name;
   if (!ld.find(head_name) && a.tie_word_embeddings) head_name = embed_name;
   const LinearWeight embed =
@@ -521,35 +527,41 @@ ModelWeights ModelWeights::load(const std::filesystem::path& dir) {
   mw.embed.data = embed.data;
   mw.embed.rows = a.vocab_size;
   mw.embed.cols = a.hidden_size;
-  if (head_name == "lm_head.weight" && ld.find("lm_head.weight_scale")) {
+  if (head_name == a.head_name && ld.find("lm_head.weight_scale")) {
     mw.lm_head = ld.linear("lm_head", a.vocab_size, a.hidden_size, scheme, false);
   } else {
     mw.lm_head.name = "lm_head";
     mw.lm_head.w = ld.float_weight(head_name, a.vocab_size, a.hidden_size, "output head");
   }
-  mw.final_norm = ld.vector("model.norm.weight", a.hidden_size);
+  // Norm weights hold the multiplier the engine applies: Gemma's x * (1 + w) becomes 1 + w.
+  auto norm = [&](const std::string& name, int64_t n) {
+    std::vector<float> w = ld.vector(name, n);
+    if (a.norm_style == NormStyle::one_plus)
+      for (float& v : w) v = 1.0f + v;
+    return w;
+  };
+  mw.final_norm = norm(a.final_norm_name, a.hidden_size);
 
   const int64_t q_out = a.num_heads * a.head_dim, kv_out = a.num_kv_heads * a.head_dim;
   for (int64_t l = 0; l < a.num_layers; ++l) {
+    const LayerSpec& spec = a.layers[size_t(l)];
     LayerWeights L;
-    const std::string p = fmt::format("model.layers.{}.", l);
-    L.attn_norm = ld.vector(p + "input_layernorm.weight", a.hidden_size);
-    L.ffn_norm = ld.vector(p + "post_attention_layernorm.weight", a.hidden_size);
-    if (a.qk_norm) {
-      L.q_norm = ld.vector(p + "self_attn.q_norm.weight", a.head_dim);
-      L.k_norm = ld.vector(p + "self_attn.k_norm.weight", a.head_dim);
+    for (int s = 0; s < kNormSlots; ++s) {
+      const NormSlot slot = NormSlot(s);
+      if (!spec.has(slot)) continue;
+      int64_t n = a.hidden_size;
+      if (slot == NormSlot::q || slot == NormSlot::k)
+        n = a.qk_norm == QkNorm::per_head ? a.head_dim : slot == NormSlot::q ? q_out : kv_out;
+      L.norms[size_t(s)] = norm(spec.norm(slot), n);
     }
-    const bool bias = a.attention_bias;
-    L.q = ld.linear(p + "self_attn.q_proj", q_out, a.hidden_size, scheme, bias);
-    L.k = ld.linear(p + "self_attn.k_proj", kv_out, a.hidden_size, scheme, bias);
-    L.v = ld.linear(p + "self_attn.v_proj", kv_out, a.hidden_size, scheme, bias);
-    L.o = ld.linear(p + "self_attn.o_proj", a.hidden_size, q_out, scheme, false);
-    L.gate = ld.linear(p + "mlp.gate_proj", a.intermediate_size, a.hidden_size, scheme, false);
-    L.up = ld.linear(p + "mlp.up_proj", a.intermediate_size, a.hidden_size, scheme, false);
-    L.down = ld.linear(p + "mlp.down_proj", a.hidden_size, a.intermediate_size, scheme, false);
+    for (size_t i : spec.linears) {
+      const LinearModule& m = a.linears[i];
+      L.linears.push_back(ld.linear(m.name, m.out_features, m.in_features, scheme, m.bias));
+    }
     if (scheme.kv_fp8) {
       // ModelOpt puts the scales on k_proj / v_proj, compressed-tensors on the attention.
       const bool ct = scheme.exporter == QuantScheme::Exporter::compressed_tensors;
+      const std::string p = fmt::format("model.layers.{}.", l);
       const std::string kn = p + (ct ? "self_attn.k_scale" : "self_attn.k_proj.k_scale");
       const std::string vn = p + (ct ? "self_attn.v_scale" : "self_attn.v_proj.v_scale");
       // Cast mode writes no scales: engines then use 1.0 (§6.2).

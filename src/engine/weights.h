@@ -9,6 +9,7 @@
 #include "kernels/linear.h"
 #include "model/architecture.h"
 
+#include <array>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -20,7 +21,7 @@ namespace qf {
 struct EngineLinear {
   std::string name;               // HF module name
   LinearWeight w;
-  std::vector<float> bias;        // [out] or empty (Qwen2 q/k/v)
+  std::vector<float> bias;        // [out] or empty
   std::vector<float> pre_scale;   // [in] or empty (ModelOpt AWQ pre_quant_scale)
   ActQuant act = ActQuant::none;  // input quantization (W4A4, W8A8), applied after pre_scale
   float input_scale = 0.f;        // its static scale (ModelOpt input_scale; CT 1/input_global_scale)
@@ -29,11 +30,19 @@ struct EngineLinear {
   std::shared_ptr<const std::vector<float>> storage;
 };
 
+// One decoder layer's weights, laid out by its LayerSpec (model/architecture.h).
 struct LayerWeights {
-  std::vector<float> attn_norm, ffn_norm;  // [hidden]
-  std::vector<float> q_norm, k_norm;       // [head_dim], Qwen3 only
-  EngineLinear q, k, v, o, gate, up, down;
-  float k_scale = 0.f, v_scale = 0.f;      // FP8 KV cache scales; 0: float32 cache
+  // The multipliers each norm applies (Gemma's x * (1 + w) is stored as 1 + w), present where
+  // the spec has the norm: [hidden], or for q/k [head_dim] per head or [heads * head_dim] whole.
+  std::array<std::vector<float>, kNormSlots> norms;
+  std::vector<EngineLinear> linears;  // parallel to LayerSpec::linears
+  float k_scale = 0.f, v_scale = 0.f;  // FP8 KV cache scales; 0: float32 cache
+
+  const std::vector<float>& norm(NormSlot s) const { return norms[size_t(s)]; }
+  // The Linear of `role`, which the spec must have.
+  const EngineLinear& linear(const LayerSpec& spec, LinearRole role) const {
+    return linears[size_t(spec.slot_of(role))];
+  }
 };
 
 // The token embedding table as stored: F32, F16 or BF16 [vocab, hidden].

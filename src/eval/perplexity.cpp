@@ -15,8 +15,8 @@ namespace {
 void check(const Model& m, std::span<const int32_t> ids, int64_t ctx) {
   if (ctx < 1) fail("--ctx must be at least 1 (got {})", ctx);
   if (ctx > m.max_seq())
-    fail("context {} exceeds the model's max_position_embeddings {}", ctx,
-         m.arch().max_position_embeddings);
+    fail("context {} exceeds the model's limit of {} tokens (max_position_embeddings)", ctx,
+         m.max_seq());
   if (ids.size() < 2) fail("the text has fewer than 2 tokens; nothing to score");
 }
 

@@ -13,24 +13,26 @@ void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
 }
 
-RopeTable::RopeTable(int64_t hd, int64_t mp, double theta) : head_dim(hd), max_pos(mp) {
-  const int64_t half = hd / 2;
-  cos.resize(size_t(mp * half));
-  sin.resize(size_t(mp * half));
-  for (int64_t i = 0; i < half; ++i) {
-    const float inv_freq = float(1.0 / std::pow(theta, double(2 * i) / double(hd)));
-    for (int64_t p = 0; p < mp; ++p) {
-      const float angle = float(p) * inv_freq;
-      cos[size_t(p * half + i)] = std::cos(angle);
-      sin[size_t(p * half + i)] = std::sin(angle);
+void RopeRows::compute(const std::vector<float>& inv_freq, float scaling, int64_t first_pos,
+                       int64_t n) {
+  const int64_t half = int64_t(inv_freq.size());
+  first = first_pos;
+  count = n;
+  rotary_dim = 2 * half;
+  cos.resize(size_t(n * half));
+  sin.resize(size_t(n * half));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = float(first_pos + t) * inv_freq[size_t(i)];
+      cos[size_t(t * half + i)] = std::cos(angle) * scaling;
+      sin[size_t(t * half + i)] = std::sin(angle) * scaling;
     }
-  }
 }
 
-void RopeTable::apply(float* head, int64_t pos) const {
-  const int64_t half = head_dim / 2;
-  const float* c = cos.data() + pos * half;
-  const float* s = sin.data() + pos * half;
+void RopeRows::apply(float* head, int64_t pos) const {
+  const int64_t half = rotary_dim / 2;
+  const float* c = cos.data() + (pos - first) * half;
+  const float* s = sin.data() + (pos - first) * half;
   for (int64_t i = 0; i < half; ++i) {
     const float a = head[i], b = head[i + half];
     head[i] = a * c[i] - b * s[i];
@@ -56,4 +58,21 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
+
+void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+  // PyTorch's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  constexpr float kBeta = 0.7978845608028654f, kKappa = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float inner = kBeta * (x + kKappa * x * x * x);
+    gate[i] = 0.5f * x * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
+
+void gelu_erf_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    gate[i] = x * 0.5f * (1.0f + std::erf(x * 0.7071067811865476f)) * up[i];
+  }
+}
 }  // namespace qf

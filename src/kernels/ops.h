@@ -1,5 +1,5 @@
 // The small per-token operations of a decoder around its Linear layers: RMSNorm, rotary
-// position embedding, softmax, SiLU gating. Float32 in and out; plain loops the compiler
+// position embedding, softmax, SiLU / GELU gating. Float32 in and out; plain loops the compiler
 // vectorizes (they are a small share of the time next to the weight products).
 #pragma once
 
@@ -11,16 +11,15 @@ namespace qf {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i], i < n. out may alias x.
 void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* out);
 
-// Rotary embedding tables for positions [0, max_pos) and `head_dim` (even): cos/sin of
-// pos * theta^(-2i/head_dim), i < head_dim/2, computed as Hugging Face does (float32 inverse
-// frequencies, float32 product).
-struct RopeTable {
-  int64_t head_dim = 0;
-  int64_t max_pos = 0;
-  std::vector<float> cos, sin;  // [max_pos, head_dim/2]
-  RopeTable(int64_t head_dim, int64_t max_pos, double theta);
-  // Rotates one head in place at position pos, rotate-half layout (HF): element i pairs with
-  // i + head_dim/2.
+// Rotary embedding cos/sin for the positions [first, first + count) of one forward call:
+// angle = float(pos) * inv_freq[i] in float32, cos and sin times `scaling` (YaRN / LongRoPE
+// attention factor), as transformers computes them. Only the first rotary_dim = 2 *
+// inv_freq.size() elements of a head rotate (rotate-half layout within them); the rest pass.
+struct RopeRows {
+  int64_t first = 0, count = 0, rotary_dim = 0;
+  std::vector<float> cos, sin;  // [count, rotary_dim / 2]
+  void compute(const std::vector<float>& inv_freq, float scaling, int64_t first, int64_t count);
+  // Rotates one head in place at absolute position pos (first <= pos < first + count).
   void apply(float* head, int64_t pos) const;
 };
 
@@ -29,5 +28,8 @@ void softmax(float* x, int64_t n);
 
 // gate[i] = silu(gate[i]) * up[i], i < n.
 void silu_mul(float* gate, const float* up, int64_t n);
+// gate[i] = gelu(gate[i]) * up[i]: the tanh approximation (gelu_pytorch_tanh), or erf.
+void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+void gelu_erf_mul(float* gate, const float* up, int64_t n);
 
 }  // namespace qf

@@ -1,39 +1,176 @@
-// Llama-family decoder layouts as a table: the families differ only in flags.
+// Dense decoder families as rows of a table: the Linears of each block, where the norms sit,
+// and the few settings in which families differ. The math each setting selects is in
+// engine/model.cpp; what transformers computes for each family is the reference
+// (tests/data/conformance, made by scripts/conformance).
 #include "model/architecture.h"
 
 #include "core/error.h"
 
-#include <array>
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace qf {
 namespace {
 
+// Where a layer's norms sit.
+enum class NormPlacement : uint8_t {
+  pre,       // input_layernorm -> attention, post_attention_layernorm -> MLP (Llama)
+  sandwich,  // pre and post norms around both blocks (Gemma 3)
+  post,      // post norms only, on each block's output (OLMo 2)
+};
+
+// Which layers attend through a sliding window.
+enum class Sliding : uint8_t {
+  none,         // sliding_window is not read by the family's modeling code
+  all,          // every layer when sliding_window is set (Mistral, Phi-3)
+  layer_types,  // per layer from `layer_types` (or the family's rule for deriving it)
+};
+
 struct FamilyRow {
   std::string_view model_type;
   std::string_view architecture;  // config "architectures"[0]
-  bool qk_norm;
-  bool default_attention_bias;
+  bool fused_on_disk;             // qkv_proj / gate_up_proj (Phi-3)
+  NormPlacement norms;
+  NormStyle norm_style;
+  QkNorm qk_norm;
+  // Biases: q/k/v always (Qwen2); q/k/v/o from `attention_bias`; MLP from `mlp_bias`.
+  bool qkv_bias_always;
+  bool reads_attention_bias;
+  bool reads_mlp_bias;
+  Sliding sliding;
+  bool partial_rotary;     // the modeling code rotates only the first rotary_dim elements
+  const char* act_key;     // "hidden_act" or "hidden_activation"
+  int64_t default_head_dim;  // when config.json has none; 0: hidden_size / heads
+  double default_theta;
+  double default_eps;
+  bool default_tied;
 };
 
-constexpr std::array<FamilyRow, 4> kFamilies = {{
-    {"llama", "LlamaForCausalLM", false, false},
-    {"mistral", "MistralForCausalLM", false, false},
-    {"qwen2", "Qwen2ForCausalLM", false, true},
-    {"qwen3", "Qwen3ForCausalLM", true, false},
-}};
+constexpr FamilyRow kFamilies[] = {
+    {"llama", "LlamaForCausalLM", false, NormPlacement::pre, NormStyle::plain, QkNorm::none,
+     false, true, true, Sliding::none, false, "hidden_act", 0, 10000.0, 1e-6, false},
+    {"mistral", "MistralForCausalLM", false, NormPlacement::pre, NormStyle::plain, QkNorm::none,
+     false, false, false, Sliding::all, false, "hidden_act", 0, 10000.0, 1e-6, false},
+    {"qwen2", "Qwen2ForCausalLM", false, NormPlacement::pre, NormStyle::plain, QkNorm::none,
+     true, false, false, Sliding::layer_types, false, "hidden_act", 0, 10000.0, 1e-6, false},
+    {"qwen3", "Qwen3ForCausalLM", false, NormPlacement::pre, NormStyle::plain, QkNorm::per_head,
+     false, true, false, Sliding::layer_types, false, "hidden_act", 128, 10000.0, 1e-6, false},
+    {"gemma3_text", "Gemma3ForCausalLM", false, NormPlacement::sandwich, NormStyle::one_plus,
+     QkNorm::per_head, false, true, false, Sliding::layer_types, false, "hidden_activation", 256,
+     1000000.0, 1e-6, true},
+    {"phi3", "Phi3ForCausalLM", true, NormPlacement::pre, NormStyle::plain, QkNorm::none, false,
+     false, false, Sliding::all, true, "hidden_act", 0, 10000.0, 1e-5, false},
+    {"granite", "GraniteForCausalLM", false, NormPlacement::pre, NormStyle::plain, QkNorm::none,
+     false, true, true, Sliding::none, false, "hidden_act", 0, 10000.0, 1e-6, false},
+    {"olmo2", "Olmo2ForCausalLM", false, NormPlacement::post, NormStyle::plain, QkNorm::whole,
+     false, true, false, Sliding::none, false, "hidden_act", 0, 10000.0, 1e-5, false},
+};
 
-int64_t require_int(const nlohmann::json& c, const char* key, const std::string& label) {
-  if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
-    fail("{}: '{}' missing or not a positive integer", label, key);
-  return c[key].get<int64_t>();
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& c, const std::string& label) : c_(c), label_(label) {}
+
+  bool has(const char* key) const { return c_.contains(key) && !c_[key].is_null(); }
+
+  // A positive integer no larger than `limit` (shape arithmetic stays far from overflow).
+  int64_t positive(const char* key, int64_t limit = int64_t(1) << 24) const {
+    if (!has(key) || !c_[key].is_number_integer() || c_[key].get<int64_t>() <= 0)
+      fail("{}: '{}' missing or not a positive integer", label_, key);
+    const int64_t v = c_[key].get<int64_t>();
+    if (v > limit) fail("{}: '{}' is {}, larger than the supported {}", label_, key, v, limit);
+    return v;
+  }
+  int64_t positive_or(const char* key, int64_t fallback, int64_t limit = int64_t(1) << 24) const {
+    return has(key) ? positive(key, limit) : fallback;
+  }
+  double number_or(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    if (!c_[key].is_number()) fail("{}: '{}' is not a number", label_, key);
+    const double v = c_[key].get<double>();
+    if (!std::isfinite(v)) fail("{}: '{}' is not finite", label_, key);
+    return v;
+  }
+  bool flag_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!c_[key].is_boolean()) fail("{}: '{}' is not true or false", label_, key);
+    return c_[key].get<bool>();
+  }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!c_[key].is_string()) fail("{}: '{}' is not a string", label_, key);
+    return c_[key].get<std::string>();
+  }
+  const nlohmann::json& operator[](const char* key) const { return c_[key]; }
+  const std::string& label() const { return label_; }
+
+ private:
+  const nlohmann::json& c_;
+  const std::string& label_;
+};
+
+Activation parse_activation(const std::string& name, const char* key, const std::string& label) {
+  if (name == "silu" || name == "swish") return Activation::silu;
+  if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast")
+    return Activation::gelu_tanh;
+  if (name == "gelu") return Activation::gelu;
+  fail("{}: '{}' is '{}', which qforge does not compute (supported: silu, gelu, "
+       "gelu_pytorch_tanh)", label, key, name);
+}
+
+// The rope parameters of each layer type, from either config layout. Returns one object per
+// entry of `types` (null: plain RoPE with the top-level or default theta).
+std::vector<nlohmann::json> rope_params(const ConfigReader& c, const std::vector<std::string>& types,
+                                        const FamilyRow& f) {
+  nlohmann::json top = nlohmann::json::object();
+  if (c.has("rope_theta")) top["rope_theta"] = c["rope_theta"];
+  nlohmann::json params;
+  if (c.has("rope_parameters")) params = c["rope_parameters"];
+  else if (c.has("rope_scaling")) params = c["rope_scaling"];
+  if (!params.is_null() && !params.is_object())
+    fail("{}: 'rope_parameters' / 'rope_scaling' is not a JSON object", c.label());
+  bool nested = false;
+  if (params.is_object())
+    for (const auto& t : types) nested |= params.contains(t);
+  std::vector<nlohmann::json> out;
+  for (const auto& t : types) {
+    nlohmann::json p = nested ? (params.contains(t) ? params[t] : nlohmann::json()) : params;
+    if (p.is_null()) p = nlohmann::json::object();
+    if (!p.is_object()) fail("{}: rope parameters of '{}' are not a JSON object", c.label(), t);
+    for (const auto& [k, v] : top.items())
+      if (!p.contains(k)) p[k] = v;
+    if (p.contains("mrope_section"))
+      fail("{}: rope field 'mrope_section' (multimodal RoPE) is not supported", c.label());
+    out.push_back(std::move(p));
+  }
+  // Gemma 3 (4.x layout): `rope_scaling` applies to the global layers, `rope_local_base_freq`
+  // is the local layers' theta.
+  if (f.model_type == "gemma3_text" && !nested) {
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != "sliding_attention") continue;
+      nlohmann::json local = nlohmann::json::object();
+      local["rope_theta"] = c.number_or("rope_local_base_freq", 10000.0);
+      out[i] = local;
+    }
+  }
+  // Phi-3 keeps original_max_position_embeddings at the top level (Phi3Config's default 4096
+  // when absent); transformers lets it override the rope's own.
+  if (f.model_type == "phi3")
+    for (auto& p : out)
+      p["original_max_position_embeddings"] =
+          c.has("original_max_position_embeddings") ? c["original_max_position_embeddings"]
+                                                    : nlohmann::json(4096);
+  return out;
 }
 
 }  // namespace
 
 std::string_view linear_role_name(LinearRole role) {
-  static constexpr std::array<std::string_view, 7> names = {
-      "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  static constexpr std::string_view names[kLinearRoles] = {
+      "q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj", "gate_up_proj",
+      "down_proj"};
   return names[size_t(role)];
 }
 
@@ -43,62 +180,216 @@ std::string supported_model_types() {
   return s;
 }
 
-Architecture Architecture::from_config(const nlohmann::json& c, const std::string& label) {
-  if (!c.is_object()) fail("{}: not a JSON object", label);
-  std::string model_type = c.value("model_type", "");
+Architecture Architecture::from_config(const nlohmann::json& config, const std::string& label) {
+  if (!config.is_object()) fail("{}: not a JSON object", label);
+  const ConfigReader c(config, label);
+  const std::string model_type = c.has("model_type") && config["model_type"].is_string()
+                                     ? config["model_type"].get<std::string>() : "";
   std::string arch_name;
-  if (c.contains("architectures") && c["architectures"].is_array() && !c["architectures"].empty() &&
-      c["architectures"][0].is_string())
-    arch_name = c["architectures"][0].get<std::string>();
+  if (c.has("architectures") && config["architectures"].is_array() &&
+      !config["architectures"].empty() && config["architectures"][0].is_string())
+    arch_name = config["architectures"][0].get<std::string>();
   const FamilyRow* family = nullptr;
   for (const auto& f : kFamilies)
     if (f.model_type == model_type || (model_type.empty() && f.architecture == arch_name)) family = &f;
+  // Gemma 3 checkpoints of the text model alone are often labelled "gemma3" with the text
+  // architecture.
+  if (!family && model_type == "gemma3" && arch_name == "Gemma3ForCausalLM" && !c.has("text_config"))
+    family = &kFamilies[4];
   if (!family)
     fail("{}: unsupported architecture '{}' (model_type '{}'); supported model types: {}", label,
          arch_name, model_type, supported_model_types());
+  const FamilyRow& f = *family;
 
   Architecture a;
-  a.model_type = std::string(family->model_type);
-  a.hidden_size = require_int(c, "hidden_size", label);
-  a.intermediate_size = require_int(c, "intermediate_size", label);
-  a.num_layers = require_int(c, "num_hidden_layers", label);
-  a.num_heads = require_int(c, "num_attention_heads", label);
-  a.num_kv_heads = c.contains("num_key_value_heads") ? require_int(c, "num_key_value_heads", label)
-                                                     : a.num_heads;
-  a.vocab_size = require_int(c, "vocab_size", label);
-  a.head_dim = c.contains("head_dim") && !c["head_dim"].is_null() ? require_int(c, "head_dim", label)
-                                                                  : a.hidden_size / a.num_heads;
-  a.max_position_embeddings = c.value("max_position_embeddings", int64_t(2048));
-  a.rope_theta = c.value("rope_theta", 10000.0);
-  a.rms_norm_eps = c.value("rms_norm_eps", 1e-6);
-  a.tie_word_embeddings = c.value("tie_word_embeddings", false);
-  a.qk_norm = family->qk_norm;
-  a.attention_bias = c.value("attention_bias", family->default_attention_bias);
+  a.model_type = std::string(f.model_type);
+  a.hidden_size = c.positive("hidden_size");
+  a.intermediate_size = c.positive("intermediate_size");
+  a.num_layers = c.positive("num_hidden_layers", 4096);
+  a.num_heads = c.positive("num_attention_heads", 65536);
+  a.num_kv_heads = c.positive_or("num_key_value_heads", a.num_heads, 65536);
+  a.vocab_size = c.positive("vocab_size", int64_t(1) << 26);
+  a.head_dim = c.positive_or("head_dim", f.default_head_dim > 0 ? f.default_head_dim
+                                                                 : a.hidden_size / a.num_heads, 65536);
+  if (a.head_dim <= 0) fail("{}: head_dim resolves to 0", label);
+  a.max_position_embeddings = c.positive_or("max_position_embeddings", 2048, int64_t(1) << 40);
+  a.rms_norm_eps = c.number_or("rms_norm_eps", f.default_eps);
+  if (!(a.rms_norm_eps >= 0)) fail("{}: 'rms_norm_eps' {} is negative", label, a.rms_norm_eps);
+  a.tie_word_embeddings = c.flag_or("tie_word_embeddings", f.default_tied);
   if (a.num_heads % a.num_kv_heads != 0)
     fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", label,
          a.num_heads, a.num_kv_heads);
+  a.norm_style = f.norm_style;
+  a.qk_norm = f.qk_norm;
+  a.activation = parse_activation(c.string_or(f.act_key, "silu"), f.act_key, label);
+  a.attention_scale = float(std::pow(double(a.head_dim), -0.5));
+
+  // Family settings that change the math.
+  if (f.model_type == "gemma3_text") {
+    if (c.flag_or("use_bidirectional_attention", false))
+      fail("{}: 'use_bidirectional_attention' true is not supported (qforge runs causal "
+           "decoders)", label);
+    a.embedding_scale = float(std::sqrt(double(a.hidden_size)));
+    a.attention_scale = float(std::pow(c.number_or("query_pre_attn_scalar", 256.0), -0.5));
+    a.attn_softcap = float(c.number_or("attn_logit_softcapping", 0.0));
+    a.final_softcap = float(c.number_or("final_logit_softcapping", 0.0));
+    if (a.attn_softcap < 0 || a.final_softcap < 0) fail("{}: softcapping values must be positive", label);
+  }
+  if (f.model_type == "granite") {
+    a.embedding_scale = float(c.number_or("embedding_multiplier", 1.0));
+    a.attention_scale = float(c.number_or("attention_multiplier", 1.0));
+    a.residual_scale = float(c.number_or("residual_multiplier", 1.0));
+    a.logits_divisor = float(c.number_or("logits_scaling", 1.0));
+    if (!(a.logits_divisor != 0)) fail("{}: 'logits_scaling' must not be 0", label);
+  }
+  if (!f.partial_rotary && c.has("partial_rotary_factor") && c.number_or("partial_rotary_factor", 1.0) != 1.0)
+    fail("{}: 'partial_rotary_factor' {} is not used by {} models in transformers; refusing to guess",
+         label, c.number_or("partial_rotary_factor", 1.0), f.model_type);
+
+  // Layer types: which layers slide, and which RoPE each uses.
+  std::vector<std::string> layer_types(size_t(a.num_layers), "full_attention");
+  int64_t window = 0;
+  if (f.sliding == Sliding::all && c.has("sliding_window")) {
+    window = c.positive("sliding_window", int64_t(1) << 40);
+    std::fill(layer_types.begin(), layer_types.end(), "sliding_attention");
+  } else if (f.sliding == Sliding::layer_types) {
+    const bool qwen = f.model_type == "qwen2" || f.model_type == "qwen3";
+    // Qwen: sliding_window is read only with use_sliding_window (transformers sets it to None
+    // otherwise).
+    const bool enabled = qwen ? c.flag_or("use_sliding_window", false) : true;
+    if (enabled && c.has("sliding_window")) window = c.positive("sliding_window", int64_t(1) << 40);
+    if (c.has("layer_types")) {
+      const auto& lt = config["layer_types"];
+      if (!lt.is_array() || int64_t(lt.size()) != a.num_layers)
+        fail("{}: 'layer_types' must be a list of {} strings", label, a.num_layers);
+      for (size_t i = 0; i < lt.size(); ++i) {
+        if (!lt[i].is_string() || (lt[i] != "full_attention" && lt[i] != "sliding_attention"))
+          fail("{}: 'layer_types'[{}] is {}, not 'full_attention' or 'sliding_attention'", label, i,
+               lt[i].dump());
+        layer_types[i] = lt[i].get<std::string>();
+      }
+    } else if (qwen) {
+      const int64_t first = c.positive_or("max_window_layers", 28, 1 << 20);
+      for (int64_t i = 0; i < a.num_layers; ++i)
+        if (window > 0 && i >= first) layer_types[size_t(i)] = "sliding_attention";
+    } else {
+      const int64_t pattern = c.positive_or("sliding_window_pattern", 6, 1 << 20);
+      for (int64_t i = 0; i < a.num_layers; ++i)
+        if ((i + 1) % pattern != 0) layer_types[size_t(i)] = "sliding_attention";
+    }
+    const bool any_sliding =
+        std::count(layer_types.begin(), layer_types.end(), "sliding_attention") > 0;
+    if (any_sliding && window == 0)
+      fail("{}: 'layer_types' has sliding layers but 'sliding_window' is not set", label);
+    if (qwen && window == 0) std::fill(layer_types.begin(), layer_types.end(), "full_attention");
+  }
+
+  // One RoPE per distinct layer type (a family with local and global RoPE nests them).
+  const std::vector<std::string> rope_types = {"full_attention", "sliding_attention"};
+  const double prf = f.partial_rotary ? c.number_or("partial_rotary_factor", 1.0) : 1.0;
+  const auto params = rope_params(c, rope_types, f);
+  for (size_t i = 0; i < rope_types.size(); ++i)
+    a.ropes.push_back(parse_rope(params[i], f.default_theta, a.head_dim, prf,
+                                 a.max_position_embeddings,
+                                 fmt::format("{} ({})", label, rope_types[i])));
+
+  // Biases.
+  const bool attn_bias = f.reads_attention_bias && c.flag_or("attention_bias", false);
+  const bool mlp_bias = f.reads_mlp_bias && c.flag_or("mlp_bias", false);
 
   const int64_t q_out = a.num_heads * a.head_dim, kv_out = a.num_kv_heads * a.head_dim;
   for (int layer = 0; layer < a.num_layers; ++layer) {
-    const std::string attn = fmt::format("model.layers.{}.self_attn.", layer);
-    const std::string mlp = fmt::format("model.layers.{}.mlp.", layer);
-    auto add = [&](const std::string& prefix, LinearRole role, int64_t in, int64_t out) {
-      a.linears.push_back({prefix + std::string(linear_role_name(role)), layer, role, in, out, -1});
+    LayerSpec spec;
+    spec.slot.fill(-1);
+    const std::string p = fmt::format("model.layers.{}.", layer);
+    const bool sliding = layer_types[size_t(layer)] == "sliding_attention";
+    spec.sliding_window = sliding ? window : 0;
+    spec.rope = sliding ? 1 : 0;
+    switch (f.norms) {
+      case NormPlacement::pre:
+        spec.norms[size_t(NormSlot::attn_in)] = p + "input_layernorm.weight";
+        spec.norms[size_t(NormSlot::mlp_in)] = p + "post_attention_layernorm.weight";
+        break;
+      case NormPlacement::sandwich:
+        spec.norms[size_t(NormSlot::attn_in)] = p + "input_layernorm.weight";
+        spec.norms[size_t(NormSlot::attn_out)] = p + "post_attention_layernorm.weight";
+        spec.norms[size_t(NormSlot::mlp_in)] = p + "pre_feedforward_layernorm.weight";
+        spec.norms[size_t(NormSlot::mlp_out)] = p + "post_feedforward_layernorm.weight";
+        break;
+      case NormPlacement::post:
+        spec.norms[size_t(NormSlot::attn_out)] = p + "post_attention_layernorm.weight";
+        spec.norms[size_t(NormSlot::mlp_out)] = p + "post_feedforward_layernorm.weight";
+        break;
+    }
+    if (f.qk_norm != QkNorm::none) {
+      spec.norms[size_t(NormSlot::q)] = p + "self_attn.q_norm.weight";
+      spec.norms[size_t(NormSlot::k)] = p + "self_attn.k_norm.weight";
+    }
+    // AWQ / SmoothQuant fold their scales into the pre-norm, when it is a plain x * w.
+    const int attn_fold = spec.has(NormSlot::attn_in) && f.norm_style == NormStyle::plain
+                              ? int(NormSlot::attn_in) : -1;
+    const int mlp_fold = spec.has(NormSlot::mlp_in) && f.norm_style == NormStyle::plain
+                             ? int(NormSlot::mlp_in) : -1;
+    auto add = [&](const char* block, LinearRole role, LayerInput input, int64_t in, int64_t out,
+                   bool bias, int fold) {
+      LinearModule m;
+      m.name = p + block + std::string(linear_role_name(role));
+      m.layer = layer;
+      m.role = role;
+      m.input = input;
+      m.in_features = in;
+      m.out_features = out;
+      m.bias = bias;
+      m.fold_norm = fold;
+      m.slot = int(spec.linears.size());
+      spec.slot[size_t(role)] = m.slot;
+      spec.linears.push_back(a.linears.size());
+      a.linears.push_back(std::move(m));
       return a.linears.size() - 1;
     };
-    const size_t q = add(attn, LinearRole::q_proj, a.hidden_size, q_out);
-    const size_t k = add(attn, LinearRole::k_proj, a.hidden_size, kv_out);
-    const size_t v = add(attn, LinearRole::v_proj, a.hidden_size, kv_out);
-    add(attn, LinearRole::o_proj, q_out, a.hidden_size);
-    const size_t g = add(mlp, LinearRole::gate_proj, a.hidden_size, a.intermediate_size);
-    const size_t u = add(mlp, LinearRole::up_proj, a.hidden_size, a.intermediate_size);
-    add(mlp, LinearRole::down_proj, a.intermediate_size, a.hidden_size);
-    for (const auto& members : {std::vector<size_t>{q, k, v}, std::vector<size_t>{g, u}}) {
+    auto fuse = [&](std::vector<size_t> members) {
       for (size_t m : members) a.linears[m].group = int(a.fused_groups.size());
-      a.fused_groups.push_back(members);
+      a.fused_groups.push_back(std::move(members));
+    };
+    if (f.fused_on_disk) {
+      add("self_attn.", LinearRole::qkv_proj, LayerInput::attn_norm, a.hidden_size,
+          q_out + 2 * kv_out, false, attn_fold);
+      add("self_attn.", LinearRole::o_proj, LayerInput::attn_out, q_out, a.hidden_size, false, -1);
+      add("mlp.", LinearRole::gate_up_proj, LayerInput::ffn_norm, a.hidden_size,
+          2 * a.intermediate_size, false, mlp_fold);
+      add("mlp.", LinearRole::down_proj, LayerInput::mlp_act, a.intermediate_size, a.hidden_size,
+          false, -1);
+    } else {
+      const bool qkv_bias = f.qkv_bias_always || attn_bias;
+      const size_t q = add("self_attn.", LinearRole::q_proj, LayerInput::attn_norm, a.hidden_size,
+                           q_out, qkv_bias, attn_fold);
+      const size_t k = add("self_attn.", LinearRole::k_proj, LayerInput::attn_norm, a.hidden_size,
+                           kv_out, qkv_bias, attn_fold);
+      const size_t v = add("self_attn.", LinearRole::v_proj, LayerInput::attn_norm, a.hidden_size,
+                           kv_out, qkv_bias, attn_fold);
+      add("self_attn.", LinearRole::o_proj, LayerInput::attn_out, q_out, a.hidden_size, attn_bias, -1);
+      const size_t g = add("mlp.", LinearRole::gate_proj, LayerInput::ffn_norm, a.hidden_size,
+                           a.intermediate_size, mlp_bias, mlp_fold);
+      const size_t u = add("mlp.", LinearRole::up_proj, LayerInput::ffn_norm, a.hidden_size,
+                           a.intermediate_size, mlp_bias, mlp_fold);
+      add("mlp.", LinearRole::down_proj, LayerInput::mlp_act, a.intermediate_size, a.hidden_size,
+          mlp_bias, -1);
+      fuse({q, k, v});
+      fuse({g, u});
     }
+    a.layers.push_back(std::move(spec));
   }
   return a;
+}
+
+std::string Architecture::describe() const {
+  std::string s = fmt::format("{}: {} layers, hidden {}, {} heads / {} KV heads of {}", model_type,
+                              num_layers, hidden_size, num_heads, num_kv_heads, head_dim);
+  s += fmt::format(", RoPE {}", ropes[0].describe());
+  int64_t window = 0;
+  for (const auto& l : layers) window = std::max(window, l.sliding_window);
+  if (window > 0) s += fmt::format(", sliding window {}", window);
+  return s;
 }
 
 }  // namespace qf

@@ -1,32 +1,85 @@
-// Decoder architectures described as data: from a Hugging Face config.json to the list of
-// Linear modules a checkpoint holds per decoder layer, their shapes, and the groups of modules
-// that engines fuse (q/k/v, gate/up) and that must therefore share scales and decisions.
+// Decoder architectures described as data: from a Hugging Face config.json to per-layer specs
+// (the Linear modules a layer holds, the input each one reads, the norms around the blocks, the
+// attention settings) and the groups of modules that engines fuse (q/k/v, gate/up) and that
+// must therefore share scales and decisions. Tensor-name templates live here only: the engine,
+// calibration, the quantization pipeline, exporters and the inspector iterate these specs.
 #pragma once
+
+#include "model/rope.h"
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace qf {
 
-enum class LinearRole { q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj };
-
+// What a Linear computes in its block. qkv_proj and gate_up_proj are stored fused on disk
+// (Phi-3): one module whose output rows are q, k, v (or gate, up) one after the other.
+enum class LinearRole : uint8_t {
+  q_proj, k_proj, v_proj, qkv_proj, o_proj, gate_proj, up_proj, gate_up_proj, down_proj
+};
+inline constexpr int kLinearRoles = 9;
 std::string_view linear_role_name(LinearRole role);
+
+// The four distinct Linear inputs of a dense decoder layer.
+enum class LayerInput : uint8_t {
+  attn_norm,  // q/k/v: the attention block's input (after its pre-norm, where it has one)
+  attn_out,   // o_proj: the attention output
+  ffn_norm,   // gate/up: the MLP block's input (after its pre-norm, where it has one)
+  mlp_act,    // down_proj: act(gate) * up
+};
+inline constexpr int kLayerInputs = 4;
+
+// The norms a layer may hold, by position.
+enum class NormSlot : uint8_t {
+  attn_in,   // before attention (input_layernorm)
+  attn_out,  // on the attention output, before the residual add (Gemma 3, OLMo 2)
+  mlp_in,    // before the MLP (post_attention_layernorm in Llama)
+  mlp_out,   // on the MLP output, before the residual add (Gemma 3, OLMo 2)
+  q,         // on the queries (per head, or over the whole projection)
+  k,         // on the keys
+};
+inline constexpr int kNormSlots = 6;
+
+enum class NormStyle : uint8_t { plain, one_plus };  // x * w, or x * (1 + w) (Gemma)
+enum class QkNorm : uint8_t { none, per_head, whole };
+enum class Activation : uint8_t { silu, gelu_tanh, gelu };
 
 struct LinearModule {
   std::string name;  // HF module prefix, e.g. "model.layers.3.self_attn.q_proj"
   int layer = 0;
   LinearRole role = LinearRole::q_proj;
+  LayerInput input = LayerInput::attn_norm;
   int64_t in_features = 0;
   int64_t out_features = 0;
-  int group = -1;  // index into Architecture::fused_groups, -1 if not fused
+  int group = -1;     // index into Architecture::fused_groups, -1 if not fused
+  int slot = 0;       // position in its layer's LayerSpec::linears (and LayerWeights::linears)
+  bool bias = false;  // the checkpoint holds `name.bias` [out_features]
+  // The norm whose weight AWQ / SmoothQuant may divide by the input scales (the norm right
+  // before this Linear, in the plain x * w style), or -1 when there is none.
+  int fold_norm = -1;  // a NormSlot
   std::string weight_name() const { return name + ".weight"; }
 };
 
+struct LayerSpec {
+  std::vector<size_t> linears;  // indices into Architecture::linears, in compute order
+  // For each LinearRole, the position in `linears`, or -1.
+  std::array<int, kLinearRoles> slot{};
+  // Tensor names of the norms present (empty: absent).
+  std::array<std::string, kNormSlots> norms;
+  int rope = 0;                // index into Architecture::ropes
+  int64_t sliding_window = 0;  // tokens a query sees, itself included; 0: all earlier tokens
+
+  int slot_of(LinearRole r) const { return slot[size_t(r)]; }
+  bool has(NormSlot s) const { return !norms[size_t(s)].empty(); }
+  const std::string& norm(NormSlot s) const { return norms[size_t(s)]; }
+};
+
 struct Architecture {
-  std::string model_type;  // "llama", "mistral", "qwen2", "qwen3"
+  std::string model_type;  // the family's model_type, e.g. "llama", "gemma3_text"
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
@@ -35,14 +88,29 @@ struct Architecture {
   int64_t head_dim = 0;
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
-  double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
-  bool qk_norm = false;         // Qwen3: RMSNorm on each head of q and k
-  bool attention_bias = false;  // Qwen2: bias on q/k/v
 
-  std::vector<LinearModule> linears;           // layer by layer, q,k,v,o,gate,up,down
+  // The math around the Linears.
+  NormStyle norm_style = NormStyle::plain;
+  QkNorm qk_norm = QkNorm::none;
+  Activation activation = Activation::silu;
+  float embedding_scale = 1.f;   // token embeddings are multiplied by it (Gemma: sqrt(hidden))
+  float attention_scale = 0.f;   // q.k multiplier (head_dim^-0.5 unless the family sets it)
+  float residual_scale = 1.f;    // block outputs are multiplied by it before the add (Granite)
+  float logits_divisor = 1.f;    // logits are divided by it (Granite logits_scaling)
+  float attn_softcap = 0.f;      // tanh soft-capping of attention scores; 0: none
+  float final_softcap = 0.f;     // of the logits; 0: none
+
+  std::vector<RopeSpec> ropes;   // one per distinct layer type (Gemma 3: local and global)
+  std::vector<LayerSpec> layers;
+  std::vector<LinearModule> linears;              // layer by layer, in compute order
   std::vector<std::vector<size_t>> fused_groups;  // indices into `linears`
+
+  // Tensor names outside the layers.
+  std::string embed_name = "model.embed_tokens.weight";
+  std::string final_norm_name = "model.norm.weight";
+  std::string head_name = "lm_head.weight";
 
   // Modules that are never quantized by default and are always listed as excluded in an
   // exported quantization config (the output head and the embedding).
@@ -51,8 +119,12 @@ struct Architecture {
   }
 
   // Builds the description from a parsed config.json. Throws qf::Error starting with `label`
-  // for an unsupported architecture or a missing/invalid field.
+  // for an unsupported architecture, a missing or invalid field, or a field that changes the
+  // math in a way this code does not compute (naming the field and its value).
   static Architecture from_config(const nlohmann::json& config, const std::string& label);
+
+  // A short description of the features a model uses, for summaries and errors.
+  std::string describe() const;
 };
 
 // Names of the supported model types, for messages.

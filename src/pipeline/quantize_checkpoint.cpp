@@ -260,6 +260,11 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
     fail("--group-size applies to int4 only ({} has a fixed block of {})", info.name, info.block);
 
   const AlgoModes modes = check_options(options, info);
+  if (options.kv_fp8)
+    for (const auto& l : arch.layers)
+      if (l.slot_of(LinearRole::k_proj) < 0)
+        fail("{}: --kv-cache fp8 needs separate k_proj / v_proj modules to carry the scales; "
+             "this {} checkpoint fuses them (qkv_proj)", model_dir.string(), arch.model_type);
   const bool awq = modes.awq, local_hessian = modes.local_hessian, gptq = modes.gptq;
   const bool smoothquant_algo = modes.smoothquant, data_algo = modes.data_algo;
   const bool calibrate = modes.calibrate, per_tensor = modes.per_tensor;
@@ -292,10 +297,11 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
                    int4_channel ? int(m.in_features) : block, e.dtype};
     exported[i].act = options.activations;
     exported[i].per_tensor = per_tensor;
-    // AWQ scales of o_proj / down_proj cannot be folded into a norm: ModelOpt exports them;
-    // compressed-tensors has no such tensor, so those two are quantized with max there.
-    exported[i].pre_quant_scale = awq && options.export_format == ExportFormat::modelopt &&
-                                  (m.role == LinearRole::o_proj || m.role == LinearRole::down_proj);
+    // AWQ scales of a Linear with no foldable norm before it (o_proj, down_proj; every Linear
+    // of post-norm families) go out as pre_quant_scale in ModelOpt; compressed-tensors has no
+    // such tensor, so those are quantized with max there.
+    exported[i].pre_quant_scale =
+        awq && options.export_format == ExportFormat::modelopt && m.fold_norm < 0;
     // SmoothQuant: ModelOpt keeps every Linear's pre_quant_scale as a tensor (specs §4.3);
     // compressed-tensors folds q/k/v and gate/up scales into the norms (llm-compressor) and
     // leaves o_proj / down_proj unsmoothed.
@@ -619,7 +625,7 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       for (size_t i = 0; i < arch.linears.size(); ++i)
         if (arch.linears[i].layer == l) {
           in_layer.push_back(i);
-          act_amax[i] = cap.input(layer_input_of(arch.linears[i].role)).input_amax;
+          act_amax[i] = cap.input(arch.linears[i].input).input_amax;
         }
       if (!precompute) return nullptr;
       std::set<size_t> done;
@@ -629,11 +635,9 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
         std::vector<size_t> members = {i};
         if (m.group >= 0) members = arch.fused_groups[size_t(m.group)];
         for (size_t k : members) done.insert(k);
-        const LayerInput in = layer_input_of(m.role);
-        const std::string norm = in == LayerInput::attn_norm ? p + "input_layernorm.weight"
-                                 : in == LayerInput::ffn_norm ? p + "post_attention_layernorm.weight"
-                                                              : std::string();
-        quantize_group(members, cap.input(in), norm);
+        const std::string norm =
+            m.fold_norm >= 0 ? arch.layers[size_t(l)].norm(NormSlot(m.fold_norm)) : std::string();
+        quantize_group(members, cap.input(m.input), norm);
       }
       cap = LayerCapture{};  // X^T X and samples are no longer needed
       if (!options.calib_quantized_inputs) {
@@ -643,17 +647,14 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
       }
       // The layer with fake-quantized weights (and folded norms) advances the hidden states.
       replaced = model->weights().layers[size_t(l)];
-      if (auto it = vector_override.find(p + "input_layernorm.weight"); it != vector_override.end())
-        replaced.attn_norm = it->second;
-      if (auto it = vector_override.find(p + "post_attention_layernorm.weight");
-          it != vector_override.end())
-        replaced.ffn_norm = it->second;
-      EngineLinear* slots[] = {&replaced.q, &replaced.k, &replaced.v, &replaced.o,
-                               &replaced.gate, &replaced.up, &replaced.down};
+      const LayerSpec& spec = arch.layers[size_t(l)];
+      for (int s = 0; s < kNormSlots; ++s)
+        if (auto it = vector_override.find(spec.norms[size_t(s)]); it != vector_override.end())
+          replaced.norms[size_t(s)] = it->second;  // only plain x * w norms absorb scales
       for (size_t i : in_layer) {
         auto it = precomputed.find(i);
         if (it == precomputed.end()) continue;
-        EngineLinear& L = *slots[size_t(arch.linears[i].role)];
+        EngineLinear& L = replaced.linears[size_t(arch.linears[i].slot)];
         auto w = std::make_shared<std::vector<float>>(size_t(it->second.q.rows * it->second.q.cols));
         dequantize(it->second.q, w->data());
         L.w = LinearWeight{};

@@ -37,11 +37,6 @@ WeightRows weight_of(const Model& model, const LinearModule& m) {
   return WeightRows{v.data, v.dtype, v.rows(), v.cols()};
 }
 
-EngineLinear* slot(LayerWeights& L, LinearRole r) {
-  EngineLinear* slots[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
-  return slots[size_t(r)];
-}
-
 // x [n, vocab] -> log-softmax in place.
 void log_softmax_rows(float* x, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i) {
@@ -90,7 +85,7 @@ double AssignmentKl::operator()(const Assignment& assignment) {
       it = replaced.emplace(m.layer, model_.weights().layers[size_t(m.layer)]).first;
     const WeightRows w = weight_of(model_, m);
     auto data = std::make_shared<std::vector<float>>(fake_quantize_choice(w, c.format, amax, pool));
-    EngineLinear& L = *slot(it->second, m.role);
+    EngineLinear& L = it->second.linears[size_t(m.slot)];
     L.w = LinearWeight{};
     L.w.format = WeightFormat::f32;
     L.w.rows = w.rows;
@@ -168,7 +163,7 @@ SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
       std::vector<const LinearStats*> st;
       for (size_t i : unit.linears) {
         w.push_back(weight_of(*model, a.linears[i]));
-        st.push_back(&cap.input(layer_input_of(a.linears[i].role)));
+        st.push_back(&cap.input(a.linears[i].input));
       }
       r.proxy[u] = proxy_unit_scores(unit, w, st, model->pool());
       // Every error of layer l ends up in the residual stream h_{l+1}, which all later layers

@@ -134,16 +134,22 @@ ModelBudgetInfo ModelBudgetInfo::from_architecture(const Architecture& arch,
                                                    uint64_t quantizable_numel, int dtype_size) {
   ModelBudgetInfo info;
   const uint64_t ds = uint64_t(dtype_size);
-  const uint64_t L = uint64_t(arch.num_layers), h = uint64_t(arch.hidden_size);
+  const uint64_t h = uint64_t(arch.hidden_size);
   const uint64_t hd = uint64_t(arch.head_dim), vocab = uint64_t(arch.vocab_size);
   info.quantizable_numel = quantizable_numel;
   info.original_linear_bytes = quantizable_numel * ds;
   info.bf16_linear_bytes = quantizable_numel * 2;
   // Elements of the small tensors every layer keeps in float: norms, q/k norms, biases.
-  uint64_t small = (2 * L + 1) * h;
-  if (arch.qk_norm) small += 2 * L * hd;
-  if (arch.attention_bias)
-    small += L * (uint64_t(arch.num_heads) + 2 * uint64_t(arch.num_kv_heads)) * hd;
+  uint64_t small = h;  // the final norm
+  for (const LayerSpec& layer : arch.layers)
+    for (int s = 0; s < kNormSlots; ++s) {
+      if (!layer.has(NormSlot(s))) continue;
+      const bool qk = NormSlot(s) == NormSlot::q || NormSlot(s) == NormSlot::k;
+      const uint64_t heads = uint64_t(NormSlot(s) == NormSlot::q ? arch.num_heads : arch.num_kv_heads);
+      small += !qk ? h : arch.qk_norm == QkNorm::per_head ? hd : heads * hd;
+    }
+  for (const LinearModule& m : arch.linears)
+    if (m.bias) small += uint64_t(m.out_features);
   const uint64_t embed = vocab * h;
   const uint64_t head = arch.tie_word_embeddings ? 0 : vocab * h;
   info.fixed_bytes = (embed + head + small) * ds;

@@ -83,9 +83,11 @@ TEST_P(MixedExport, LoadsAndStaysClose) {
   ModelOptions mo;
   mo.threads = 2;
   const auto model = Model::load(dir / "out", mo);
-  EXPECT_EQ(model->weights().layers[1].q.w.format, WeightFormat::fp8);
-  EXPECT_EQ(model->weights().layers[1].o.w.format, WeightFormat::nvfp4);
-  EXPECT_NE(model->weights().layers[0].down.w.format, WeightFormat::nvfp4);
+  const auto& spec = model->arch().layers;
+  const auto& layers = model->weights().layers;
+  EXPECT_EQ(layers[1].linear(spec[1], LinearRole::q_proj).w.format, WeightFormat::fp8);
+  EXPECT_EQ(layers[1].linear(spec[1], LinearRole::o_proj).w.format, WeightFormat::nvfp4);
+  EXPECT_NE(layers[0].linear(spec[0], LinearRole::down_proj).w.format, WeightFormat::nvfp4);
   const auto kl = eval_kl(name, dir / "out");
   ASSERT_TRUE(kl.contains("kl_mean"));
   EXPECT_TRUE(std::isfinite(kl["kl_mean"].get<double>()));
@@ -152,9 +154,11 @@ TEST_P(MixedExport, Int4PerChannelAndMxfp4InTheMix) {
   ModelOptions mo;
   mo.threads = 2;
   const auto model = Model::load(dir / "out", mo);
-  EXPECT_EQ(model->weights().layers[1].up.w.format, WeightFormat::mxfp4);
+  const auto& spec = model->arch().layers[1];
+  const auto& layer = model->weights().layers[1];
+  EXPECT_EQ(layer.linear(spec, LinearRole::up_proj).w.format, WeightFormat::mxfp4);
   if (down_fits) {
-    EXPECT_EQ(model->weights().layers[1].down.w.group, int(inter));
+    EXPECT_EQ(layer.linear(spec, LinearRole::down_proj).w.group, int(inter));
   }
   const auto kl = eval_kl(name, dir / "out");
   ASSERT_TRUE(kl.contains("kl_mean"));

@@ -300,7 +300,7 @@ TEST_P(SmoothQuantE2E, EngineLoadsBothExportsAsW8A8) {
                                  : "modelopt W8A8_SQ_PER_CHANNEL");
     const Checkpoint c = Checkpoint::open(out);
     for (const LayerWeights& l : w.layers)
-      for (const EngineLinear* L : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      for (const EngineLinear* L = l.linears.data(); L != l.linears.data() + l.linears.size(); ++L) {
         SCOPED_TRACE(L->name);
         EXPECT_EQ(L->act, ActQuant::int8);
         EXPECT_EQ(L->input_scale, load(c, L->name + ".input_scale").v.at(0));

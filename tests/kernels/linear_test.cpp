@@ -312,7 +312,8 @@ TEST(KernelOps, RmsNormRopeSoftmax) {
   EXPECT_FLOAT_EQ(y[0], 1 * inv);
   EXPECT_FLOAT_EQ(y[3], 8 * inv);
 
-  RopeTable rope(4, 8, 10000.0);
+  RopeRows rope;
+  rope.compute({1.0f, 0.01f}, 1.0f, 0, 8);  // head_dim 4, theta 10000
   float h[4] = {1, 0, 0, 0};  // pairs (0, 2) and (1, 3)
   rope.apply(h, 0);
   EXPECT_FLOAT_EQ(h[0], 1.f);

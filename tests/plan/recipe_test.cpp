@@ -106,7 +106,7 @@ TEST(Recipe, SaveLoadRoundTrip) {
   Assignment a;
   for (const LinearModule& lm : arch.linears) {
     ModuleChoice mc;
-    switch (lm.layer * 7 + int(lm.role)) {
+    switch (lm.layer * 7 + lm.slot) {
       case 3: mc.format = FormatChoice::of(Format::fp8); mc.algo = "mse"; break;
       case 6: mc.format = FormatChoice::of(Format::int4, 32); mc.algo = "gptq";
               mc.options = {{"damp", 0.05}, {"block", 64}}; break;

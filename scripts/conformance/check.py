@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Independent re-implementation of the conformance cases (torch float64, NO transformers import).
+
+Reads only config.json + model.safetensors of each case in tests/data/conformance/, runs the forward
+pass as documented in README.md, and checks it against reference.safetensors / reference.json: file
+format (names, dtypes, shapes), logits, nll, ppl and the informational rope_* tensors. It doubles as a
+compact, readable spec of the semantics the C++ engine must reproduce; generate.sh runs it after
+generating.
+
+  python check.py [DIR] [--tol 1e-4]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+def rope_params_by_layer_type(cfg):
+    """{layer_type or "all": rope params}, from either the transformers-5 or the 4.x config layout."""
+    if "rope_parameters" in cfg:  # v5
+        rp = cfg["rope_parameters"]
+        return dict(rp) if "full_attention" in rp else {"all": dict(rp)}
+    scaling = dict(cfg.get("rope_scaling") or {})  # v4
+    rtype = scaling.pop("rope_type", None) or scaling.pop("type", None) or "default"
+    if "rope_local_base_freq" in cfg:  # Gemma 3: rope_scaling applies to full-attention layers only
+        return {
+            "full_attention": {"rope_type": rtype, "rope_theta": cfg["rope_theta"], **scaling},
+            "sliding_attention": {"rope_type": "default", "rope_theta": cfg["rope_local_base_freq"]},
+        }
+    p = {"rope_type": rtype, "rope_theta": cfg["rope_theta"], **scaling}
+    if "partial_rotary_factor" in cfg:
+        p["partial_rotary_factor"] = cfg["partial_rotary_factor"]
+    return {"all": p}
+
+
+def layer_types(cfg):
+    n, mt = cfg["num_hidden_layers"], cfg["model_type"]
+    if "layer_types" in cfg:
+        return cfg["layer_types"]
+    if mt == "gemma3_text":  # layer i slides iff (i+1) % pattern != 0
+        return ["sliding_attention" if (i + 1) % cfg["sliding_window_pattern"] else "full_attention" for i in range(n)]
+    if mt in ("qwen2", "qwen3"):  # slides iff use_sliding_window and i >= max_window_layers
+        slide = cfg.get("use_sliding_window") and cfg.get("sliding_window") is not None
+        return ["sliding_attention" if slide and i >= cfg["max_window_layers"] else "full_attention" for i in range(n)]
+    if mt == "mistral" and cfg.get("sliding_window"):
+        return ["sliding_attention"] * n
+    return ["full_attention"] * n
+
+
+# ------------------------------------------------------------------------------------------------- rope
+
+
+def rope_inv_freq(cfg, p, seq_len):
+    """(inv_freq [rot_dim/2], attention_factor, rot_dim) for one rope parameter dict.
+
+    seq_len = max(position_ids)+1 of the forward (T here); only 'dynamic' and 'longrope' use it."""
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    dim = int(head_dim * p.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+    base, rtype = p["rope_theta"], p["rope_type"]
+    expo = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i/dim
+    attn_factor = 1.0
+    if rtype == "default":
+        inv = base**-expo
+    elif rtype == "linear":
+        inv = base**-expo / p["factor"]
+    elif rtype == "dynamic":  # NTK: original length is max_position_embeddings
+        mpe = cfg["max_position_embeddings"]
+        s = max(seq_len, mpe)
+        inv = (base * ((p["factor"] * s / mpe) - (p["factor"] - 1)) ** (dim / (dim - 2))) ** -expo
+    elif rtype == "llama3":
+        inv = base**-expo
+        old = p["original_max_position_embeddings"]
+        low_wl, high_wl = old / p["low_freq_factor"], old / p["high_freq_factor"]
+        wl = 2 * math.pi / inv
+        scaled = torch.where(wl > low_wl, inv / p["factor"], inv)
+        smooth = (old / wl - p["low_freq_factor"]) / (p["high_freq_factor"] - p["low_freq_factor"])
+        medium = (wl >= high_wl) & (wl <= low_wl)
+        inv = torch.where(medium, (1 - smooth) * scaled / p["factor"] + smooth * scaled, scaled)
+    elif rtype == "yarn":
+        factor, old = p["factor"], p["original_max_position_embeddings"]
+
+        def mscale(s, m=1.0):
+            return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+
+        attn_factor = p.get("attention_factor")
+        if attn_factor is None:
+            if p.get("mscale") and p.get("mscale_all_dim"):
+                attn_factor = mscale(factor, p["mscale"]) / mscale(factor, p["mscale_all_dim"])
+            else:
+                attn_factor = mscale(factor)
+        beta_fast, beta_slow = p.get("beta_fast") or 32, p.get("beta_slow") or 1
+
+        def corr_dim(rot):
+            return dim * math.log(old / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
+        if p.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        extrap = 1 - ramp  # 1 -> keep original frequency, 0 -> divide by factor
+        pos_freq = base**expo
+        inv = (1 / (factor * pos_freq)) * (1 - extrap) + (1 / pos_freq) * extrap
+    elif rtype == "longrope":  # Phi-3: top-level original_max_position_embeddings wins
+        old = cfg.get("original_max_position_embeddings", p.get("original_max_position_embeddings"))
+        factor = p.get("factor") or cfg["max_position_embeddings"] / old
+        attn_factor = p.get("attention_factor")
+        if attn_factor is None:
+            attn_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(old))
+        ext = torch.tensor(p["long_factor"] if seq_len > old else p["short_factor"], dtype=torch.float64)
+        inv = 1 / (ext * base**expo)
+    else:
+        raise ValueError(rtype)
+    return inv, attn_factor, dim
+
+
+def apply_rope(x, inv, attn_factor, dim, pos):
+    """NeoX rotate_half over the first `dim` features of each head; the rest passes through."""
+    ang = pos[:, None].double() * inv[None]
+    cos = torch.cat([ang.cos(), ang.cos()], -1) * attn_factor
+    sin = torch.cat([ang.sin(), ang.sin()], -1) * attn_factor
+    xr, xpass = x[..., :dim], x[..., dim:]
+    half = dim // 2
+    rotated = torch.cat([-xr[..., half:], xr[..., :half]], -1)
+    return torch.cat([xr * cos + rotated * sin, xpass], -1)
+
+
+def rms_norm(x, w, eps, zero_centred=False):
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x * ((1 + w) if zero_centred else w)
+
+
+# ---------------------------------------------------------------------------------------------- forward
+
+
+def forward(cfg, W, ids):
+    T = len(ids)
+    pos = torch.arange(T)
+    mt = cfg["model_type"]
+    gemma, olmo2, granite = mt == "gemma3_text", mt == "olmo2", mt == "granite"
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // H
+    eps = cfg["rms_norm_eps"]
+    rope = rope_params_by_layer_type(cfg)
+    types = layer_types(cfg)
+
+    def norm(x, name):
+        return rms_norm(x, W[name], eps, zero_centred=gemma)
+
+    x = W["model.embed_tokens.weight"][ids]
+    if gemma:
+        x = x * math.sqrt(cfg["hidden_size"])
+    if granite:
+        x = x * cfg["embedding_multiplier"]
+    if gemma:
+        scale = cfg["query_pre_attn_scalar"] ** -0.5
+    elif granite:
+        scale = cfg["attention_multiplier"]
+    else:
+        scale = hd**-0.5
+    resid_mult = cfg.get("residual_multiplier", 1.0) if granite else 1.0
+
+    def act(z):
+        return F.gelu(z, approximate="tanh") if gemma else F.silu(z)
+
+    for layer in range(cfg["num_hidden_layers"]):
+        P = f"model.layers.{layer}."
+
+        def lin(h, name):
+            out = h @ W[P + name + ".weight"].T
+            return out + W[P + name + ".bias"] if P + name + ".bias" in W else out
+
+        lt = types[layer]
+        inv, af, rot_dim = rope_inv_freq(cfg, rope.get(lt, rope.get("all")), T)
+
+        # --- attention
+        h = x if olmo2 else norm(x, P + "input_layernorm.weight")  # OLMo 2 has no pre-norm
+        if P + "self_attn.qkv_proj.weight" in W:  # Phi-3 fused [q; k; v]
+            q, k, v = lin(h, "self_attn.qkv_proj").split([H * hd, KV * hd, KV * hd], -1)
+        else:
+            q, k, v = lin(h, "self_attn.q_proj"), lin(h, "self_attn.k_proj"), lin(h, "self_attn.v_proj")
+        if olmo2:  # q_norm/k_norm over the whole projection, before the head split
+            q = rms_norm(q, W[P + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, W[P + "self_attn.k_norm.weight"], eps)
+        q = q.view(T, H, hd).transpose(0, 1)
+        k = k.view(T, KV, hd).transpose(0, 1)
+        v = v.view(T, KV, hd).transpose(0, 1)
+        if not olmo2 and P + "self_attn.q_norm.weight" in W:  # Qwen3 / Gemma 3: per head, over head_dim
+            q = norm(q, P + "self_attn.q_norm.weight")
+            k = norm(k, P + "self_attn.k_norm.weight")
+        q = apply_rope(q, inv, af, rot_dim, pos)
+        k = apply_rope(k, inv, af, rot_dim, pos)
+        k = k.repeat_interleave(H // KV, 0)  # GQA: query head j uses kv head j // (H/KV)
+        v = v.repeat_interleave(H // KV, 0)
+        scores = q @ k.transpose(1, 2) * scale
+        mask = pos[None, :] <= pos[:, None]
+        if lt == "sliding_attention":  # keys k with q - window < k <= q
+            mask &= pos[None, :] > pos[:, None] - cfg["sliding_window"]
+        attn = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        a = lin(attn.transpose(0, 1).reshape(T, H * hd), "self_attn.o_proj")
+        if gemma or olmo2:
+            a = norm(a, P + "post_attention_layernorm.weight")
+        x = x + a * resid_mult
+
+        # --- MLP
+        if olmo2:
+            h = x
+        elif gemma:
+            h = norm(x, P + "pre_feedforward_layernorm.weight")
+        else:
+            h = norm(x, P + "post_attention_layernorm.weight")  # Llama naming: the pre-MLP norm
+        if P + "mlp.gate_up_proj.weight" in W:  # Phi-3 fused [gate; up]
+            gate, up = lin(h, "mlp.gate_up_proj").chunk(2, -1)
+        else:
+            gate, up = lin(h, "mlp.gate_proj"), lin(h, "mlp.up_proj")
+        m = lin(act(gate) * up, "mlp.down_proj")
+        if gemma or olmo2:
+            m = norm(m, P + "post_feedforward_layernorm.weight")
+        x = x + m * resid_mult
+
+    x = norm(x, "model.norm.weight")
+    logits = x @ W.get("lm_head.weight", W["model.embed_tokens.weight"]).T  # tied: embed_tokens
+    if granite:
+        logits = logits / cfg["logits_scaling"]
+    if cfg.get("final_logit_softcapping") or cfg.get("attn_logit_softcapping"):
+        raise NotImplementedError("logit softcapping is not exercised by these cases")
+    return logits
+
+
+# ------------------------------------------------------------------------------------------------ check
+
+
+def check_format(d):
+    with safe_open(os.path.join(d, "reference.safetensors"), "pt") as f:
+        meta = {k: (f.get_slice(k).get_dtype(), f.get_slice(k).get_shape()) for k in f.keys()}
+    T, P = meta["input_ids"][1][0], meta["positions"][1][0]
+    assert meta["input_ids"] == ("I32", [T]), meta["input_ids"]
+    assert meta["positions"] == ("I32", [P]), meta["positions"]
+    assert meta["logits"][0] == "F32" and meta["logits"][1][0] == P, meta["logits"]
+    assert meta["nll"] == ("F32", [T - 1]), meta["nll"]
+    with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            assert f.get_slice(k).get_dtype() == "BF16", k
+
+
+def check_case(root, case):
+    d = os.path.join(root, case)
+    check_format(d)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    with open(os.path.join(d, "reference.json")) as f:
+        meta = json.load(f)
+    W = {k: v.double() for k, v in load_file(os.path.join(d, "model.safetensors")).items()}
+    ref = load_file(os.path.join(d, "reference.safetensors"))
+    ids = ref["input_ids"].long()
+    T = len(ids)
+    assert T == meta["T"]
+
+    logits = forward(cfg, W, ids)
+    err = (logits[ref["positions"].long()] - ref["logits"].double()).abs().max().item()
+    nll = -logits.log_softmax(-1)[:-1].gather(1, ids[1:, None]).squeeze(1)
+    nll_err = (nll - ref["nll"].double()).abs().max().item()
+    ppl = math.exp(nll.mean().item())
+    ppl_err = abs(ppl - meta["ppl"]) / meta["ppl"]
+
+    rope = rope_params_by_layer_type(cfg)
+    rope_err = 0.0
+    for key, val in ref.items():
+        if key.startswith("rope_inv_freq"):
+            lt = key[len("rope_inv_freq_"):] or "all"
+            inv, af, _ = rope_inv_freq(cfg, rope[lt], T)
+            rope_err = max(rope_err, ((inv - val.double()).abs() / inv).max().item())
+            rope_err = max(rope_err, abs(af - ref[key.replace("inv_freq", "attention_scaling")].item()))
+    print(f"{case:22s} logits {err:.2e}  nll {nll_err:.2e}  rope {rope_err:.1e}  ppl {ppl:.4f} (ref {meta['ppl']:.4f})")
+    return max(err, nll_err, rope_err, ppl_err)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    default = os.path.normpath(os.path.join(here, "..", "..", "tests", "data", "conformance"))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", nargs="?", default=default)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    cases = sorted(c for c in os.listdir(args.dir) if os.path.isfile(os.path.join(args.dir, c, "reference.json")))
+    if not cases:
+        sys.exit(f"no cases in {args.dir}")
+    worst = max(check_case(args.dir, c) for c in cases)
+    if worst > args.tol:
+        sys.exit(f"FAILED: worst error {worst:.3g} > tol {args.tol:g}")
+    print(f"{len(cases)} cases agree with the independent float64 implementation (worst {worst:.2e} <= {args.tol:g})")
+
+
+if __name__ == "__main__":
+    main()

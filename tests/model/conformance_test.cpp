@@ -1,0 +1,180 @@
+// The engine against transformers on tiny random models of every supported family and config
+// variant (tests/data/conformance, made by scripts/conformance/generate.sh): logits at the
+// stored positions and the perplexity of one 256-token window, with the weights as stored
+// (BF16) and converted to F32.
+#include "core/error.h"
+#include "core/numeric.h"
+#include "engine/model.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+#include "kernels/linear.h"
+#include "model/architecture.h"
+#include "test_util.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+namespace qf {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path conformance_dir() { return fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance"; }
+
+std::vector<std::string> cases() {
+  std::vector<std::string> out;
+  if (!fs::exists(conformance_dir())) return out;
+  for (const auto& e : fs::directory_iterator(conformance_dir()))
+    if (fs::exists(e.path() / "reference.json")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <typename T>
+std::vector<T> tensor(const SafetensorsFile& f, const std::string& name) {
+  const SafetensorsEntry* e = f.find(name);
+  if (!e) throw std::runtime_error("reference tensor missing: " + name);
+  const TensorView v = f.view(*e);
+  std::vector<T> out(size_t(v.numel()));
+  std::memcpy(out.data(), v.data, out.size() * sizeof(T));
+  return out;
+}
+
+// A copy of the case with every BF16 tensor widened to F32.
+void write_f32_copy(const fs::path& src, const fs::path& dst) {
+  fs::create_directories(dst);
+  fs::copy_file(src / "config.json", dst / "config.json");
+  const SafetensorsFile in = SafetensorsFile::open(src / "model.safetensors");
+  std::vector<TensorSpec> specs;
+  for (const auto& e : in.tensors()) specs.push_back({e.name, DType::F32, e.shape});
+  SafetensorsWriter out(dst / "model.safetensors", specs);
+  for (const auto& e : in.tensors()) {
+    const TensorView v = in.view(e);
+    std::vector<float> f(size_t(v.numel()));
+    for (size_t i = 0; i < f.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, v.data + 2 * i, 2);
+      f[i] = bf16_to_f32(h);
+    }
+    out.write(e.name, std::as_bytes(std::span(f)));
+  }
+  out.finish();
+}
+
+struct Result {
+  double ppl = 0;
+  double max_logit_diff = 0;
+};
+
+Result run_case(const fs::path& model_dir, const fs::path& case_dir) {
+  const SafetensorsFile ref = SafetensorsFile::open(case_dir / "reference.safetensors");
+  const auto ids = tensor<int32_t>(ref, "input_ids");
+  const auto positions = tensor<int32_t>(ref, "positions");
+  const auto logits_ref = tensor<float>(ref, "logits");
+  ModelOptions mo;
+  mo.threads = 2;
+  auto model = Model::load(model_dir, mo);
+  const int64_t T = int64_t(ids.size()), V = model->vocab_size();
+  std::vector<float> logits(size_t(T * V));
+  model->forward(ids, 0, logits.data(), true);
+  Result r;
+  double nll = 0;
+  for (int64_t t = 0; t + 1 < T; ++t) {
+    const float* row = logits.data() + t * V;
+    const float mx = *std::max_element(row, row + V);
+    double s = 0;
+    for (int64_t v = 0; v < V; ++v) s += std::exp(double(row[v]) - double(mx));
+    nll += -(double(row[ids[size_t(t + 1)]]) - double(mx) - std::log(s));
+  }
+  r.ppl = std::exp(nll / double(T - 1));
+  for (size_t p = 0; p < positions.size(); ++p)
+    for (int64_t v = 0; v < V; ++v)
+      r.max_logit_diff = std::max(r.max_logit_diff,
+                                  std::fabs(double(logits[size_t(positions[p] * V + v)]) -
+                                            double(logits_ref[p * size_t(V) + size_t(v)])));
+  return r;
+}
+
+// The RoPE inverse frequencies and cos/sin factor transformers used in the reference forward
+// (after its dynamic / LongRoPE update for T tokens): bit for bit, except that torch's float32
+// pow (SLEEF, within 1 ulp) can differ from the C library's by one ulp for a base that is not
+// an integer (dynamic NTK rescales the base).
+TEST(ConformanceRope, InverseFrequenciesAreTransformersBits) {
+  for (const std::string& name : cases()) {
+    SCOPED_TRACE(name);
+    const fs::path dir = conformance_dir() / name;
+    std::ifstream cf(dir / "config.json");
+    const Architecture a = Architecture::from_config(nlohmann::json::parse(cf), name);
+    const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors");
+    const int64_t T = int64_t(tensor<int32_t>(ref, "input_ids").size());
+    const bool per_type = ref.find("rope_inv_freq_full_attention") != nullptr;
+    for (size_t r = 0; r < (per_type ? 2u : 1u); ++r) {
+      const std::string suffix = per_type ? (r == 0 ? "_full_attention" : "_sliding_attention") : "";
+      const auto want = tensor<float>(ref, "rope_inv_freq" + suffix);
+      const auto scaling = tensor<float>(ref, "rope_attention_scaling" + suffix);
+      const auto got = a.ropes[r].inv_freq(T);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        int32_t a_bits, b_bits;
+        std::memcpy(&a_bits, &got[i], 4);
+        std::memcpy(&b_bits, &want[i], 4);
+        if (a.ropes[r].type == RopeType::dynamic)
+          EXPECT_LE(std::abs(a_bits - b_bits), 1) << "inv_freq[" << i << "]";
+        else
+          EXPECT_EQ(got[i], want[i]) << "inv_freq[" << i << "]";
+      }
+      EXPECT_EQ(float(a.ropes[r].attention_factor), scaling.at(0));
+    }
+  }
+}
+
+double reference_ppl(const fs::path& case_dir) {
+  std::ifstream f(case_dir / "reference.json");
+  return nlohmann::json::parse(f).at("ppl").get<double>();
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {};
+
+// F32 weights: the exact float path. PPL within 1e-5 relative, logits within 1e-4.
+TEST_P(Conformance, F32MatchesTransformers) {
+  const fs::path dir = conformance_dir() / GetParam();
+  test::ScratchDir scratch;
+  write_f32_copy(dir, scratch.path());
+  const Result r = run_case(scratch.path(), dir);
+  const double want = reference_ppl(dir);
+  RecordProperty("ppl_rel_diff", fmt::format("{:.3g}", std::fabs(r.ppl / want - 1)));
+  RecordProperty("max_logit_diff", fmt::format("{:.3g}", r.max_logit_diff));
+  std::printf("[conformance] %-22s F32  ppl %.6f ref %.6f rel %.2e max|dlogit| %.2e\n",
+              GetParam().c_str(), r.ppl, want, std::fabs(r.ppl / want - 1), r.max_logit_diff);
+  EXPECT_LE(std::fabs(r.ppl / want - 1), 1e-5);
+  EXPECT_LE(r.max_logit_diff, 1e-4);
+}
+
+// BF16 weights as stored: the default (fast) kernels round prefill activations to BF16, so
+// PPL within 1e-3; the precise kernels compute the same float math as F32.
+TEST_P(Conformance, Bf16MatchesTransformers) {
+  const fs::path dir = conformance_dir() / GetParam();
+  const double want = reference_ppl(dir);
+  const Result fast = run_case(dir, dir);
+  std::printf("[conformance] %-22s BF16 ppl %.6f ref %.6f rel %.2e max|dlogit| %.2e\n",
+              GetParam().c_str(), fast.ppl, want, std::fabs(fast.ppl / want - 1),
+              fast.max_logit_diff);
+  EXPECT_LE(std::fabs(fast.ppl / want - 1), 1e-3);
+  set_precise_kernels(true);
+  const Result exact = run_case(dir, dir);
+  set_precise_kernels(false);
+  EXPECT_LE(std::fabs(exact.ppl / want - 1), 1e-5);
+  EXPECT_LE(exact.max_logit_diff, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Conformance, ::testing::ValuesIn(cases()),
+                         [](const auto& param_info) { return param_info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Conformance);
+
+}  // namespace
+}  // namespace qf
