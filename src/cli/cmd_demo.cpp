@@ -60,7 +60,8 @@ void register_demo(CLI::App& app, Action& run) {
       QuantizeOptions q;
       q.format = *parse_format(args->format);
       q.force = true;
-      const QuantizeReport r = quantize_checkpoint(root / "model-bf16", root / "model-quantized", q);
+      const QuantizeReport r = quantize_checkpoint(SourceModel::open(root / "model-bf16"),
+                                                   root / "model-quantized", q);
       fmt::print("2. quantized it to {} (ModelOpt Hugging Face format):\n", args->format);
       print_quantize_summary(r);
 

@@ -185,8 +185,9 @@ void register_quantize(CLI::App& app, Action& run) {
       o.calib.files.assign(args->calib_files.begin(), args->calib_files.end());
       o.calib_quantized_inputs = args->calib_quantized_inputs;
       o.smoothquant_alpha = args->smoothquant_alpha;
-      apply_plan(*plan, o, args->model, args->quiet);
-      const QuantizeReport r = quantize_checkpoint(args->model, args->out, o);
+      const SourceModel source = SourceModel::open(args->model);
+      apply_plan(*plan, o, source, args->quiet);
+      const QuantizeReport r = quantize_checkpoint(source, args->out, o);
       if (!args->quiet)
         for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);
       if (args->json) fmt::print("{}\n", quantize_report_json(r));

@@ -74,7 +74,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
       o.proxy_rows = args->proxy_rows;
       o.threads = args->threads;
       o.progress = !args->quiet && !args->json;
-      const SensitivityResult r = run_sensitivity(args->model, o);
+      const SensitivityResult r = run_sensitivity(SourceModel::open(args->model), o);
       if (!args->html.empty()) write_text_file(args->html, sensitivity_report_html(r.report));
       if (args->json) {
         auto j = sensitivity_report_json(r.report);

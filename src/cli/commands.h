@@ -3,6 +3,7 @@
 #pragma once
 
 #include "calib/calibration_data.h"
+#include "pipeline/source_model.h"
 
 #include <CLI/CLI.hpp>
 
@@ -61,7 +62,7 @@ namespace qf::cli {
 // Sets options.assignment from --recipe or --auto (printing the choice on stderr unless quiet)
 // and writes --save-recipe. False when no plan was asked for. Throws qf::Error for conflicting
 // flags, a missing --calib, or an unreachable target (naming the closest achievable value).
-bool apply_plan(const PlanArgs& args, QuantizeOptions& options, const std::string& model,
+bool apply_plan(const PlanArgs& args, QuantizeOptions& options, const SourceModel& model,
                 bool quiet);
 
 }  // namespace qf::cli

@@ -46,7 +46,7 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                   "--auto: estimated decode speedup over BF16 from bytes read per token");
 }
 
-bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model, bool quiet) {
+bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model, bool quiet) {
   const int targets = (a.target_bits > 0) + !a.target_size.empty() + !a.fit_memory.empty() +
                       (a.min_speedup > 0);
   if (!a.auto_plan && (targets > 0 || a.auto_exact))
@@ -56,8 +56,8 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const std::string& model,
     if (!a.save_recipe.empty()) fail("--save-recipe needs --auto or --recipe");
     return false;
   }
-  const Checkpoint ck = Checkpoint::open(model);
-  const Architecture arch = Architecture::from_config(ck.config(), model + "/config.json");
+  const Checkpoint& ck = *model.checkpoint;
+  const Architecture& arch = model.arch;
   if (!a.recipe.empty()) {
     ModuleChoice def;
     def.format = FormatChoice::of(o.format, o.block);

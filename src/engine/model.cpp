@@ -27,6 +27,11 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
   return std::make_unique<Model>(ModelWeights::load(dir), opt);
 }
 
+std::unique_ptr<Model> Model::load(std::shared_ptr<const Checkpoint> checkpoint,
+                                   const ModelOptions& opt) {
+  return std::make_unique<Model>(ModelWeights::load(std::move(checkpoint)), opt);
+}
+
 Model::Model(ModelWeights weights, const ModelOptions& opt)
     : w_(std::move(weights)),
       max_seq_(opt.max_seq > 0 ? std::min(opt.max_seq, default_max_seq(w_.arch))

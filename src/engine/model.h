@@ -41,6 +41,8 @@ class Model {
  public:
   // Loads the checkpoint (see ModelWeights::load for errors).
   static std::unique_ptr<Model> load(const std::filesystem::path& dir, const ModelOptions& opt);
+  static std::unique_ptr<Model> load(std::shared_ptr<const Checkpoint> checkpoint,
+                                     const ModelOptions& opt);
   explicit Model(ModelWeights weights, const ModelOptions& opt);
   ~Model();
 

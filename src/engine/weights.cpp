@@ -501,10 +501,14 @@ uint64_t ModelWeights::weight_bytes_per_token() const {
 }
 
 ModelWeights ModelWeights::load(const std::filesystem::path& dir) {
+  return load(std::make_shared<const Checkpoint>(Checkpoint::open(dir)));
+}
+
+ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
   ModelWeights mw;
-  mw.checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  mw.checkpoint = std::move(checkpoint);
   const Checkpoint& ck = *mw.checkpoint;
-  const std::string label = dir.string();
+  const std::string label = ck.dir().string();
   mw.arch = Architecture::from_config(ck.config(), label + "/config.json");
   const Architecture& a = mw.arch;
   const QuantScheme scheme = read_scheme(ck, label);

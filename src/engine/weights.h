@@ -69,6 +69,8 @@ struct ModelWeights {
   // Loads `dir`. Throws qf::Error, starting with the directory and naming the tensor, for a
   // missing or malformed tensor, or a quantization config that does not match the tensors.
   static ModelWeights load(const std::filesystem::path& dir);
+  // The same from a checkpoint already opened (shared: the views point into its mappings).
+  static ModelWeights load(std::shared_ptr<const Checkpoint> checkpoint);
 };
 
 }  // namespace qf

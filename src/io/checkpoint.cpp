@@ -62,19 +62,23 @@ Index read_index(const fs::path& path) {
   return index;
 }
 
-}  // namespace
 
-nlohmann::json read_json_file(const fs::path& path) {
+template <typename Json>
+Json parse_json_file(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("{}: not found", path.string());
   const MappedFile file = MappedFile::open(path);
   const char* p = reinterpret_cast<const char*>(file.data());
   try {
-    return nlohmann::json::parse(p, p + file.size());
+    return Json::parse(p, p + file.size());
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON: {}", path.string(), json_error_reason(e));
   }
 }
+
+}  // namespace
+
+nlohmann::json read_json_file(const fs::path& path) { return parse_json_file<nlohmann::json>(path); }
 
 Checkpoint Checkpoint::open(const fs::path& dir) {
   std::error_code ec;
@@ -83,8 +87,9 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
 
   Checkpoint c;
   c.dir_ = dir;
-  c.config_ = read_json_file(dir / kConfig);
-  if (!c.config_.is_object()) fail("{}: not a JSON object", (dir / kConfig).string());
+  c.ordered_config_ = parse_json_file<nlohmann::ordered_json>(dir / kConfig);
+  if (!c.ordered_config_.is_object()) fail("{}: not a JSON object", (dir / kConfig).string());
+  c.config_ = nlohmann::json::parse(c.ordered_config_.dump());
 
   // The index wins over a lone model.safetensors when both exist, as in vLLM, which filters the
   // directory's *.safetensors through the weight_map.

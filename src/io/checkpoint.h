@@ -31,6 +31,9 @@ class Checkpoint {
 
   const std::filesystem::path& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
+  // The same config.json with its key order kept, for writing derived configs: outputs are
+  // made from what was read at open, never from a second read of a file that may have changed.
+  const nlohmann::ordered_json& ordered_config() const { return ordered_config_; }
   // Every stored tensor in a stable order (shard order, then offset order), by stored name.
   const std::vector<CheckpointTensor>& tensors() const { return tensors_; }
   // Looks a tensor up by name, through aliases. nullptr if absent.
@@ -48,6 +51,7 @@ class Checkpoint {
  private:
   std::filesystem::path dir_;
   nlohmann::json config_;
+  nlohmann::ordered_json ordered_config_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<CheckpointTensor> tensors_;
   // Index into tensors_, or for aliases tensors_.size() + index into alias_tensors_.

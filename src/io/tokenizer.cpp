@@ -91,13 +91,13 @@ std::vector<tok::AddedToken> config_added_tokens(const json& tokenizer_config, c
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> Tokenizer::load(const fs::path& dir) {
+std::unique_ptr<Tokenizer> Tokenizer::load(const fs::path& dir, const json* parsed_config) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) fail("{}: not found", dir.string());
   if (!fs::is_directory(dir, ec)) fail("{}: not a directory", dir.string());
   const fs::path tc_file = dir / "tokenizer_config.json";
   const json tokenizer_config = read_optional_config(tc_file);
-  const json config = read_optional_config(dir / "config.json");
+  const json config = parsed_config ? *parsed_config : read_optional_config(dir / "config.json");
   const json generation_config = read_optional_config(dir / "generation_config.json");
 
   std::unique_ptr<tok::TokenizerBase> t;

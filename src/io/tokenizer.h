@@ -4,6 +4,8 @@
 // checkpoint's configs.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -30,7 +32,10 @@ class Tokenizer {
   // `bos_token_id` / `eos_token_id` (the first of a list); else the tokenizer file's own
   // (sentencepiece's ids; the BOS of a tokenizer.json TemplateProcessing; GPT-2's
   // <|endoftext|> as EOS). `add_bos_token` of tokenizer_config.json sets add_bos_by_default().
-  static std::unique_ptr<Tokenizer> load(const std::filesystem::path& dir);
+  // `config`: the directory's config.json when the caller has already parsed it (it is then
+  // not read again).
+  static std::unique_ptr<Tokenizer> load(const std::filesystem::path& dir,
+                                         const nlohmann::json* config = nullptr);
 
   // Token ids of `text` (UTF-8; throws qf::Error if it is not valid UTF-8). BOS is prepended
   // when `add_bos` and the tokenizer has one. Added/special tokens written in the text

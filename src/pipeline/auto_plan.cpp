@@ -17,10 +17,8 @@
 
 namespace qf {
 
-ModelBudgetInfo checkpoint_budget_info(const std::filesystem::path& model_dir,
-                                       const Architecture& arch,
+ModelBudgetInfo checkpoint_budget_info(const Checkpoint& ck, const Architecture& arch,
                                        const std::vector<DecisionUnit>& units) {
-  const Checkpoint ck = Checkpoint::open(model_dir);
   uint64_t numel = 0;
   std::set<std::string> searched;
   for (const DecisionUnit& u : units) {
@@ -85,11 +83,10 @@ struct Reach {
   bool feasible = false;
 };
 
-Reach formats_reach(const std::filesystem::path& model_dir, const AutoPlanOptions& o,
+Reach formats_reach(const SourceModel& model, const AutoPlanOptions& o,
                     const std::vector<FormatChoice>& formats) {
-  const Checkpoint ck = Checkpoint::open(model_dir);
-  const Architecture arch =
-      Architecture::from_config(ck.config(), (model_dir / "config.json").string());
+  const Checkpoint& ck = *model.checkpoint;
+  const Architecture& arch = model.arch;
   CandidateOptions co;
   co.formats = formats;
   co.stored_bytes = o.sensitivity.stored_bytes;
@@ -99,7 +96,7 @@ Reach formats_reach(const std::filesystem::path& model_dir, const AutoPlanOption
       co.original_dtype = t->entry->dtype;
   const std::vector<DecisionUnit> units = decision_units(arch, co);
   Reach r;
-  r.info = checkpoint_budget_info(model_dir, arch, units);
+  r.info = checkpoint_budget_info(ck, arch, units);
   const auto allowed = allowed_candidates(arch, units, o);
   for (size_t u = 0; u < units.size(); ++u) {
     uint64_t m = UINT64_MAX;
@@ -113,25 +110,25 @@ Reach formats_reach(const std::filesystem::path& model_dir, const AutoPlanOption
 
 }  // namespace
 
-AutoPlan plan_auto(const std::filesystem::path& model_dir, const AutoPlanOptions& options) {
+AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options) {
   AutoPlanOptions o = options;
-  Reach reach = formats_reach(model_dir, o, o.sensitivity.formats);
+  Reach reach = formats_reach(model, o, o.sensitivity.formats);
   if (!reach.feasible && !o.fallback_formats.empty()) {
     for (const FormatChoice& f : o.fallback_formats)
       if (std::find(o.sensitivity.formats.begin(), o.sensitivity.formats.end(), f) ==
           o.sensitivity.formats.end())
         o.sensitivity.formats.push_back(f);
-    reach = formats_reach(model_dir, o, o.sensitivity.formats);
+    reach = formats_reach(model, o, o.sensitivity.formats);
   }
   // An unreachable target fails before any calibration.
   if (!reach.feasible)
     fail("{} (candidates {} and keep)", infeasible_message(o.target, reach.info, reach.min_bytes),
          format_list(o.sensitivity.formats));
-  const SensitivityResult s = run_sensitivity(model_dir, o.sensitivity);
+  const SensitivityResult s = run_sensitivity(model, o.sensitivity);
   AutoPlan p;
   p.units = s.units;
   p.formats = o.sensitivity.formats;
-  p.info = checkpoint_budget_info(model_dir, s.arch, s.units);
+  p.info = checkpoint_budget_info(*model.checkpoint, s.arch, s.units);
   const auto allowed = allowed_candidates(s.arch, s.units, o);
   std::vector<KnapsackUnit> ku(s.units.size());
   for (size_t u = 0; u < s.units.size(); ++u)

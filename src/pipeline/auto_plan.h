@@ -16,8 +16,7 @@ namespace qf {
 // stores. fixed_bytes = bytes of every stored tensor that is not one of those Linears' weights
 // (embeddings, head, norms, biases); overhead_bytes = an upper bound of the output's
 // safetensors headers (what --target-size measures besides tensor data: the shard file sizes).
-ModelBudgetInfo checkpoint_budget_info(const std::filesystem::path& model_dir,
-                                       const Architecture& arch,
+ModelBudgetInfo checkpoint_budget_info(const Checkpoint& checkpoint, const Architecture& arch,
                                        const std::vector<DecisionUnit>& units);
 
 struct AutoPlanOptions {
@@ -47,6 +46,6 @@ struct AutoPlan {
 // fallback_formats first when the asked ones cannot meet it). Throws qf::Error with
 // infeasible_message (the closest achievable value with the candidates tried, which it names)
 // when the target cannot be met.
-AutoPlan plan_auto(const std::filesystem::path& model_dir, const AutoPlanOptions& options);
+AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options);
 
 }  // namespace qf

@@ -12,7 +12,6 @@
 #include "formats/fake_quant.h"
 #include "formats/int4.h"
 #include "formats/int8.h"
-#include "io/tokenizer.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -29,7 +28,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -243,14 +241,14 @@ bool excluded_by_patterns(const std::string& name, const std::vector<std::string
   return matches_any(name, patterns, &matched);
 }
 
-QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& out_dir,
+QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& out_dir,
                                    const QuantizeOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  const fs::path& model_dir = source.dir;
   if (same_path(model_dir, out_dir)) fail("{}: output directory is the input directory", out_dir.string());
 
-  const Checkpoint ckpt = Checkpoint::open(model_dir);
-  const Architecture arch =
-      Architecture::from_config(ckpt.config(), (model_dir / "config.json").string());
+  const Checkpoint& ckpt = *source.checkpoint;
+  const Architecture& arch = source.arch;
   const auto exporter = make_exporter(options.export_format);
   const FormatInfo& info = format_info(options.format);
   // INT4 per channel (kInt4ChannelGroup): each module's block is its in_features.
@@ -495,13 +493,12 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   std::optional<SpillFile> spill_file;  // precomputed results of the layers already done
   std::map<std::string, std::vector<float>> vector_override;  // norms that absorbed AWQ/SQ scales
   if (calibrate) {
-    const auto tokenizer = Tokenizer::load(model_dir);
-    const CalibrationData data = load_calibration_data(options.calib, *tokenizer);
+    const CalibrationData data = load_calibration_data(options.calib, source.tokenizer());
     for (const auto& w : data.warnings) report.warnings.push_back(w);
     ModelOptions mo;
     mo.threads = options.threads;
     mo.max_seq = options.calib.seq_len;
-    auto model = Model::load(model_dir, mo);
+    auto model = Model::load(source.checkpoint, mo);
     LayerCalibrationOptions co;
     co.capture.seed = options.calib.seed;
     co.capture.xtx = gptq || local_hessian;
@@ -801,9 +798,8 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
                       std::accumulate(item_bytes.begin(), item_bytes.end(), uint64_t(0)),
                       weight_map);
 
-  // config.json keeps the input's key order (already validated by Checkpoint::open).
-  std::ifstream config_file(model_dir / "config.json");
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(config_file);
+  // config.json as read at open (key order kept), not re-read: it must describe these weights.
+  nlohmann::ordered_json config = ckpt.ordered_config();
   // lm_head is its own (quantized) tensor: engines must not tie it to the embedding.
   if (head_src) config["tie_word_embeddings"] = false;
   QuantizationSummary summary{options.format, block, excluded_names};

@@ -6,6 +6,7 @@
 #include "calib/calibration_data.h"
 #include "export/exporter.h"
 #include "formats/registry.h"
+#include "pipeline/source_model.h"
 #include "plan/candidates.h"
 
 #include <cstdint>
@@ -88,12 +89,11 @@ struct QuantizeReport {
   }
 };
 
-// Quantizes `model_dir` into `out_dir`. The output is written under a temporary name and
-// renamed when complete; inputs are only read. Throws qf::Error (one line naming the file,
-// tensor or module) on bad input, NaN/Inf weights, an existing output without `force`, or a
-// failed write.
-QuantizeReport quantize_checkpoint(const std::filesystem::path& model_dir,
-                                   const std::filesystem::path& out_dir,
+// Quantizes `model` into `out_dir`. The output is written under a temporary name and
+// renamed when complete; inputs are only read (the checkpoint as opened, never re-read).
+// Throws qf::Error (one line naming the file, tensor or module) on bad input, NaN/Inf weights,
+// an existing output without `force`, or a failed write.
+QuantizeReport quantize_checkpoint(const SourceModel& model, const std::filesystem::path& out_dir,
                                    const QuantizeOptions& options);
 
 }  // namespace qf

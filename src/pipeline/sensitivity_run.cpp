@@ -8,7 +8,6 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
-#include "io/tokenizer.h"
 
 #include <fmt/format.h>
 
@@ -121,15 +120,14 @@ double AssignmentKl::operator()(const Assignment& assignment) {
   return positions ? total / double(positions) : 0.0;
 }
 
-SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
-                                  const SensitivityOptions& options) {
+SensitivityResult run_sensitivity(const SourceModel& source, const SensitivityOptions& options) {
   if (options.formats.empty()) fail("sensitivity: no candidate formats given");
-  const auto tokenizer = Tokenizer::load(model_dir);
-  const CalibrationData data = load_calibration_data(options.calib, *tokenizer);
+  const std::filesystem::path& model_dir = source.dir;
+  const CalibrationData data = load_calibration_data(options.calib, source.tokenizer());
   ModelOptions mo;
   mo.threads = options.threads;
   mo.max_seq = options.calib.seq_len;
-  auto model = Model::load(model_dir, mo);
+  auto model = Model::load(source.checkpoint, mo);
   if (model->weights().quantization != "none")
     fail("{}: sensitivity needs an unquantized checkpoint (this one is {})", model_dir.string(),
          model->weights().quantization);

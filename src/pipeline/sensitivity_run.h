@@ -8,6 +8,7 @@
 
 #include "calib/calibration_data.h"
 #include "engine/model.h"
+#include "pipeline/source_model.h"
 #include "plan/candidates.h"
 #include "plan/sensitivity.h"
 #include "plan/sensitivity_report.h"
@@ -53,7 +54,7 @@ struct SensitivityResult {
 // Runs the sensitivity analysis of the float checkpoint `model_dir`. Throws qf::Error (naming
 // the file or module) for a quantized or unreadable checkpoint, missing calibration files, or a
 // format list with no format.
-SensitivityResult run_sensitivity(const std::filesystem::path& model_dir,
+SensitivityResult run_sensitivity(const SourceModel& source,
                                   const SensitivityOptions& options);
 
 // Mean KL(original || fake-quantized) of the final logits over fixed token windows, for any

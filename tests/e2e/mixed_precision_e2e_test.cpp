@@ -53,7 +53,7 @@ TEST_P(MixedExport, LoadsAndStaysClose) {
   o.progress = false;
   o.threads = 2;
   o.assignment = mixed_assignment(a);
-  const QuantizeReport r = quantize_checkpoint(model_dir(name), dir / "out", o);
+  const QuantizeReport r = quantize_checkpoint(SourceModel::open(model_dir(name)), dir / "out", o);
   EXPECT_EQ(r.format, "mixed");
   EXPECT_GE(r.modules_excluded, 3);  // plus any whose in_features do not fit NVFP4's block
   const auto config = read_json_file(dir / "out" / "config.json");
@@ -126,7 +126,7 @@ TEST_P(MixedExport, Int4PerChannelAndMxfp4InTheMix) {
     }
     o.assignment->modules[m.name] = c;
   }
-  const QuantizeReport r = quantize_checkpoint(model_dir(name), dir / "out", o);
+  const QuantizeReport r = quantize_checkpoint(SourceModel::open(model_dir(name)), dir / "out", o);
   EXPECT_EQ(r.format, "mixed");
   const auto qc = read_json_file(dir / "out" / "config.json")["quantization_config"];
   const std::string down = "model.layers.1.mlp.down_proj";
@@ -175,7 +175,7 @@ TEST(MixedExport, OneFormatWritesTheSingleFormatConfig) {
   o.assignment = Assignment{};
   for (const auto& m : a.linears)
     if (m.layer > 0) o.assignment->modules[m.name].format = FormatChoice::of(Format::nvfp4);
-  const QuantizeReport r = quantize_checkpoint(model_dir("stories260K-hf"), dir / "out", o);
+  const QuantizeReport r = quantize_checkpoint(SourceModel::open(model_dir("stories260K-hf")), dir / "out", o);
   EXPECT_EQ(r.format, "nvfp4");
   const auto qc = read_json_file(dir / "out" / "config.json")["quantization_config"];
   EXPECT_EQ(qc["quant_algo"], "W4A16_NVFP4");

@@ -39,7 +39,7 @@ class SensitivityFixtures : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SensitivityFixtures, ProxyAndExactAgreeInRank) {
   QF_REQUIRE_FIXTURES();
-  const SensitivityResult r = run_sensitivity(model_dir(GetParam()), small_options(true));
+  const SensitivityResult r = run_sensitivity(SourceModel::open(model_dir(GetParam())), small_options(true));
   ASSERT_FALSE(r.units.empty());
   ASSERT_EQ(r.proxy.size(), r.units.size());
   ASSERT_EQ(r.exact.size(), r.units.size());
@@ -111,7 +111,7 @@ TEST(Sensitivity, SyntheticSensitiveLayerRanksFirst) {
   test::ScratchDir dir;
   const std::string module = "model.layers.2.self_attn.q_proj+k_proj+v_proj";
   const fs::path m = write_sensitive_copy(dir / "model", "model.layers.2.self_attn.");
-  const SensitivityResult r = run_sensitivity(m, small_options(true));
+  const SensitivityResult r = run_sensitivity(SourceModel::open(m), small_options(true));
   // The most sensitive NVFP4 row, by proxy and by exact.
   const SensitivityRow* top_proxy = nullptr;
   const SensitivityRow* top_exact = nullptr;
