@@ -1,0 +1,311 @@
+#include "pipeline/calibrated_weights.h"
+
+#include "algo/awq.h"
+#include "algo/gptq.h"
+#include "algo/local_hessian.h"
+#include "algo/round_to_nearest.h"
+#include "algo/smoothquant.h"
+#include "calib/layer_calibration.h"
+#include "core/convert.h"
+#include "core/error.h"
+#include "engine/model.h"
+#include "formats/fake_quant.h"
+#include "formats/int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+namespace qf {
+namespace {
+
+// Precomputed results wait on disk from their layer until the writer reaches them, so memory
+// holds one layer's results, not the model's.
+template <typename T>
+void append_bytes(std::vector<uint8_t>& out, const T* p, size_t n) {
+  const auto* b = reinterpret_cast<const uint8_t*>(p);
+  out.insert(out.end(), b, b + n * sizeof(T));
+}
+
+void spill(Precomputed& p, SpillFile& file) {
+  const QuantizedTensor& q = p.q;
+  std::vector<uint8_t> blob;
+  const int64_t header[] = {int64_t(q.format), q.rows, q.cols, q.block, int64_t(q.scale_dtype),
+                            int64_t(q.codes.size()), int64_t(q.block_scales.size()),
+                            int64_t(q.scales.size()), int64_t(p.pre_quant_scale.size())};
+  append_bytes(blob, header, std::size(header));
+  append_bytes(blob, &q.global_scale, 1);
+  append_bytes(blob, q.codes.data(), q.codes.size());
+  append_bytes(blob, q.block_scales.data(), q.block_scales.size());
+  append_bytes(blob, q.scales.data(), q.scales.size());
+  append_bytes(blob, p.pre_quant_scale.data(), p.pre_quant_scale.size());
+  p.spilled = file.put(blob);
+  p.q = QuantizedTensor{};
+  p.pre_quant_scale = {};
+}
+
+void unspill(Precomputed& p, const SpillFile& file) {
+  if (!p.spilled) return;
+  const std::vector<uint8_t> blob = file.get(*p.spilled);
+  const uint8_t* at = blob.data();
+  auto read = [&](auto* dst, size_t n) {
+    std::memcpy(dst, at, n * sizeof(*dst));
+    at += n * sizeof(*dst);
+  };
+  int64_t h[9];
+  read(h, 9);
+  QuantizedTensor& q = p.q;
+  q.format = Format(h[0]);
+  q.rows = h[1];
+  q.cols = h[2];
+  q.block = int(h[3]);
+  q.scale_dtype = DType(h[4]);
+  read(&q.global_scale, 1);
+  q.codes.resize(size_t(h[5]));
+  read(q.codes.data(), q.codes.size());
+  q.block_scales.resize(size_t(h[6]));
+  read(q.block_scales.data(), q.block_scales.size());
+  q.scales.resize(size_t(h[7]));
+  read(q.scales.data(), q.scales.size());
+  p.pre_quant_scale.resize(size_t(h[8]));
+  read(p.pre_quant_scale.data(), p.pre_quant_scale.size());
+  p.spilled.reset();
+}
+
+}  // namespace
+
+std::optional<Precomputed> CalibrationOutcome::take(size_t i) {
+  auto it = precomputed.find(i);
+  if (it == precomputed.end()) return std::nullopt;
+  unspill(it->second, *spill_file);
+  Precomputed p = std::move(it->second);
+  precomputed.erase(it);
+  return p;
+}
+
+float CalibrationOutcome::input_scale(size_t i, const Architecture& arch, ActQuant activations,
+                                      const std::filesystem::path& model_dir) const {
+  auto amax_in = [&](size_t m) {
+    auto it = input_amax.find(m);
+    return it != input_amax.end() ? it->second : act_amax[m];
+  };
+  float amax = amax_in(i);
+  const int g = arch.linears[i].group;
+  if ((activations == ActQuant::nvfp4 || activations == ActQuant::int8) && g >= 0)
+    for (size_t m : arch.fused_groups[size_t(g)]) amax = std::max(amax, amax_in(m));
+  if (!(amax > 0.f))
+    fail("{}: calibration saw an all-zero input for '{}'; it has no input scale",
+         model_dir.string(), arch.linears[i].name);
+  switch (activations) {
+    case ActQuant::nvfp4: return amax * (1.0f / 2688.0f);
+    case ActQuant::int8: return amax * (1.0f / 127.0f);
+    default: return amax * (1.0f / 448.0f);
+  }
+}
+
+CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
+                             const QuantizeOptions& options, const Exporter& exporter,
+                             LinearQuantizer& quantizer, ThreadPool& pool,
+                             const std::filesystem::path& staging_dir, QuantizeReport& report) {
+  const std::filesystem::path& model_dir = source.dir;
+  const Checkpoint& ckpt = *source.checkpoint;
+  const Architecture& arch = source.arch;
+  const std::vector<ExportedLinear>& exported = plan.exported;
+  const std::vector<std::string>& reason = plan.reason;
+  const bool awq = plan.modes.awq, local_hessian = plan.modes.local_hessian;
+  const bool gptq = plan.modes.gptq, smoothquant_algo = plan.modes.smoothquant;
+  const bool data_algo = plan.modes.data_algo;
+  auto tensor_amax = [&](size_t i) { return quantizer.tensor_amax(i); };
+  auto quantize_max_or_mse = [&](size_t i) { return quantizer.max_or_mse(i); };
+
+  CalibrationOutcome out;
+  out.act_amax.assign(arch.linears.size(), 0.f);
+  out.kv_amax.assign(size_t(arch.num_layers), {0.f, 0.f});
+  if (!plan.modes.calibrate) return out;
+  std::vector<float>& act_amax = out.act_amax;
+  std::vector<std::pair<float, float>>& kv_amax = out.kv_amax;
+  std::map<size_t, Precomputed>& precomputed = out.precomputed;
+  std::unique_ptr<SpillFile>& spill_file = out.spill_file;
+  std::map<std::string, std::vector<float>>& vector_override = out.norm_override;
+  const CalibrationData data = load_calibration_data(options.calib, source.tokenizer());
+  for (const auto& w : data.warnings) report.warnings.push_back(w);
+  ModelOptions mo;
+  mo.threads = options.threads;
+  mo.max_seq = options.calib.seq_len;
+  auto model = Model::load(source.checkpoint, mo);
+  LayerCalibrationOptions co;
+  co.capture.seed = options.calib.seed;
+  co.capture.xtx = gptq || local_hessian;
+  co.capture.sample_rows = awq ? 512 : 0;
+  co.quantized_inputs = options.calib_quantized_inputs;
+  co.progress = options.progress;
+  const bool precompute = data_algo || options.calib_quantized_inputs;
+  if (precompute) spill_file = std::make_unique<SpillFile>(staging_dir);
+
+  // Quantizes the members of one group (or a lone Linear) that read `stats`.
+  auto quantize_group = [&](const std::vector<size_t>& members, const LinearStats& stats,
+                            const std::string& norm_name) {
+    std::vector<WeightRows> rows;
+    for (size_t m : members) rows.push_back(quantizer.rows(m));
+    const RtnOptions rtn{options.format, exported[members[0]].block,
+                         exporter.scale_dtype(exported[members[0]])};
+    float members_amax = 0.f;
+    for (size_t m : members) members_amax = std::max(members_amax, tensor_amax(m));
+    auto norm_override = [&]() -> std::vector<float>& {
+      auto& norm = vector_override[norm_name];
+      if (norm.empty()) {
+        const CheckpointTensor* nt = ckpt.find(norm_name);
+        if (!nt) fail("{}: tensor '{}' is missing", model_dir.string(), norm_name);
+        const TensorView nv = nt->file->view(*nt->entry);
+        norm.resize(size_t(nv.numel()));
+        convert_to_f32(nv.dtype, nv.data, norm.data(), norm.size());
+      }
+      return norm;
+    };
+    if (smoothquant_algo) {
+      const bool fold = !exported[members[0]].pre_quant_scale;  // compressed-tensors
+      if (fold && norm_name.empty()) {
+        // o_proj / down_proj in compressed-tensors: INT8 of the unsmoothed weight.
+        for (size_t m : members) precomputed[m].q = quantize_max_or_mse(m);
+        return;
+      }
+      SmoothQuantOptions so;
+      so.alpha = options.smoothquant_alpha;
+      so.scale_dtype = rtn.scale_dtype;
+      if (!fold) so.pre_quant_scale_dtype = exporter.pre_quant_scale_dtype(exported[members[0]]);
+      SmoothQuantResult r = smoothquant(rows, stats, so, pool);
+      if (fold) fold_pre_quant_scale_into_norm(norm_override().data(), nullptr, r.pre_quant_scale);
+      for (size_t k = 0; k < members.size(); ++k) {
+        Precomputed& p = precomputed[members[k]];
+        p.q = int8_to_quantized(std::move(r.tensors[k]));
+        if (!fold) p.pre_quant_scale = r.pre_quant_scale;
+        p.input_amax = r.input_amax;
+      }
+      return;
+    }
+    const bool can_awq = awq && (!norm_name.empty() || exported[members[0]].pre_quant_scale);
+    if (can_awq) {
+      AwqOptions ao;
+      ao.format = rtn;
+      ao.clip = options.algo == WeightAlgo::awq;
+      if (norm_name.empty()) ao.pre_quant_scale_dtype = exporter.pre_quant_scale_dtype(exported[members[0]]);
+      AwqResult r = quantize_awq(rows, stats, ao, pool);
+      if (!norm_name.empty())
+        fold_pre_quant_scale_into_norm(norm_override().data(), nullptr, r.pre_quant_scale);
+      std::vector<QuantizedTensor> tensors = std::move(r.tensors);
+      if (options.algo == WeightAlgo::awq_gptq) {
+        const LinearStats scaled = scale_linear_stats(stats, r.pre_quant_scale);
+        float sa = 0.f;
+        for (const auto& w : r.scaled_weights)
+          for (float v : w) sa = std::max(sa, std::fabs(v));
+        GptqOptions go;
+        go.format = rtn;
+        for (size_t k = 0; k < members.size(); ++k) {
+          const WeightRows sw{r.scaled_weights[k].data(), DType::F32, rows[k].rows, rows[k].cols};
+          QuantizedTensor frozen = quantize_rtn(sw, rtn, sa, pool);
+          tensors[k] = gptq_with_scales(r.scaled_weights[k], std::move(frozen), scaled.xtx,
+                                        scaled.tokens, go, pool).tensor;
+        }
+      }
+      for (size_t k = 0; k < members.size(); ++k) {
+        Precomputed& p = precomputed[members[k]];
+        p.q = std::move(tensors[k]);
+        if (norm_name.empty()) p.pre_quant_scale = r.pre_quant_scale;
+        p.input_amax = r.input_amax;
+      }
+      return;
+    }
+    for (size_t k = 0; k < members.size(); ++k) {
+      Precomputed& p = precomputed[members[k]];
+      if (local_hessian && !stats.xtx.empty()) {
+        // Static-block scales from the Hessian-weighted sweep under the group's global amax;
+        // local_hessian+gptq keeps them frozen through the column sweep.
+        p.q = quantize_nvfp4_local_hessian(rows[k], stats, members_amax, pool);
+        if (options.algo == WeightAlgo::local_hessian_gptq) {
+          GptqOptions go;
+          go.format = rtn;
+          p.q = gptq_with_scales(to_float(rows[k]), std::move(p.q), stats.xtx, stats.tokens, go,
+                                 pool).tensor;
+        }
+      } else if (gptq && !stats.xtx.empty()) {
+        GptqOptions go;
+        go.format = rtn;
+        if (exported[members[k]].per_tensor) {
+          std::vector<float> amaxes(size_t(rows[k].rows), tensor_amax(members[k]));
+          QuantizedTensor frozen = scales_from_amax(Format::fp8, rows[k].rows, rows[k].cols, 0,
+                                                    amaxes.data(), 0.f, rtn.scale_dtype);
+          p.q = gptq_with_scales(to_float(rows[k]), std::move(frozen), stats.xtx, stats.tokens,
+                                 go, pool).tensor;
+        } else {
+          p.q = quantize_gptq(rows[k], stats, go, members_amax, pool).tensor;
+        }
+      } else {
+        p.q = quantize_max_or_mse(members[k]);
+      }
+    }
+  };
+
+  LayerWeights replaced;
+  auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    kv_amax[size_t(l)] = {cap.k_amax, cap.v_amax};
+    std::vector<size_t> in_layer;
+    for (size_t i = 0; i < arch.linears.size(); ++i)
+      if (arch.linears[i].layer == l) {
+        in_layer.push_back(i);
+        act_amax[i] = cap.input(arch.linears[i].input).input_amax;
+      }
+    if (!precompute) return nullptr;
+    std::set<size_t> done;
+    for (size_t i : in_layer) {
+      if (done.count(i) || !reason[i].empty()) continue;
+      const LinearModule& m = arch.linears[i];
+      std::vector<size_t> members = {i};
+      if (m.group >= 0) members = arch.fused_groups[size_t(m.group)];
+      for (size_t k : members) done.insert(k);
+      const std::string norm =
+          m.fold_norm >= 0 ? arch.layers[size_t(l)].norm(NormSlot(m.fold_norm)) : std::string();
+      quantize_group(members, cap.input(m.input), norm);
+    }
+    cap = LayerCapture{};  // X^T X and samples are no longer needed
+    if (!options.calib_quantized_inputs) {
+      for (size_t i : in_layer)
+        if (auto it = precomputed.find(i); it != precomputed.end()) spill(it->second, *spill_file);
+      return nullptr;
+    }
+    // The layer with fake-quantized weights (and folded norms) advances the hidden states.
+    replaced = model->weights().layers[size_t(l)];
+    const LayerSpec& spec = arch.layers[size_t(l)];
+    for (int s = 0; s < kNormSlots; ++s)
+      if (auto it = vector_override.find(spec.norms[size_t(s)]); it != vector_override.end())
+        replaced.norms[size_t(s)] = it->second;  // only plain x * w norms absorb scales
+    for (size_t i : in_layer) {
+      auto it = precomputed.find(i);
+      if (it == precomputed.end()) continue;
+      EngineLinear& L = replaced.linears[size_t(arch.linears[i].slot)];
+      auto w = std::make_shared<std::vector<float>>(size_t(it->second.q.rows * it->second.q.cols));
+      dequantize(it->second.q, w->data());
+      L.w = LinearWeight{};
+      L.w.format = WeightFormat::f32;
+      L.w.rows = it->second.q.rows;
+      L.w.cols = it->second.q.cols;
+      L.w.data = w->data();
+      L.storage = std::move(w);
+      L.pre_scale = it->second.pre_quant_scale;
+      spill(it->second, *spill_file);  // `replaced` holds its own copies
+    }
+    return &replaced;
+  };
+  const LayerCalibrationReport cr = calibrate_layers(*model, data.windows, co, on_layer);
+  report.calib_tokens = cr.tokens;
+  report.calib_seconds = cr.forward_seconds;
+  report.algo_seconds = cr.callback_seconds;
+  report.activation_bytes = cr.activation_bytes;
+  // input_scale = amax_in / maxbound, with the input amax AWQ scaling left.
+  for (const auto& [i, p] : precomputed)
+    out.input_amax[i] = p.input_amax >= 0 ? p.input_amax : act_amax[i];
+  return out;
+}
+
+}  // namespace qf

@@ -1,0 +1,46 @@
+// Data-free quantization of one planned Linear straight from the checkpoint: round to nearest
+// (max) or the MSE amax search, with the tensor scale shared across a fused group (the largest
+// amax of q/k/v or gate/up). Used by the write step for every module nothing precomputed, and
+// by calibration for modules whose algorithm falls back to max.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "formats/quantized_tensor.h"
+#include "formats/weight_rows.h"
+#include "pipeline/module_plan.h"
+
+#include <map>
+#include <vector>
+
+namespace qf {
+
+// A stored tensor as rows for the quantizers (a view into the mapping).
+WeightRows weight_rows(const TensorView& v);
+// A weight as float32 (the algorithms that rescale or sweep need it).
+std::vector<float> to_float(const WeightRows& w);
+
+class LinearQuantizer {
+ public:
+  // All references must outlive this object.
+  LinearQuantizer(const SourceModel& model, const ModulePlan& plan, const QuantizeOptions& options,
+                  const Exporter& exporter, ThreadPool& pool);
+
+  // The weight of linear `i` as stored.
+  WeightRows rows(size_t i) const;
+  // max |w| of linear `i`. Throws qf::Error naming the file and tensor if it holds NaN or Inf.
+  float tensor_amax(size_t i);
+  // The amax that sets linear `i`'s tensor scale: its own, or its fused group's largest.
+  float amax_for(size_t i);
+  // Linear `i` quantized with the options' data-free algorithm (max, or mse).
+  QuantizedTensor max_or_mse(size_t i);
+
+ private:
+  const SourceModel& model_;
+  const ModulePlan& plan_;
+  const QuantizeOptions& options_;
+  const Exporter& exporter_;
+  ThreadPool& pool_;
+  std::map<int, float> group_amax_, group_mse_amax_;  // by fused group
+};
+
+}  // namespace qf

@@ -1,0 +1,239 @@
+#include "pipeline/module_plan.h"
+
+#include "core/error.h"
+#include "formats/int4.h"
+
+#include <fmt/format.h>
+#include <fnmatch.h>
+
+#include <algorithm>
+
+namespace qf {
+namespace {
+
+// Throws qf::Error (one line, naming the flags) for combinations that are refused.
+AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) {
+  AlgoModes m;
+  m.awq = options.algo == WeightAlgo::awq || options.algo == WeightAlgo::awq_gptq;
+  m.local_hessian = options.algo == WeightAlgo::local_hessian ||
+                    options.algo == WeightAlgo::local_hessian_gptq;
+  m.gptq = options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq ||
+           options.algo == WeightAlgo::local_hessian_gptq;
+  m.smoothquant = options.algo == WeightAlgo::smoothquant;
+  m.data_algo = m.awq || m.gptq || m.local_hessian || m.smoothquant;
+  m.calibrate = options.activations != ActQuant::none || options.kv_fp8 || m.data_algo ||
+                options.calib_quantized_inputs;
+  if (m.calibrate && options.calib.files.empty()) {
+    const std::string what =
+        options.activations != ActQuant::none
+            ? fmt::format("--activations {}", act_quant_name(options.activations))
+        : options.kv_fp8 ? std::string("--kv-cache fp8")
+        : m.data_algo    ? fmt::format("--algo {}", weight_algo_name(options.algo))
+                         : std::string("--calib-quantized-inputs");
+    fail("{} needs calibration data: pass --calib FILE (plain text or JSON Lines)", what);
+  }
+  if (options.activations == ActQuant::nvfp4 && options.format != Format::nvfp4)
+    fail("--activations nvfp4 (W4A4) needs --format nvfp4, not {}", info.name);
+  if (options.activations == ActQuant::fp8 && options.format != Format::fp8)
+    fail("--activations fp8 (FP8 W8A8 per-tensor) needs --format fp8, not {}", info.name);
+  // INT8 is W8A8 only (ModelOpt W8A8_SQ_PER_CHANNEL, compressed-tensors int-quantized):
+  // smoothquant, or max (per-channel weights, unsmoothed inputs) for comparison.
+  if (options.format == Format::int8 && options.activations != ActQuant::int8)
+    fail("--format int8 is W8A8: pass --activations int8 (weight-only INT8 is not supported)");
+  if (options.activations == ActQuant::int8 && options.format != Format::int8)
+    fail("--activations int8 (W8A8) needs --format int8, not {}", info.name);
+  if (m.smoothquant && options.format != Format::int8)
+    fail("--algo smoothquant needs --format int8 --activations int8 (SmoothQuant W8A8), not {}",
+         info.name);
+  if (!(options.smoothquant_alpha >= 0.f && options.smoothquant_alpha <= 1.f))
+    fail("--smoothquant-alpha must be in [0, 1], not {}", options.smoothquant_alpha);
+  if (options.smoothquant_alpha != 1.0f && !m.smoothquant)
+    fail("--smoothquant-alpha applies to --algo smoothquant only");
+  if (options.format == Format::int8 && options.algo != WeightAlgo::smoothquant &&
+      options.algo != WeightAlgo::max)
+    fail("--format int8 supports --algo smoothquant or max, not {}", weight_algo_name(options.algo));
+  m.per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
+  // A plan takes --kv-cache fp8 (its calibration only measures K/V amaxes); nothing else
+  // calibrated yet.
+  if (options.assignment && (options.activations != ActQuant::none || m.data_algo ||
+                             options.calib_quantized_inputs || options.algo != WeightAlgo::max))
+    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now "
+         "(--kv-cache fp8 is the one calibrated option it takes)");
+  if (options.assignment)
+    for (const auto& [name, c] : options.assignment->modules)
+      if (c.algo != "max")
+        fail("module '{}': the plan asks for algo '{}'; per-module plans support max only", name,
+             c.algo);
+  if (m.per_tensor && m.awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
+  if (m.local_hessian && options.format != Format::nvfp4)
+    fail("--algo {} needs --format nvfp4 (it sweeps NVFP4 block scales), not {}",
+         weight_algo_name(options.algo), info.name);
+  return m;
+}
+
+}  // namespace
+
+bool matches_any(const std::string& name, const std::vector<std::string>& patterns,
+                 std::string* matched) {
+  for (const auto& p : patterns) {
+    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0 ||
+        ::fnmatch(p.c_str(), (name + ".weight").c_str(), 0) == 0) {
+      *matched = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& options,
+                        const Exporter& exporter) {
+  const std::filesystem::path& model_dir = source.dir;
+  const Checkpoint& ckpt = *source.checkpoint;
+  const Architecture& arch = source.arch;
+  const FormatInfo& info = format_info(options.format);
+  ModulePlan plan;
+  // INT4 per channel (kInt4ChannelGroup): each module's block is its in_features.
+  const bool int4_channel = options.format == Format::int4 && options.block == kInt4ChannelGroup;
+  const int block = (options.format == Format::int4 && options.block > 0) ? options.block : info.block;
+  if (options.block != 0 && options.format != Format::int4)
+    fail("--group-size applies to int4 only ({} has a fixed block of {})", info.name, info.block);
+
+  const AlgoModes modes = check_options(options, info);
+  if (options.kv_fp8)
+    for (const auto& l : arch.layers)
+      if (l.slot_of(LinearRole::k_proj) < 0)
+        fail("{}: --kv-cache fp8 needs separate k_proj / v_proj modules to carry the scales; "
+             "this {} checkpoint fuses them (qkv_proj)", model_dir.string(), arch.model_type);
+  const bool awq = modes.awq, smoothquant_algo = modes.smoothquant, per_tensor = modes.per_tensor;
+  plan.modes = modes;
+  plan.int4_channel = int4_channel;
+  plan.block = block;
+
+  // Decide, per Linear, whether it is quantized.
+  std::vector<std::string> reason(arch.linears.size());
+  std::vector<ExportedLinear> exported(arch.linears.size());
+  std::vector<const CheckpointTensor*> weights(arch.linears.size());
+  for (size_t i = 0; i < arch.linears.size(); ++i) {
+    const LinearModule& m = arch.linears[i];
+    const CheckpointTensor* t = ckpt.find(m.weight_name());
+    if (!t) fail("{}: tensor '{}' is missing", model_dir.string(), m.weight_name());
+    const SafetensorsEntry& e = *t->entry;
+    if (e.shape != Shape{m.out_features, m.in_features})
+      fail("{}: tensor '{}' has shape {} but config.json implies [{}, {}]", t->file->path().string(),
+           m.weight_name(), shape_str(e.shape), m.out_features, m.in_features);
+    if (!is_quantizable_float(e.dtype))
+      fail("{}: tensor '{}' has dtype {}; quantization needs F32, F16 or BF16 weights",
+           t->file->path().string(), m.weight_name(), dtype_name(e.dtype));
+    weights[i] = t;
+    exported[i] = {m.name, options.format, m.out_features, m.in_features,
+                   int4_channel ? int(m.in_features) : block, e.dtype};
+    exported[i].act = options.activations;
+    exported[i].per_tensor = per_tensor;
+    // AWQ scales of a Linear with no foldable norm before it (o_proj, down_proj; every Linear
+    // of post-norm families) go out as pre_quant_scale in ModelOpt; compressed-tensors has no
+    // such tensor, so those are quantized with max there.
+    exported[i].pre_quant_scale =
+        awq && options.export_format == ExportFormat::modelopt && m.fold_norm < 0;
+    // SmoothQuant: ModelOpt keeps every Linear's pre_quant_scale as a tensor (specs §4.3);
+    // compressed-tensors folds q/k/v and gate/up scales into the norms (llm-compressor) and
+    // leaves o_proj / down_proj unsmoothed.
+    if (smoothquant_algo && options.export_format == ExportFormat::modelopt)
+      exported[i].pre_quant_scale = true;
+    if (options.kv_fp8 && m.role == LinearRole::k_proj) exported[i].kv_scale = 'k';
+    if (options.kv_fp8 && m.role == LinearRole::v_proj) exported[i].kv_scale = 'v';
+    std::string pattern;
+    const ModuleChoice planned = options.assignment ? options.assignment->at(m.name) : ModuleChoice{};
+    if (options.assignment && !planned.format.is_keep()) {
+      exported[i].format = *planned.format.format;
+      exported[i].block = planned.format.block_for(m.in_features);
+    }
+    if (matches_any(m.name, options.exclude, &pattern)) {
+      reason[i] = fmt::format("excluded by --exclude '{}'", pattern);
+    } else if (options.assignment && planned.format.is_keep()) {
+      reason[i] = "kept in its dtype by the plan";
+    } else if (m.in_features % exported[i].block != 0) {
+      reason[i] = fmt::format("in_features {} is not a multiple of the {} block of {}",
+                              m.in_features, format_info(exported[i].format).name,
+                              exported[i].block);
+    } else if (auto why = exporter.unsupported_reason(exported[i]); !why.empty()) {
+      reason[i] = why;
+    }
+  }
+  // Engines fuse q/k/v and gate/up: a group is quantized entirely or not at all, in one format.
+  for (const auto& group : arch.fused_groups)
+    for (size_t i : group)
+      if (exported[i].format != exported[group[0]].format ||
+          exported[i].block != exported[group[0]].block)
+        fail("the plan gives fused modules '{}' and '{}' different formats",
+             arch.linears[group[0]].name, arch.linears[i].name);
+  for (const auto& group : arch.fused_groups) {
+    auto excluded_member = std::find_if(group.begin(), group.end(),
+                                        [&](size_t i) { return !reason[i].empty(); });
+    if (excluded_member == group.end()) continue;
+    for (size_t i : group)
+      if (reason[i].empty())
+        reason[i] = fmt::format("fused with {}, which is not quantized",
+                                arch.linears[*excluded_member].name);
+  }
+  std::map<std::string, int> linear_by_weight;
+  std::vector<std::string> excluded_names = Architecture::never_quantized_modules();
+  for (size_t i = 0; i < arch.linears.size(); ++i) {
+    if (reason[i].empty()) {
+      linear_by_weight[arch.linears[i].weight_name()] = int(i);
+      continue;
+    }
+    plan.excluded.push_back({arch.linears[i].name, reason[i]});
+    excluded_names.push_back(arch.linears[i].name);
+  }
+  // The output head (--quantize-lm-head): its own tensor, or the tied embedding's, which then
+  // stays as it is and gains a quantized copy named lm_head.
+  const CheckpointTensor* head_src = nullptr;
+  bool head_tied = false;
+  ExportedLinear head;
+  if (options.quantize_lm_head) {
+    if (options.assignment || options.activations != ActQuant::none)
+      fail("--quantize-lm-head is weight-only and single-format for now (no --activations, "
+           "--auto or --recipe)");
+    head_src = ckpt.find("lm_head.weight");
+    const CheckpointTensor* embed = ckpt.find("model.embed_tokens.weight");
+    head_tied = !head_src || ckpt.aliases().count("lm_head.weight") > 0;
+    if (head_tied) {
+      if (!arch.tie_word_embeddings || !embed)
+        fail("{}: tensor 'lm_head.weight' is missing", model_dir.string());
+      head_src = embed;
+    } else if (!embed || ckpt.aliases().count("model.embed_tokens.weight")) {
+      fail("{}: 'lm_head.weight' is also the token embedding; --quantize-lm-head needs a "
+           "stored model.embed_tokens.weight", model_dir.string());
+    }
+    const SafetensorsEntry& e = *head_src->entry;
+    if (e.shape != Shape{arch.vocab_size, arch.hidden_size} || !is_quantizable_float(e.dtype))
+      fail("{}: tensor '{}' ({} {}) cannot be quantized as the output head", model_dir.string(),
+           head_src->name, dtype_name(e.dtype), shape_str(e.shape));
+    head = {"lm_head", options.format, arch.vocab_size, arch.hidden_size, block, e.dtype};
+    std::string why = arch.hidden_size % block != 0
+                          ? fmt::format("hidden_size {} is not a multiple of the {} block of {}",
+                                        arch.hidden_size, info.name, block)
+                          : exporter.unsupported_reason(head);
+    if (!why.empty()) fail("--quantize-lm-head: lm_head cannot be quantized: {}", why);
+    std::erase(excluded_names, std::string("lm_head"));
+    plan.warnings.push_back(
+        "lm_head is quantized (--quantize-lm-head): engines may not load it. vLLM loads an "
+        "NVFP4 lm_head from ModelOpt exports only in recent builds (ModelOptNvFp4LMHeadMethod); "
+        "SGLang and older vLLM builds do not. llm-compressor also writes quantized heads for "
+        "compressed-tensors; other formats' heads have not been checked in any engine");
+  }
+  std::sort(excluded_names.begin(), excluded_names.end());
+  if (linear_by_weight.empty())
+    plan.warnings.push_back(fmt::format("no Linear module can be quantized to {}", info.name));
+  plan.reason = std::move(reason);
+  plan.exported = std::move(exported);
+  plan.weights = std::move(weights);
+  plan.linear_by_weight = std::move(linear_by_weight);
+  plan.excluded_names = std::move(excluded_names);
+  plan.head_src = head_src;
+  plan.head_tied = head_tied;
+  plan.head = head;
+  return plan;
+}
+
+}  // namespace qf
