@@ -254,9 +254,10 @@ QuantizeReport quantize_checkpoint(const fs::path& model_dir, const fs::path& ou
   const auto exporter = make_exporter(options.export_format);
   const FormatInfo& info = format_info(options.format);
   // INT4 per channel (kInt4ChannelGroup): each module's block is its in_features.
-  const bool int4_channel = options.format == Format::int4 && options.block == kInt4ChannelGroup;
-  const int block = (options.format == Format::int4 && options.block > 0) ? options.block : info.block;
-  if (options.block != 0 && options.format != Format::int4)
+  const bool free_block = info.block_rule == BlockRule::free;
+  const bool int4_channel = free_block && options.block == kInt4ChannelGroup;
+  const int block = (free_block && options.block > 0) ? options.block : info.block;
+  if (options.block != 0 && !free_block)
     fail("--group-size applies to int4 only ({} has a fixed block of {})", info.name, info.block);
 
   const AlgoModes modes = check_options(options, info);
