@@ -23,12 +23,15 @@ const float* e4m3_table();
 const float* e8m0_table();
 
 // Matrix-vector products y[rows] = W x, one per format family (the matvec_*.cpp files).
-void matvec_float(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_f32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_f16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_bf16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_int8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
-void matvec_int4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_int4_row_pairs(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_int4_packed32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 
 // ---- Int8-activation matrix-vector products (AVX-512 VNNI) --------------------------------
 // The activation is quantized once per call to int8 per kActBlock elements (scale = amax / 127,

@@ -178,11 +178,11 @@ void int4_packed32_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c
 using F = WeightFormat;
 using O = OutputFactor;
 constexpr std::array<WeightFormatRow, 9> kRows = {{
-    {F::f32, "F32", 0, f32_bytes, matvec_float, nullptr, nullptr, false, O::none, f32_tile,
+    {F::f32, "F32", 0, f32_bytes, matvec_f32, nullptr, nullptr, false, O::none, f32_tile,
      f32_rows},
-    {F::f16, "F16", 0, half_bytes, matvec_float, nullptr, nullptr, false, O::none,
+    {F::f16, "F16", 0, half_bytes, matvec_f16, nullptr, nullptr, false, O::none,
      half_tile<f16_to_f32>, half_rows<f16_to_f32>},
-    {F::bf16, "BF16", 0, half_bytes, matvec_float, nullptr, nullptr, true, O::none,
+    {F::bf16, "BF16", 0, half_bytes, matvec_bf16, nullptr, nullptr, true, O::none,
      half_tile<bf16_to_f32>, half_rows<bf16_to_f32>},
     {F::nvfp4, "NVFP4", kNvfp4Block, nvfp4_bytes, matvec_nvfp4, fits_vnni_nvfp4,
      matvec_nvfp4_avx512vnni, true, O::tensor, fp4_tile<true>, nvfp4_rows},
@@ -192,10 +192,10 @@ constexpr std::array<WeightFormatRow, 9> kRows = {{
      fp8_tile, fp8_rows},
     {F::int8, "INT8", 0, byte_row_scaled_bytes, matvec_int8, nullptr, nullptr, true, O::row,
      int8_tile, int8_rows},
-    {F::int4_row_pairs, "INT4 (row pairs)", kGroupBlock, int4_bytes, matvec_int4,
+    {F::int4_row_pairs, "INT4 (row pairs)", kGroupBlock, int4_bytes, matvec_int4_row_pairs,
      fits_vnni_int4_row_pairs, matvec_int4_row_pairs_avx512vnni, true, O::none,
      int4_row_pairs_tile, int4_rows<int4_row_pairs_at>},
-    {F::int4_packed32, "INT4 (int32 packed)", kGroupBlock, int4_bytes, matvec_int4,
+    {F::int4_packed32, "INT4 (int32 packed)", kGroupBlock, int4_bytes, matvec_int4_packed32,
      fits_vnni_int4_packed32, matvec_int4_packed32_avx512vnni, true, O::none,
      int4_packed32_tile, int4_rows<int4_packed32_at>},
 }};
