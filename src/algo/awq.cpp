@@ -18,17 +18,8 @@ namespace qf {
 
 namespace {
 
-// Elements per scale along a row (fp8: the whole row).
-int64_t unit_span(const RtnOptions& f, int64_t cols) {
-  switch (f.format) {
-    case Format::nvfp4: return kNvfp4Block;
-    case Format::mxfp4: return kMxfp4Block;
-    case Format::int4: return f.block > 0 ? f.block : kInt4DefaultGroup;
-    case Format::fp8:
-    case Format::int8: return cols;
-  }
-  return cols;
-}
+// Elements per scale along a row (per-row formats: the whole row).
+int64_t unit_span(const RtnOptions& f, int64_t cols) { return scale_span(f.format, f.block, cols); }
 
 float max_abs(const std::vector<float>& x) {
   float a = 0.f;
@@ -191,7 +182,7 @@ AwqResult quantize_awq(std::span<const WeightRows> members, const LinearStats& s
   if (!options.clip) {
     for (size_t m = 0; m < layer.w.size(); ++m)
       result.tensors.push_back(quantize_max(scaled[m], layer.rows[m], in, fmt, group_amax, pool));
-  } else if (fmt.format == Format::nvfp4) {
+  } else if (format_info(fmt.format).has_tensor_scale()) {
     // Only the per-tensor global amax is clipped (dynamic block scales follow it).
     double best_clip_loss = 0.0;
     const std::vector<float> ratios = clip_ratios(options);
@@ -241,7 +232,7 @@ AwqResult quantize_awq(std::span<const WeightRows> members, const LinearStats& s
           }
         }
       });
-      QuantizedTensor q = scales_from_amax(fmt.format, rows, in, fmt.format == Format::fp8 ? 0 : int(span),
+      QuantizedTensor q = scales_from_amax(fmt.format, rows, in, int(span),
                                            amax.data(), 0.f, fmt.scale_dtype);
       encode_with_scales(q, scaled[m].data(), pool);
       result.tensors.push_back(std::move(q));

@@ -107,7 +107,8 @@ float nvfp4_mse_global_amax(const WeightRows& w, float amax0, const MseOptions& 
 
 QuantizedTensor quantize_mse(const WeightRows& w, const RtnOptions& format,
                              const MseOptions& options, ThreadPool& pool, float group_amax) {
-  if (format.format == Format::nvfp4) {
+  if (format_info(format.format).has_tensor_scale()) {
+    // Two-level scales: the search is over the tensor amax, the block scales follow it.
     float amax = group_amax;
     if (!(amax > 0.f)) {
       const AmaxResult a = weight_amax(w, pool);
@@ -115,10 +116,7 @@ QuantizedTensor quantize_mse(const WeightRows& w, const RtnOptions& format,
     }
     return quantize_rtn(w, format, amax, pool);
   }
-  const int block = format.format == Format::fp8    ? int(w.cols)
-                    : format.format == Format::mxfp4 ? kMxfp4Block
-                    : format.block > 0               ? format.block
-                                                     : kInt4DefaultGroup;
+  const int block = int(scale_span(format.format, format.block, w.cols));
   if (w.cols % block != 0) fail("mse: input size {} is not a multiple of the block {}", w.cols, block);
   const std::vector<float> m = mse_multipliers(options);
   const std::vector<float> x = to_f32(w);
@@ -138,8 +136,7 @@ QuantizedTensor quantize_mse(const WeightRows& w, const RtnOptions& format,
       amax[size_t(r * units_per_row + j)] = best;
     }
   });
-  QuantizedTensor q = scales_from_amax(format.format, w.rows, w.cols,
-                                       format.format == Format::fp8 ? 0 : block, amax.data(), 0.f,
+  QuantizedTensor q = scales_from_amax(format.format, w.rows, w.cols, block, amax.data(), 0.f,
                                        format.scale_dtype);
   encode_with_scales(q, x.data(), pool);
   return q;

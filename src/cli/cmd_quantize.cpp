@@ -96,12 +96,13 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_option("-o,--output", args->out, "Output directory (written under a temporary name, "
                                             "renamed when complete)")
       ->required();
-  cmd->add_option("--format", args->format,
-                  "Weight format: nvfp4 (E2M1, E4M3 scale per 16, FP32 tensor scale), mxfp4 (E2M1, "
-                  "E8M0 scale per 32), fp8 (E4M3, scale per output channel), int4 (symmetric, "
-                  "scale per group), int8 (symmetric, scale per output channel; W8A8 only: "
-                  "--activations int8)")
-      ->check(CLI::IsMember({"nvfp4", "mxfp4", "fp8", "int4", "int8"}))
+  std::string format_help = "Weight format: ";
+  for (const FormatInfo& f : all_formats()) {
+    if (f.id != all_formats().front().id) format_help += ", ";
+    format_help += fmt::format("{} ({})", f.name, f.cli_summary);
+  }
+  cmd->add_option("--format", args->format, format_help)
+      ->check(CLI::IsMember(format_name_choices(/*weight_only=*/false)))
       ->capture_default_str();
   cmd->add_option("--export", args->export_format,
                   "Checkpoint format: modelopt (ModelOpt HF: vLLM, SGLang, TensorRT-LLM) or "

@@ -19,10 +19,28 @@ std::vector<FormatChoice> parse_format_list(const std::string& list) {
     if (item.empty()) continue;
     const auto c = parse_format_choice(item);
     if (!c || c->is_keep())
-      fail("--formats: unknown format '{}' (nvfp4, mxfp4, fp8, int4, int4:G, int4:channel)", item);
+      fail("--formats: unknown format '{}' ({}, {})", item, format_names(", ", true),
+           free_block_choice_names(", "));
     out.push_back(*c);
   }
   if (out.empty()) fail("--formats: no format given");
+  return out;
+}
+
+std::vector<std::string> format_name_choices(bool weight_only) {
+  std::vector<std::string> out;
+  for (const FormatInfo& f : all_formats())
+    if (!weight_only || f.weight_only) out.emplace_back(f.name);
+  return out;
+}
+
+std::string free_block_choice_names(std::string_view separator) {
+  std::string out;
+  for (const FormatInfo& f : all_formats()) {
+    if (f.block_rule != BlockRule::free || !f.weight_only) continue;
+    if (!out.empty()) out += separator;
+    out += std::string(f.name) + ":G" + std::string(separator) + std::string(f.name) + ":channel";
+  }
   return out;
 }
 
@@ -46,7 +64,8 @@ void register_sensitivity(CLI::App& app, Action& run) {
       ->required();
   add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/true);
   cmd->add_option("--formats", args->formats,
-                  "Candidate formats, comma-separated: nvfp4, mxfp4, fp8, int4 (int4:G for group G, int4:channel for one scale per output channel where no other int4 choice fits)")
+                  "Candidate formats, comma-separated: " + format_names(", ", true) +
+                      " (int4:G for group G, int4:channel for one scale per output channel where no other int4 choice fits)")
       ->capture_default_str();
   cmd->add_flag("--exact", args->exact,
                 "Also the exact measure: KL of the final logits vs the original with only that "

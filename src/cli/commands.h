@@ -43,6 +43,13 @@ namespace qf::cli {
 // Parses "nvfp4,fp8,int4:64" (--formats); throws qf::Error for an unknown or empty list.
 std::vector<FormatChoice> parse_format_list(const std::string& list);
 
+// The format table's names in table order (weight-only formats only when asked), for
+// CLI::IsMember choices.
+std::vector<std::string> format_name_choices(bool weight_only);
+// The spellings --formats and recipes accept beyond plain names, from the table's formats with
+// a free block: "int4:G, int4:channel".
+std::string free_block_choice_names(std::string_view separator);
+
 // The planning flags of `quantize` (--recipe, --save-recipe, --auto and its targets).
 struct PlanArgs {
   std::string recipe, save_recipe, formats, target_size, fit_memory;  // formats "": default

@@ -16,8 +16,9 @@ namespace qf::cli {
 void add_plan_options(CLI::App* cmd, PlanArgs& a) {
   cmd->add_option("--recipe", a.recipe,
                   "Per-module formats from a JSON recipe: {\"rules\": [{\"match\": GLOB or "
-                  "\"re:REGEX\", \"format\": nvfp4|mxfp4|fp8|int4|keep}, ...]}; the first "
-                  "matching rule wins, unmatched modules take --format");
+                  "\"re:REGEX\", \"format\": " + format_names("|", true) +
+                      "|keep}, ...]}; the first matching rule wins, unmatched modules take "
+                      "--format");
   cmd->add_option("--save-recipe", a.save_recipe,
                   "Write the per-module choice (of --auto or --recipe) as a recipe file that "
                   "--recipe replays exactly");
@@ -29,8 +30,9 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                 "only it quantized (one model run per module and format over the calibration "
                 "windows) instead of the layer-local proxy: slower, better choices on small models");
   cmd->add_option("--formats", a.formats,
-                  "--auto: candidate formats, comma-separated: nvfp4, mxfp4, fp8, int4 (group "
-                  "128), int4:G, int4:channel (one scale per output channel, only where no other "
+                  "--auto: candidate formats, comma-separated: " + format_names(", ", true) +
+                      " (int4: group 128), " + free_block_choice_names(", ") +
+                      " (one scale per output channel, only where no other "
                   "int4 choice fits). Default nvfp4,fp8, plus mxfp4,int4,int4:channel when the "
                   "target is below what nvfp4,fp8 reach");
   cmd->add_option("--target-bits", a.target_bits,

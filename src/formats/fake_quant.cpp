@@ -1,5 +1,5 @@
 // Scale rules per format, element quantization against frozen scales, and the NVFP4 static-block
-// export path.
+// export path. The per-format pieces are the format rows' functions (formats/registry.cpp).
 #include "formats/fake_quant.h"
 
 #include "core/error.h"
@@ -43,47 +43,15 @@ float fp8_scale_from_amax(float amax, DType scale_dtype) {
 
 void fake_quantize_unit(Format format, const float* x, int64_t n, float amax, DType scale_dtype,
                         float* out) {
-  switch (format) {
-    case Format::int4: {
-      const float s = int4_scale_from_amax(amax, scale_dtype);
-      for (int64_t k = 0; k < n; ++k) out[k] = std::clamp(std::nearbyint(x[k] / s), -8.f, 7.f) * s;
-      return;
-    }
-    case Format::int8: {
-      const float s = int8_scale_from_amax(amax, scale_dtype);
-      for (int64_t k = 0; k < n; ++k)
-        out[k] = std::clamp(std::nearbyint(x[k] / s), -128.f, 127.f) * s;
-      return;
-    }
-    case Format::fp8: {
-      const float s = fp8_scale_from_amax(amax, scale_dtype);
-      for (int64_t k = 0; k < n; ++k)
-        out[k] = e4m3_to_f32(f32_to_e4m3(std::clamp(x[k] / s, -448.f, 448.f))) * s;
-      return;
-    }
-    case Format::mxfp4: {
-      const float s = e8m0_to_f32(mxfp4_scale_code(amax));
-      for (int64_t k = 0; k < n; ++k) out[k] = e2m1_to_f32(e2m1_from_f32_modelopt(x[k] / s)) * s;
-      return;
-    }
-    case Format::nvfp4:
-      break;
-  }
-  fail("fake_quantize_unit: nvfp4 has two-level scales; use scales_from_amax");
+  const FormatInfo& row = format_info(format);
+  if (!row.fake_quantize_unit)
+    fail("fake_quantize_unit: {} has two-level scales; use scales_from_amax", row.name);
+  row.fake_quantize_unit(x, n, amax, scale_dtype, out);
 }
 
 namespace {
 
-int resolve_block(Format format, int block) {
-  if (format == Format::fp8 || format == Format::int8) return 1;
-  if (format == Format::int4) return block > 0 ? block : kInt4DefaultGroup;
-  return format_info(format).block;
-}
-
-// Elements one scale covers along a row (fp8: the whole row).
-int64_t scale_span(const QuantizedTensor& q) {
-  return q.format == Format::fp8 || q.format == Format::int8 ? q.cols : int64_t(q.block);
-}
+int64_t scale_span(const QuantizedTensor& q) { return scale_span(q.format, q.block, q.cols); }
 
 }  // namespace
 
@@ -98,105 +66,37 @@ QuantizedTensor scales_from_amax(Format format, int64_t rows, int64_t cols, int 
   if (rows < 0 || cols <= 0 || cols % scale_span(q) != 0)
     fail("{}: input size {} is not a multiple of the block of {}", format_info(format).name, cols,
          scale_span(q));
-  const int64_t n = rows * (cols / scale_span(q));
-  switch (format) {
-    case Format::nvfp4:
-      if (!(global_amax > 0.f) || std::isinf(global_amax))
-        fail("nvfp4 static: global amax {} is not positive and finite", global_amax);
-      q.scale_dtype = DType::F8_E4M3;
-      q.global_scale = nvfp4_global_scale(global_amax);
-      q.block_scales.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i)
-        q.block_scales[size_t(i)] = nvfp4_static_block_scale(amax[i], global_amax);
-      break;
-    case Format::mxfp4:
-      q.scale_dtype = DType::U8;
-      q.block_scales.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i) q.block_scales[size_t(i)] = mxfp4_scale_code(amax[i]);
-      break;
-    case Format::int4:
-      q.scales.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i) q.scales[size_t(i)] = int4_scale_from_amax(amax[i], scale_dtype);
-      break;
-    case Format::fp8:
-      q.scales.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i) q.scales[size_t(i)] = fp8_scale_from_amax(amax[i], scale_dtype);
-      break;
-    case Format::int8:
-      q.scales.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i) q.scales[size_t(i)] = int8_scale_from_amax(amax[i], scale_dtype);
-      break;
-  }
+  format_info(format).scales_from_amax(amax, global_amax, q);
   return q;
 }
 
 FrozenQuantizer::FrozenQuantizer(const QuantizedTensor& q)
-    : format_(q.format), cols_(q.cols), block_(1) {
+    : row_(&format_info(q.format)), cols_(q.cols), block_(1) {
   const int64_t span = scale_span(q);
   if (span <= 0 || q.cols % span != 0) fail("frozen quantizer: bad block {} for {} columns", span, q.cols);
   scales_per_row_ = q.cols / span;
   block_ = int(span);
   const size_t n = size_t(q.rows * scales_per_row_);
   divisor_.resize(n);
+  e4m3_.resize(n);
   g_ = q.global_scale;
-  switch (format_) {
-    case Format::nvfp4:
-      if (q.block_scales.size() != n) fail("frozen quantizer: nvfp4 needs {} block scales", n);
-      e4m3_.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        e4m3_[i] = e4m3_to_f32(q.block_scales[i]);
-        divisor_[i] = e4m3_[i] * g_;
-      }
-      break;
-    case Format::mxfp4:
-      if (q.block_scales.size() != n) fail("frozen quantizer: mxfp4 needs {} block scales", n);
-      for (size_t i = 0; i < n; ++i) divisor_[i] = e8m0_to_f32(q.block_scales[i]);
-      break;
-    case Format::int4:
-    case Format::fp8:
-    case Format::int8:
-      if (q.scales.size() != n) fail("frozen quantizer: {} needs {} scales", format_info(format_).name, n);
-      std::copy(q.scales.begin(), q.scales.end(), divisor_.begin());
-      break;
+  if (row_->scale_code_dtype != DType::F32) {
+    if (q.block_scales.size() != n) fail("frozen quantizer: {} needs {} block scales", row_->name, n);
+  } else if (q.scales.size() != n) {
+    fail("frozen quantizer: {} needs {} scales", row_->name, n);
   }
+  for (size_t i = 0; i < n; ++i) divisor_[i] = row_->frozen_divisor(q, i, &e4m3_[i]);
 }
 
 uint8_t FrozenQuantizer::encode(int64_t r, int64_t c, float x, float* dequantized) const {
   const size_t s = size_t(r * scales_per_row_ + c / block_);
-  const float d = divisor_[s];
-  switch (format_) {
-    case Format::nvfp4: {
-      const uint8_t code = e2m1_from_f32_modelopt(x / d);
-      *dequantized = e2m1_to_f32(code) * e4m3_[s] * g_;
-      return code;
-    }
-    case Format::mxfp4: {
-      const uint8_t code = e2m1_from_f32_modelopt(x / d);
-      *dequantized = e2m1_to_f32(code) * d;
-      return code;
-    }
-    case Format::int4: {
-      const float v = std::clamp(std::nearbyint(x / d), -8.f, 7.f);
-      *dequantized = v * d;
-      return uint8_t(int8_t(v));
-    }
-    case Format::int8: {
-      const float v = std::clamp(std::nearbyint(x / d), -128.f, 127.f);
-      *dequantized = v * d;
-      return uint8_t(int8_t(v));
-    }
-    case Format::fp8: {
-      const uint8_t code = f32_to_e4m3(std::clamp(x / d, -448.f, 448.f));
-      *dequantized = e4m3_to_f32(code) * d;
-      return code;
-    }
-  }
-  *dequantized = 0.f;
-  return 0;
+  uint8_t code = 0;
+  row_->encode_frozen(&x, 1, divisor_[s], e4m3_[s], g_, &code, dequantized);
+  return code;
 }
 
 void set_code(QuantizedTensor& q, int64_t r, int64_t c, uint8_t code) {
-  const bool packed = q.format == Format::nvfp4 || q.format == Format::mxfp4;
+  const bool packed = format_info(q.format).packed_pairs;
   const size_t n = size_t(q.rows * q.cols);
   if (q.codes.empty()) q.codes.assign(packed ? n / 2 : n, 0);
   const int64_t i = r * q.cols + c;
@@ -209,14 +109,31 @@ void set_code(QuantizedTensor& q, int64_t r, int64_t c, uint8_t code) {
                       : uint8_t((byte & 0x0F) | ((code & 0xF) << 4));
 }
 
+void FrozenQuantizer::encode_row(int64_t r, const float* x, uint8_t* codes,
+                                 float* dequantized) const {
+  for (int64_t u = 0; u < scales_per_row_; ++u) {
+    const size_t s = size_t(r * scales_per_row_ + u);
+    row_->encode_frozen(x + u * block_, block_, divisor_[s], e4m3_[s], g_, codes + u * block_,
+                        dequantized + u * block_);
+  }
+}
+
 void encode_with_scales(QuantizedTensor& q, const float* w, ThreadPool& pool) {
   const FrozenQuantizer fq(q);
-  const bool packed = q.format == Format::nvfp4 || q.format == Format::mxfp4;
+  const bool packed = format_info(q.format).packed_pairs;
   q.codes.assign(packed ? size_t(q.rows * q.cols / 2) : size_t(q.rows * q.cols), 0);
   // Rows own whole bytes (cols is even for the packed formats), so tasks never share a byte.
   pool.parallel_for(q.rows, [&](int64_t r) {
-    float d = 0.f;
-    for (int64_t c = 0; c < q.cols; ++c) set_code(q, r, c, fq.encode(r, c, w[r * q.cols + c], &d));
+    std::vector<uint8_t> codes(size_t(q.cols));
+    std::vector<float> deq(size_t(q.cols));
+    fq.encode_row(r, w + r * q.cols, codes.data(), deq.data());
+    if (!packed) {
+      std::copy(codes.begin(), codes.end(), q.codes.begin() + r * q.cols);
+      return;
+    }
+    uint8_t* out = q.codes.data() + r * q.cols / 2;
+    for (int64_t c = 0; c < q.cols; c += 2)
+      out[c / 2] = uint8_t((codes[size_t(c)] & 0xF) | ((codes[size_t(c + 1)] & 0xF) << 4));
   });
 }
 
@@ -224,41 +141,15 @@ void fake_quantize_with_scales(const QuantizedTensor& q, const float* w, float* 
                                ThreadPool& pool) {
   const FrozenQuantizer fq(q);
   pool.parallel_for(q.rows, [&](int64_t r) {
-    for (int64_t c = 0; c < q.cols; ++c) {
-      const int64_t i = r * q.cols + c;
-      out[i] = fq.fake(r, c, w[i]);
-    }
+    std::vector<uint8_t> codes(size_t(q.cols));
+    fq.encode_row(r, w + r * q.cols, codes.data(), out + r * q.cols);
   });
 }
 
 void dequantize(const QuantizedTensor& q, float* out, ThreadPool* pool) {
   // Rows [r0, r0 + n): every format's codes and scales are row-major, whole rows at a time.
-  auto rows = [&](int64_t r0, int64_t n) {
-    float* o = out + r0 * q.cols;
-    switch (q.format) {
-      case Format::nvfp4:
-        nvfp4_dequantize(q.codes.data() + r0 * (q.cols / 2),
-                         q.block_scales.data() + r0 * (q.cols / 16), q.global_scale, n, q.cols, o);
-        break;
-      case Format::mxfp4:
-        mxfp4_dequantize(q.codes.data() + r0 * (q.cols / 2),
-                         q.block_scales.data() + r0 * (q.cols / 32), n, q.cols, o);
-        break;
-      case Format::int4:
-        int4_dequantize(reinterpret_cast<const int8_t*>(q.codes.data()) + r0 * q.cols,
-                        q.scales.data() + r0 * (q.cols / q.block), q.block, n, q.cols, o);
-        break;
-      case Format::fp8:
-        fp8_channel_dequantize(q.codes.data() + r0 * q.cols, q.scales.data() + r0, n, q.cols, o);
-        break;
-      case Format::int8:
-        for (int64_t r = 0; r < n; ++r)
-          for (int64_t c = 0; c < q.cols; ++c)
-            o[r * q.cols + c] =
-                float(int8_t(q.codes[size_t((r0 + r) * q.cols + c)])) * q.scales[size_t(r0 + r)];
-        break;
-    }
-  };
+  const FormatInfo& row = format_info(q.format);
+  auto rows = [&](int64_t r0, int64_t n) { row.dequantize_rows(q, r0, n, out + r0 * q.cols); };
   constexpr int64_t kRows = 64;
   const int64_t tasks = (q.rows + kRows - 1) / kRows;
   if (!pool || tasks <= 1) {

@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "formats/quantized_tensor.h"
+#include "formats/registry.h"
 
 #include <cstdint>
 #include <vector>
@@ -31,7 +32,7 @@ float fp8_scale_from_amax(float amax, DType scale_dtype);
 
 // out[0, n) = x[0, n) quantized and dequantized with the one scale `format` derives from `amax`
 // (int4, fp8, int8: the rules above; mxfp4: mxfp4_scale_code). For searches over one block or row.
-// nvfp4 has two-level scales and is not supported here (throws qf::Error).
+// Formats with two-level scales (nvfp4: FormatInfo::fake_quantize_unit is null) throw qf::Error.
 void fake_quantize_unit(Format format, const float* x, int64_t n, float amax, DType scale_dtype,
                         float* out);
 
@@ -57,6 +58,9 @@ class FrozenQuantizer {
   // The code of x at element (r, c) (int4: the int8 value as a byte) and its dequantized value,
   // computed as the format's dequantizer does (NVFP4: e2m1 * e4m3 * g, in that order).
   uint8_t encode(int64_t r, int64_t c, float x, float* dequantized) const;
+  // Row r whole (x: its cols elements): one code per byte, never packed, and the dequantized
+  // values; the format's encoder runs once per scale, not once per element.
+  void encode_row(int64_t r, const float* x, uint8_t* codes, float* dequantized) const;
   float fake(int64_t r, int64_t c, float x) const {
     float d = 0.f;
     encode(r, c, x, &d);
@@ -64,12 +68,12 @@ class FrozenQuantizer {
   }
 
  private:
-  Format format_;
+  const FormatInfo* row_;
   int64_t cols_;
   int block_;
   int64_t scales_per_row_;
   std::vector<float> divisor_;  // per scale: what x is divided by
-  std::vector<float> e4m3_;     // nvfp4: the block scale value (dequantize multiplies it first)
+  std::vector<float> e4m3_;     // the scale's own value (nvfp4: e4m3, applied before g_)
   float g_ = 1.f;
 };
 

@@ -23,12 +23,15 @@ const float* e4m3_table();
 const float* e8m0_table();
 
 // Matrix-vector products y[rows] = W x, one per format family (the matvec_*.cpp files).
-void matvec_float(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_f32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_f16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_bf16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_int8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
-void matvec_int4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_int4_row_pairs(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_int4_packed32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 
 // ---- Int8-activation matrix-vector products (AVX-512 VNNI) --------------------------------
 // The activation is quantized once per call to int8 per kActBlock elements (scale = amax / 127,
@@ -40,13 +43,22 @@ constexpr int64_t kActBlock = 16;
 void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scales);
 
 // Whether linear_forward(tokens == 1) of w takes the int8-activation path: the CPU has
-// AVX-512 VNNI (BW, VL, F16C), precise kernels are off, and the format and block layout fit.
+// AVX-512 VNNI (BW, VL, F16C), precise kernels are off, and w's row has the path and its
+// shape fits it.
 bool use_int8_matvec(const LinearWeight& w);
-// NVFP4, MXFP4 and both INT4 layouts; call only if use_int8_matvec(w).
-void matvec_nibbles_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 bool cpu_has_avx512vnni();
-// Whether w's format and block layout suit matvec_nibbles_avx512vnni.
-bool nibble_layout_fits_vnni(const LinearWeight& w);
+// The int8-activation products per 4-bit layout (matvec_q4_avx512vnni.cpp) and whether w's
+// block layout suits them; call a product only if use_int8_matvec(w).
+bool fits_vnni_nvfp4(const LinearWeight& w);
+bool fits_vnni_mxfp4(const LinearWeight& w);
+bool fits_vnni_int4_row_pairs(const LinearWeight& w);
+bool fits_vnni_int4_packed32(const LinearWeight& w);
+void matvec_nvfp4_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_mxfp4_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, float* y,
+                                      ThreadPool* pool);
+void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, float* y,
+                                     ThreadPool* pool);
 
 // BF16 matrix-matrix product (AVX512-BF16) for BF16 and quantized weights
 // (matmul_bf16_avx512bf16.cpp); linear_forward uses it when use_bf16_matmul(w).
@@ -60,9 +72,9 @@ void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t token
 void matmul_decoded(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                     ThreadPool* pool);
 
-// Decodes W[r0 .. r0+nr, c0 .. c0+nc) to float32 `out` with row stride `ld` (fast scalar
-// decoders; identical values to dequantize_weight_rows). c0 and nc are multiples of the
-// format's block; r0 and nr are even for int4_row_pairs.
+// Decodes W[r0 .. r0+nr, c0 .. c0+nc) to float32 `out` with row stride `ld` through the
+// layout's row (weight_formats.h): identical values to dequantize_weight_rows. c0 and nc are
+// multiples of the format's block; r0 and nr are even for int4_row_pairs.
 void decode_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                  float* out, int64_t ld);
 

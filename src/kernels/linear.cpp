@@ -1,13 +1,11 @@
-// Linear layers: dispatch to the per-format kernels, the scalar reference, tile decoding.
+// Linear layers: dispatch through the layout's row (kernels/weight_formats.h) to its kernels,
+// the scalar reference, the int8-activation model.
 #include "kernels/linear.h"
 
 #include "core/numeric.h"
 #include "core/thread_pool.h"
-#include "formats/fp8.h"
-#include "formats/int4.h"
-#include "formats/mxfp4.h"
-#include "formats/nvfp4.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/weight_formats.h"
 
 #include <algorithm>
 #include <array>
@@ -19,45 +17,15 @@
 
 namespace qf {
 
-std::string_view weight_format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::f32: return "F32";
-    case WeightFormat::f16: return "F16";
-    case WeightFormat::bf16: return "BF16";
-    case WeightFormat::nvfp4: return "NVFP4";
-    case WeightFormat::mxfp4: return "MXFP4";
-    case WeightFormat::fp8: return "FP8";
-    case WeightFormat::int8: return "INT8";
-    case WeightFormat::int4_row_pairs: return "INT4 (row pairs)";
-    case WeightFormat::int4_packed32: return "INT4 (int32 packed)";
-  }
-  return "?";
-}
+std::string_view weight_format_name(WeightFormat f) { return kernels::weight_format_row(f).name; }
 
 int weight_block(const LinearWeight& w) {
-  switch (w.format) {
-    case WeightFormat::nvfp4: return kNvfp4Block;
-    case WeightFormat::mxfp4: return kMxfp4Block;
-    case WeightFormat::int4_row_pairs:
-    case WeightFormat::int4_packed32: return w.group;
-    default: return 0;
-  }
+  const int block = kernels::weight_format_row(w.format).block;
+  return block == kernels::kGroupBlock ? w.group : block;
 }
 
 uint64_t LinearWeight::stored_bytes() const {
-  const uint64_t n = uint64_t(rows) * uint64_t(cols);
-  switch (format) {
-    case WeightFormat::f32: return n * 4;
-    case WeightFormat::f16:
-    case WeightFormat::bf16: return n * 2;
-    case WeightFormat::nvfp4: return n / 2 + n / kNvfp4Block + 4;
-    case WeightFormat::mxfp4: return n / 2 + n / kMxfp4Block;
-    case WeightFormat::fp8:
-    case WeightFormat::int8: return n + uint64_t(rows) * 4;
-    case WeightFormat::int4_row_pairs:
-    case WeightFormat::int4_packed32: return n / 2 + n / uint64_t(group) * 4;
-  }
-  return n;
+  return kernels::weight_format_row(format).stored_bytes(*this);
 }
 
 namespace {
@@ -78,8 +46,9 @@ bool matvec_uses_int8_activation(const LinearWeight& w) { return kernels::use_in
 void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                     ThreadPool* pool) {
   if (tokens <= 0) return;
+  const kernels::WeightFormatRow& row = kernels::weight_format_row(w.format);
   if (tokens == 1 && kernels::use_int8_matvec(w)) {
-    kernels::matvec_nibbles_avx512vnni(w, x, y, pool);
+    row.matvec_int8_activation(w, x, y, pool);
     return;
   }
   if (tokens > 1) {
@@ -90,76 +59,11 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
     kernels::matmul_decoded(w, x, tokens, y, pool);
     return;
   }
-  switch (w.format) {
-    case WeightFormat::f32:
-    case WeightFormat::f16:
-    case WeightFormat::bf16: kernels::matvec_float(w, x, y, pool); break;
-    case WeightFormat::nvfp4: kernels::matvec_nvfp4(w, x, y, pool); break;
-    case WeightFormat::mxfp4: kernels::matvec_mxfp4(w, x, y, pool); break;
-    case WeightFormat::fp8: kernels::matvec_fp8(w, x, y, pool); break;
-    case WeightFormat::int8: kernels::matvec_int8(w, x, y, pool); break;
-    case WeightFormat::int4_row_pairs:
-    case WeightFormat::int4_packed32: kernels::matvec_int4(w, x, y, pool); break;
-  }
+  row.matvec(w, x, y, pool);
 }
 
 void dequantize_weight_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
-  const int64_t cols = w.cols;
-  const auto* bytes = static_cast<const uint8_t*>(w.data);
-  switch (w.format) {
-    case WeightFormat::f32:
-      std::memcpy(out, static_cast<const float*>(w.data) + r0 * cols, size_t(n * cols) * 4);
-      return;
-    case WeightFormat::f16: {
-      const auto* p = static_cast<const uint16_t*>(w.data) + r0 * cols;
-      for (int64_t i = 0; i < n * cols; ++i) out[i] = f16_to_f32(p[i]);
-      return;
-    }
-    case WeightFormat::bf16: {
-      const auto* p = static_cast<const uint16_t*>(w.data) + r0 * cols;
-      for (int64_t i = 0; i < n * cols; ++i) out[i] = bf16_to_f32(p[i]);
-      return;
-    }
-    case WeightFormat::nvfp4:
-      nvfp4_dequantize(bytes + r0 * cols / 2, w.block_scales + r0 * cols / kNvfp4Block,
-                       w.global_scale, n, cols, out);
-      return;
-    case WeightFormat::mxfp4:
-      mxfp4_dequantize(bytes + r0 * cols / 2, w.block_scales + r0 * cols / kMxfp4Block, n, cols,
-                       out);
-      return;
-    case WeightFormat::fp8:
-      fp8_channel_dequantize(bytes + r0 * cols, w.scales + r0, n, cols, out);
-      return;
-    case WeightFormat::int8: {
-      const auto* q = static_cast<const int8_t*>(w.data) + r0 * cols;
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = float(q[r * cols + c]) * w.scales[r0 + r];
-      return;
-    }
-    case WeightFormat::int4_row_pairs:
-    case WeightFormat::int4_packed32: {
-      // Unpack to one int8 per element, then the formats' dequantizer.
-      std::vector<int8_t> q(static_cast<size_t>(n * cols));
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < cols; ++c) {
-          const int64_t row = r0 + r;
-          int v;
-          if (w.format == WeightFormat::int4_row_pairs) {
-            const uint8_t b = bytes[(row / 2) * cols + c];
-            v = (row % 2 == 0) ? (b & 0xF) : (b >> 4);
-            v = v >= 8 ? v - 16 : v;
-          } else {
-            const auto* words = static_cast<const uint32_t*>(w.data);
-            const uint32_t word = words[row * (cols / 8) + c / 8];
-            v = int((word >> (4 * (c % 8))) & 0xF) - 8;
-          }
-          q[size_t(r * cols + c)] = int8_t(v);
-        }
-      int4_dequantize(q.data(), w.scales + r0 * (cols / w.group), w.group, n, cols, out);
-      return;
-    }
-  }
+  kernels::weight_format_row(w.format).dequantize_rows(w, r0, n, out);
 }
 
 void linear_reference(const LinearWeight& w, const float* x, int64_t tokens, float* y) {
@@ -204,13 +108,13 @@ void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scale
 }
 
 bool use_int8_matvec(const LinearWeight& w) {
-  return !precise_kernels() && nibble_layout_fits_vnni(w) && cpu_has_avx512vnni();
+  const WeightFormatRow& row = weight_format_row(w.format);
+  return !precise_kernels() && row.fits_int8_activation != nullptr &&
+         row.fits_int8_activation(w) && cpu_has_avx512vnni();
 }
 
 bool use_bf16_matmul(const LinearWeight& w) {
-  // F32 and F16 weights are not exact in BF16: they keep the float kernel.
-  return !precise_kernels() && w.format != WeightFormat::f32 && w.format != WeightFormat::f16 &&
-         cpu_has_avx512bf16();
+  return !precise_kernels() && weight_format_row(w.format).bf16_exact && cpu_has_avx512bf16();
 }
 
 void for_row_tasks(ThreadPool* pool, int64_t rows, int64_t rows_per_task,
@@ -257,78 +161,7 @@ const float* e8m0_table() {
 
 void decode_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                  float* out, int64_t ld) {
-  const int64_t cols = w.cols;
-  const auto* bytes = static_cast<const uint8_t*>(w.data);
-  for (int64_t r = 0; r < nr; ++r) {
-    const int64_t row = r0 + r;
-    float* o = out + r * ld;
-    switch (w.format) {
-      case WeightFormat::f32:
-        std::memcpy(o, static_cast<const float*>(w.data) + row * cols + c0, size_t(nc) * 4);
-        break;
-      case WeightFormat::f16: {
-        const auto* p = static_cast<const uint16_t*>(w.data) + row * cols + c0;
-        for (int64_t c = 0; c < nc; ++c) o[c] = f16_to_f32(p[c]);
-        break;
-      }
-      case WeightFormat::bf16: {
-        const auto* p = static_cast<const uint16_t*>(w.data) + row * cols + c0;
-        for (int64_t c = 0; c < nc; ++c) o[c] = bf16_to_f32(p[c]);
-        break;
-      }
-      case WeightFormat::nvfp4:
-      case WeightFormat::mxfp4: {
-        const bool nv = w.format == WeightFormat::nvfp4;
-        const int block = nv ? kNvfp4Block : kMxfp4Block;
-        const float* stab = nv ? e4m3_table() : e8m0_table();
-        const float g = nv ? w.global_scale : 1.f;
-        const uint8_t* p = bytes + (row * cols + c0) / 2;
-        const uint8_t* s = w.block_scales + (row * cols + c0) / block;
-        for (int64_t b = 0; b < nc / block; ++b) {
-          // The product order of the reference: e2m1 * scale, then * global.
-          const float sc = stab[s[b]];
-          for (int j = 0; j < block / 2; ++j) {
-            const uint8_t v = p[b * block / 2 + j];
-            o[b * block + 2 * j] = nv ? kE2M1Values[v & 0xF] * sc * g : kE2M1Values[v & 0xF] * sc;
-            o[b * block + 2 * j + 1] = nv ? kE2M1Values[v >> 4] * sc * g : kE2M1Values[v >> 4] * sc;
-          }
-        }
-        break;
-      }
-      case WeightFormat::fp8: {
-        const float* t = e4m3_table();
-        const uint8_t* p = bytes + row * cols + c0;
-        const float sc = w.scales[row];
-        for (int64_t c = 0; c < nc; ++c) o[c] = t[p[c]] * sc;
-        break;
-      }
-      case WeightFormat::int8: {
-        const auto* p = static_cast<const int8_t*>(w.data) + row * cols + c0;
-        const float sc = w.scales[row];
-        for (int64_t c = 0; c < nc; ++c) o[c] = float(p[c]) * sc;
-        break;
-      }
-      case WeightFormat::int4_row_pairs: {
-        const uint8_t* p = bytes + (row / 2) * cols + c0;
-        const float* sc = w.scales + row * (cols / w.group) + c0 / w.group;
-        const int shift = (row % 2) * 4;
-        for (int64_t c = 0; c < nc; ++c) {
-          const int v = (p[c] >> shift) & 0xF;
-          o[c] = float(v >= 8 ? v - 16 : v) * sc[c / w.group];
-        }
-        break;
-      }
-      case WeightFormat::int4_packed32: {
-        const auto* words = static_cast<const uint32_t*>(w.data) + row * (cols / 8) + c0 / 8;
-        const float* sc = w.scales + row * (cols / w.group) + c0 / w.group;
-        for (int64_t c = 0; c < nc; ++c) {
-          const int v = int((words[c / 8] >> (4 * (c % 8))) & 0xF) - 8;
-          o[c] = float(v) * sc[c / w.group];
-        }
-        break;
-      }
-    }
-  }
+  weight_format_row(w.format).decode_tile(w, r0, nr, c0, nc, out, ld);
 }
 
 }  // namespace kernels

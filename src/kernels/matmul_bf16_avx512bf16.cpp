@@ -9,6 +9,7 @@
 // (relative 2^-9, far below its quantization step). The activation rounding (relative 2^-9)
 // is the only other change. F32 and F16 weights keep the float kernel (matmul.cpp).
 #include "kernels/kernels_internal.h"
+#include "kernels/weight_formats.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -177,8 +178,9 @@ void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t token
   // Keep the per-tensor and per-row factors out of the decoded weights (exact in BF16).
   LinearWeight wd = w;
   std::vector<float> ones;
-  if (w.format == WeightFormat::nvfp4) wd.global_scale = 1.f;
-  const bool row_scaled = w.format == WeightFormat::fp8 || w.format == WeightFormat::int8;
+  const OutputFactor factor = weight_format_row(w.format).factor;
+  if (factor == OutputFactor::tensor) wd.global_scale = 1.f;
+  const bool row_scaled = factor == OutputFactor::row;
   if (row_scaled) {
     ones.assign(size_t(M), 1.f);
     wd.scales = ones.data();
@@ -220,10 +222,12 @@ void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t token
         }
       }
     }
-    if (w.format == WeightFormat::nvfp4 || row_scaled)
+    if (factor == OutputFactor::tensor)
       for (int64_t t = 0; t < tokens; ++t)
-        for (int64_t r = r0; r < r1; ++r)
-          y[t * M + r] *= w.format == WeightFormat::nvfp4 ? w.global_scale : w.scales[r];
+        for (int64_t r = r0; r < r1; ++r) y[t * M + r] *= w.global_scale;
+    if (row_scaled)
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = r0; r < r1; ++r) y[t * M + r] *= w.scales[r];
   });
 }
 

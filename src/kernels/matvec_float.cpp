@@ -41,38 +41,37 @@ void FloatRows(const LinearWeight& w, const float* x, float* y, ThreadPool* pool
   });
 }
 
-void MatVecFloat(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  using DF = hn::ScalableTag<float>;
-  switch (w.format) {
-    case WeightFormat::bf16:
-      FloatRows(
-          w, x, y, pool, 2,
-          [](DF d, const uint8_t* row, int64_t c) {
-            return LoadBF16AsF32(d, reinterpret_cast<const uint16_t*>(row) + c);
-          },
-          [](const uint8_t* row, int64_t c) {
-            return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
-          });
-      break;
-    case WeightFormat::f16:
-      FloatRows(
-          w, x, y, pool, 2,
-          [](DF d, const uint8_t* row, int64_t c) {
-            return LoadF16AsF32(d, reinterpret_cast<const uint16_t*>(row) + c);
-          },
-          [](const uint8_t* row, int64_t c) {
-            return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
-          });
-      break;
-    default:
-      FloatRows(
-          w, x, y, pool, 4,
-          [](DF d, const uint8_t* row, int64_t c) {
-            return hn::LoadU(d, reinterpret_cast<const float*>(row) + c);
-          },
-          [](const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; });
-      break;
-  }
+using DF = hn::ScalableTag<float>;
+
+void MatVecBf16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  FloatRows(
+      w, x, y, pool, 2,
+      [](DF d, const uint8_t* row, int64_t c) {
+        return LoadBF16AsF32(d, reinterpret_cast<const uint16_t*>(row) + c);
+      },
+      [](const uint8_t* row, int64_t c) {
+        return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+      });
+}
+
+void MatVecF16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  FloatRows(
+      w, x, y, pool, 2,
+      [](DF d, const uint8_t* row, int64_t c) {
+        return LoadF16AsF32(d, reinterpret_cast<const uint16_t*>(row) + c);
+      },
+      [](const uint8_t* row, int64_t c) {
+        return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+      });
+}
+
+void MatVecF32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  FloatRows(
+      w, x, y, pool, 4,
+      [](DF d, const uint8_t* row, int64_t c) {
+        return hn::LoadU(d, reinterpret_cast<const float*>(row) + c);
+      },
+      [](const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; });
 }
 
 }  // namespace HWY_NAMESPACE
@@ -81,9 +80,17 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace qf::kernels {
-HWY_EXPORT(MatVecFloat);
-void matvec_float(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  HWY_DYNAMIC_DISPATCH(MatVecFloat)(w, x, y, pool);
+HWY_EXPORT(MatVecF32);
+HWY_EXPORT(MatVecF16);
+HWY_EXPORT(MatVecBf16);
+void matvec_f32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecF32)(w, x, y, pool);
+}
+void matvec_f16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecF16)(w, x, y, pool);
+}
+void matvec_bf16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecBf16)(w, x, y, pool);
 }
 }  // namespace qf::kernels
 #endif

@@ -67,19 +67,23 @@ HWY_INLINE void RowPairDot(D df, const uint8_t* HWY_RESTRICT p, const float* HWY
   *yb = b;
 }
 
-void MatVecInt4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+void MatVecInt4RowPairs(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   const hn::ScalableTag<float> df;
   const int64_t cols = w.cols;
   const int64_t groups = cols / w.group;
   const auto* data = static_cast<const uint8_t*>(w.data);
-  if (w.format == WeightFormat::int4_row_pairs) {
-    for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 2), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; r += 2)
-        RowPairDot(df, data + (r / 2) * cols, w.scales + r * groups, w.scales + (r + 1) * groups,
-                   x, cols, w.group, &y[r], &y[r + 1]);
-    });
-    return;
-  }
+  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 2), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r += 2)
+      RowPairDot(df, data + (r / 2) * cols, w.scales + r * groups, w.scales + (r + 1) * groups,
+                 x, cols, w.group, &y[r], &y[r + 1]);
+  });
+}
+
+void MatVecInt4Packed32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  const hn::ScalableTag<float> df;
+  const int64_t cols = w.cols;
+  const int64_t groups = cols / w.group;
+  const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t main = NibbleMainLength(cols, w.group, hn::Lanes(df));
   std::vector<float> xp(static_cast<size_t>(cols));
   DeinterleavePairs(df, x, main, xp.data());
@@ -108,9 +112,13 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace qf::kernels {
-HWY_EXPORT(MatVecInt4);
-void matvec_int4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  HWY_DYNAMIC_DISPATCH(MatVecInt4)(w, x, y, pool);
+HWY_EXPORT(MatVecInt4RowPairs);
+HWY_EXPORT(MatVecInt4Packed32);
+void matvec_int4_row_pairs(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecInt4RowPairs)(w, x, y, pool);
+}
+void matvec_int4_packed32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecInt4Packed32)(w, x, y, pool);
 }
 }  // namespace qf::kernels
 #endif

@@ -325,56 +325,48 @@ bool cpu_has_avx512vnni() {
   return ok;
 }
 
-bool nibble_layout_fits_vnni(const LinearWeight& w) {
-  if (w.cols % kActBlock != 0) return false;  // whole activation blocks
-  switch (w.format) {
-    case WeightFormat::nvfp4: return w.cols % 16 == 0;
-    case WeightFormat::mxfp4: return w.cols % 32 == 0;
-    case WeightFormat::int4_row_pairs:
-      return w.rows % 2 == 0 && w.group >= 4 && w.group % 4 == 0 && w.cols % w.group == 0 &&
-             (64 % w.group == 0 || w.group % 64 == 0);
-    case WeightFormat::int4_packed32:
-      return w.group >= 8 && w.group % 8 == 0 && w.cols % w.group == 0 &&
-             (kChunk % w.group == 0 || w.group % kChunk == 0);
-    default: return false;
-  }
+// The layout predicates: whole activation blocks, and block sizes the lane arithmetic covers.
+bool fits_vnni_nvfp4(const LinearWeight& w) { return w.cols % kActBlock == 0 && w.cols % 16 == 0; }
+bool fits_vnni_mxfp4(const LinearWeight& w) { return w.cols % kActBlock == 0 && w.cols % 32 == 0; }
+bool fits_vnni_int4_row_pairs(const LinearWeight& w) {
+  return w.cols % kActBlock == 0 && w.rows % 2 == 0 && w.group >= 4 && w.group % 4 == 0 &&
+         w.cols % w.group == 0 && (64 % w.group == 0 || w.group % 64 == 0);
+}
+bool fits_vnni_int4_packed32(const LinearWeight& w) {
+  return w.cols % kActBlock == 0 && w.group >= 8 && w.group % 8 == 0 && w.cols % w.group == 0 &&
+         (kChunk % w.group == 0 || w.group % kChunk == 0);
 }
 
-void matvec_nibbles_avx512vnni(const LinearWeight& w, const float* x, float* y,
-                               ThreadPool* pool) {
-  switch (w.format) {
-    case WeightFormat::nvfp4:
-      // Doubled E2M1 (x 0.5) and F16-shifted scales (x 2^8).
-      run<true>(w, x, y, pool, 12, Nvfp4Scales{w.block_scales, w.cols / 16},
-                w.global_scale * 128.f);
-      return;
-    case WeightFormat::mxfp4:
-      run<true>(w, x, y, pool, 12, Mxfp4Scales{w.block_scales, w.cols / 32}, 0.5f);
-      return;
-    case WeightFormat::int4_packed32:
-    {
-      Int4Scales sc{w.scales, w.cols / w.group, w.group, {}};
-      for (int j = 0; j < 16; ++j) sc.idx[j] = w.group >= kChunk ? 0 : int32_t(8 * j / w.group);
-      run<false>(w, x, y, pool, 8, sc, 1.f);
-      return;
-    }
-    case WeightFormat::int4_row_pairs: {
-      QuantizedX qx;
-      quantize_x_natural(x, w.cols, 8, qx);
-      const auto* data = static_cast<const uint8_t*>(w.data);
-      // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
-      const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
-      for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4)
-          row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
-        for (; r < r1; r += 2)
-          row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
-      });
-      return;
-    }
-    default: return;
-  }
+void matvec_nvfp4_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  // Doubled E2M1 (x 0.5) and F16-shifted scales (x 2^8).
+  run<true>(w, x, y, pool, 12, Nvfp4Scales{w.block_scales, w.cols / 16}, w.global_scale * 128.f);
+}
+
+void matvec_mxfp4_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  run<true>(w, x, y, pool, 12, Mxfp4Scales{w.block_scales, w.cols / 32}, 0.5f);
+}
+
+void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, float* y,
+                                     ThreadPool* pool) {
+  Int4Scales sc{w.scales, w.cols / w.group, w.group, {}};
+  for (int j = 0; j < 16; ++j) sc.idx[j] = w.group >= kChunk ? 0 : int32_t(8 * j / w.group);
+  run<false>(w, x, y, pool, 8, sc, 1.f);
+}
+
+void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, float* y,
+                                      ThreadPool* pool) {
+  QuantizedX qx;
+  quantize_x_natural(x, w.cols, 8, qx);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
+  const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
+  for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+      row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
+    for (; r < r1; r += 2)
+      row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
+  });
 }
 
 }  // namespace qf::kernels
@@ -383,8 +375,14 @@ void matvec_nibbles_avx512vnni(const LinearWeight& w, const float* x, float* y,
 
 namespace qf::kernels {
 bool cpu_has_avx512vnni() { return false; }
-bool nibble_layout_fits_vnni(const LinearWeight&) { return false; }
-void matvec_nibbles_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
+bool fits_vnni_nvfp4(const LinearWeight&) { return false; }
+bool fits_vnni_mxfp4(const LinearWeight&) { return false; }
+bool fits_vnni_int4_row_pairs(const LinearWeight&) { return false; }
+bool fits_vnni_int4_packed32(const LinearWeight&) { return false; }
+void matvec_nvfp4_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
+void matvec_mxfp4_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
+void matvec_int4_row_pairs_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
+void matvec_int4_packed32_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
 }  // namespace qf::kernels
 
 #endif

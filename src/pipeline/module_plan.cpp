@@ -93,9 +93,10 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   const FormatInfo& info = format_info(options.format);
   ModulePlan plan;
   // INT4 per channel (kInt4ChannelGroup): each module's block is its in_features.
-  const bool int4_channel = options.format == Format::int4 && options.block == kInt4ChannelGroup;
-  const int block = (options.format == Format::int4 && options.block > 0) ? options.block : info.block;
-  if (options.block != 0 && options.format != Format::int4)
+  const bool free_block = info.block_rule == BlockRule::free;
+  const bool int4_channel = free_block && options.block == kInt4ChannelGroup;
+  const int block = (free_block && options.block > 0) ? options.block : info.block;
+  if (options.block != 0 && !free_block)
     fail("--group-size applies to int4 only ({} has a fixed block of {})", info.name, info.block);
 
   const AlgoModes modes = check_options(options, info);

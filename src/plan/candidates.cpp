@@ -16,7 +16,7 @@ int FormatChoice::effective_block() const {
 }
 
 bool FormatChoice::is_channel() const {
-  return format == Format::int4 && block == kInt4ChannelGroup;
+  return format && format_info(*format).block_rule == BlockRule::free && block == kInt4ChannelGroup;
 }
 
 int FormatChoice::block_for(int64_t in_features) const {
@@ -25,9 +25,9 @@ int FormatChoice::block_for(int64_t in_features) const {
 
 std::string FormatChoice::name() const {
   if (!format) return "keep";
-  if (is_channel()) return "int4:channel";
   const FormatInfo& info = format_info(*format);
-  if (*format == Format::int4 && effective_block() != info.block)
+  if (is_channel()) return std::string(info.name) + ":channel";
+  if (info.block_rule == BlockRule::free && effective_block() != info.block)
     return std::string(info.name) + ":" + std::to_string(effective_block());
   return std::string(info.name);
 }
@@ -37,9 +37,10 @@ std::optional<FormatChoice> parse_format_choice(std::string_view text) {
   const size_t colon = text.find(':');
   const std::optional<Format> f = parse_format(text.substr(0, colon));
   // INT8 is W8A8 (SmoothQuant, activation scales from calibration); plans are weight-only.
-  if (!f || *f == Format::int8) return std::nullopt;
+  if (!f || !format_info(*f).weight_only) return std::nullopt;
   if (colon == std::string_view::npos) return FormatChoice::of(*f);
-  if (*f != Format::int4) return std::nullopt;  // only INT4 has a free group size
+  // Only a format with a free block (INT4's group size) takes ":G".
+  if (format_info(*f).block_rule != BlockRule::free) return std::nullopt;
   const std::string_view digits = text.substr(colon + 1);
   if (digits == "channel") return FormatChoice::of(*f, kInt4ChannelGroup);
   int g = 0;
@@ -62,14 +63,8 @@ uint64_t linear_stored_bytes(const FormatChoice& choice, int64_t out, int64_t in
          choice.name(), in, choice.effective_block());
   const uint64_t n = uint64_t(out) * uint64_t(in);
   if (choice.is_keep()) return n * dtype_size(original);
-  switch (*choice.format) {
-    case Format::nvfp4: return n / 2 + n / 16 + 4;
-    case Format::mxfp4: return n / 2 + n / 32;
-    case Format::fp8: return n + 4 * uint64_t(out);
-    case Format::int4: return n / 2 + 4 * (n / uint64_t(choice.block_for(in)));
-    case Format::int8: return n + 4 * uint64_t(out);
-  }
-  fail("unknown format id {}", static_cast<int>(*choice.format));
+  return format_stored_bytes(*choice.format, n,
+                             uint64_t(scale_span(*choice.format, choice.block_for(in), in)));
 }
 
 int DecisionUnit::find(const FormatChoice& choice) const {
@@ -126,7 +121,7 @@ std::vector<DecisionUnit> decision_units(const Architecture& arch, const Candida
       if (f.is_channel()) {
         // Per channel only where no other int4 choice fits; stored with its concrete block.
         for (const Candidate& c : u.candidates)
-          if (c.choice.format == Format::int4) return;
+          if (c.choice.format == f.format) return;
         f.block = int(arch.linears[members.front()].in_features);
         for (size_t m : members)
           if (arch.linears[m].in_features != f.block) return;

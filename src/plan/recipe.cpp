@@ -68,7 +68,7 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
     if (rule.match.empty()) fail("{}: rule {}: missing \"match\"", source, i);
     if (!r.contains("format")) fail("{}: rule {}: missing \"format\"", source, i);
     if (const auto g = rule.options.find("group_size"); g != rule.options.end()) {
-      if (!rule.format.format || *rule.format.format != Format::int4)
+      if (!rule.format.format || format_info(*rule.format.format).block_rule != BlockRule::free)
         fail("{}: rule {}: options.group_size applies to int4 only", source, i);
       if (!g->is_number_integer() || g->get<int64_t>() <= 0 || g->get<int64_t>() % 2 != 0 ||
           g->get<int64_t>() > (1 << 20))

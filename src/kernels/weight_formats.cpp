@@ -1,0 +1,218 @@
+// The table of stored weight layouts and their per-layout decoders (tile decode for the
+// matrix-matrix kernels, the reference dequantizer).
+#include "kernels/weight_formats.h"
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "formats/fp8.h"
+#include "formats/int4.h"
+#include "formats/mxfp4.h"
+#include "formats/nvfp4.h"
+#include "kernels/kernels_internal.h"
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+namespace qf::kernels {
+namespace {
+
+uint64_t elements(const LinearWeight& w) { return uint64_t(w.rows) * uint64_t(w.cols); }
+
+// ---- float layouts ------------------------------------------------------------------------
+uint64_t f32_bytes(const LinearWeight& w) { return elements(w) * 4; }
+uint64_t half_bytes(const LinearWeight& w) { return elements(w) * 2; }
+
+void f32_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
+              int64_t ld) {
+  for (int64_t r = 0; r < nr; ++r)
+    std::memcpy(out + r * ld, static_cast<const float*>(w.data) + (r0 + r) * w.cols + c0,
+                size_t(nc) * 4);
+}
+void f32_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  std::memcpy(out, static_cast<const float*>(w.data) + r0 * w.cols, size_t(n * w.cols) * 4);
+}
+template <float (*ToF32)(uint16_t)>
+void half_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
+               int64_t ld) {
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* p = static_cast<const uint16_t*>(w.data) + (r0 + r) * w.cols + c0;
+    float* o = out + r * ld;
+    for (int64_t c = 0; c < nc; ++c) o[c] = ToF32(p[c]);
+  }
+}
+template <float (*ToF32)(uint16_t)>
+void half_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  const auto* p = static_cast<const uint16_t*>(w.data) + r0 * w.cols;
+  for (int64_t i = 0; i < n * w.cols; ++i) out[i] = ToF32(p[i]);
+}
+
+// ---- E2M1 blocks (NVFP4, MXFP4) -----------------------------------------------------------
+uint64_t nvfp4_bytes(const LinearWeight& w) {
+  return elements(w) / 2 + elements(w) / kNvfp4Block + 4;
+}
+uint64_t mxfp4_bytes(const LinearWeight& w) {
+  return elements(w) / 2 + elements(w) / kMxfp4Block;
+}
+template <bool kNv>
+void fp4_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
+              int64_t ld) {
+  constexpr int block = kNv ? kNvfp4Block : kMxfp4Block;
+  const float* stab = kNv ? e4m3_table() : e8m0_table();
+  const float g = kNv ? w.global_scale : 1.f;
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t row = r0 + r;
+    float* o = out + r * ld;
+    const uint8_t* p = bytes + (row * w.cols + c0) / 2;
+    const uint8_t* s = w.block_scales + (row * w.cols + c0) / block;
+    for (int64_t b = 0; b < nc / block; ++b) {
+      // The product order of the reference: e2m1 * scale, then * global.
+      const float sc = stab[s[b]];
+      for (int j = 0; j < block / 2; ++j) {
+        const uint8_t v = p[b * block / 2 + j];
+        if constexpr (kNv) {
+          o[b * block + 2 * j] = kE2M1Values[v & 0xF] * sc * g;
+          o[b * block + 2 * j + 1] = kE2M1Values[v >> 4] * sc * g;
+        } else {
+          o[b * block + 2 * j] = kE2M1Values[v & 0xF] * sc;
+          o[b * block + 2 * j + 1] = kE2M1Values[v >> 4] * sc;
+        }
+      }
+    }
+  }
+}
+void nvfp4_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  nvfp4_dequantize(static_cast<const uint8_t*>(w.data) + r0 * w.cols / 2,
+                   w.block_scales + r0 * w.cols / kNvfp4Block, w.global_scale, n, w.cols, out);
+}
+void mxfp4_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  mxfp4_dequantize(static_cast<const uint8_t*>(w.data) + r0 * w.cols / 2,
+                   w.block_scales + r0 * w.cols / kMxfp4Block, n, w.cols, out);
+}
+
+// ---- bytes with a scale per row (FP8, INT8) -----------------------------------------------
+uint64_t byte_row_scaled_bytes(const LinearWeight& w) { return elements(w) + uint64_t(w.rows) * 4; }
+void fp8_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
+              int64_t ld) {
+  const float* t = e4m3_table();
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t row = r0 + r;
+    const uint8_t* p = static_cast<const uint8_t*>(w.data) + row * w.cols + c0;
+    const float sc = w.scales[row];
+    float* o = out + r * ld;
+    for (int64_t c = 0; c < nc; ++c) o[c] = t[p[c]] * sc;
+  }
+}
+void fp8_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  fp8_channel_dequantize(static_cast<const uint8_t*>(w.data) + r0 * w.cols, w.scales + r0, n,
+                         w.cols, out);
+}
+void int8_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
+               int64_t ld) {
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t row = r0 + r;
+    const auto* p = static_cast<const int8_t*>(w.data) + row * w.cols + c0;
+    const float sc = w.scales[row];
+    float* o = out + r * ld;
+    for (int64_t c = 0; c < nc; ++c) o[c] = float(p[c]) * sc;
+  }
+}
+void int8_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  const int64_t cols = w.cols;
+  const auto* q = static_cast<const int8_t*>(w.data) + r0 * cols;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = float(q[r * cols + c]) * w.scales[r0 + r];
+}
+
+// ---- INT4 (two layouts) -------------------------------------------------------------------
+uint64_t int4_bytes(const LinearWeight& w) {
+  return elements(w) / 2 + elements(w) / uint64_t(w.group) * 4;
+}
+int int4_row_pairs_at(const LinearWeight& w, int64_t row, int64_t c) {
+  const uint8_t b = static_cast<const uint8_t*>(w.data)[(row / 2) * w.cols + c];
+  const int v = (row % 2 == 0) ? (b & 0xF) : (b >> 4);
+  return v >= 8 ? v - 16 : v;
+}
+int int4_packed32_at(const LinearWeight& w, int64_t row, int64_t c) {
+  const uint32_t word = static_cast<const uint32_t*>(w.data)[row * (w.cols / 8) + c / 8];
+  return int((word >> (4 * (c % 8))) & 0xF) - 8;
+}
+// Unpacks to one int8 per element, then the formats' dequantizer.
+template <int (*At)(const LinearWeight&, int64_t, int64_t)>
+void int4_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  const int64_t cols = w.cols;
+  std::vector<int8_t> q(static_cast<size_t>(n * cols));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < cols; ++c) q[size_t(r * cols + c)] = int8_t(At(w, r0 + r, c));
+  int4_dequantize(q.data(), w.scales + r0 * (cols / w.group), w.group, n, cols, out);
+}
+void int4_row_pairs_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                         float* out, int64_t ld) {
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t row = r0 + r;
+    const uint8_t* p = static_cast<const uint8_t*>(w.data) + (row / 2) * w.cols + c0;
+    const float* sc = w.scales + row * (w.cols / w.group) + c0 / w.group;
+    const int shift = (row % 2) * 4;
+    float* o = out + r * ld;
+    for (int64_t c = 0; c < nc; ++c) {
+      const int v = (p[c] >> shift) & 0xF;
+      o[c] = float(v >= 8 ? v - 16 : v) * sc[c / w.group];
+    }
+  }
+}
+void int4_packed32_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                        float* out, int64_t ld) {
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t row = r0 + r;
+    const auto* words = static_cast<const uint32_t*>(w.data) + row * (w.cols / 8) + c0 / 8;
+    const float* sc = w.scales + row * (w.cols / w.group) + c0 / w.group;
+    float* o = out + r * ld;
+    for (int64_t c = 0; c < nc; ++c) {
+      const int v = int((words[c / 8] >> (4 * (c % 8))) & 0xF) - 8;
+      o[c] = float(v) * sc[c / w.group];
+    }
+  }
+}
+
+using F = WeightFormat;
+using O = OutputFactor;
+constexpr std::array<WeightFormatRow, 9> kRows = {{
+    {F::f32, "F32", 0, f32_bytes, matvec_f32, nullptr, nullptr, false, O::none, f32_tile,
+     f32_rows},
+    {F::f16, "F16", 0, half_bytes, matvec_f16, nullptr, nullptr, false, O::none,
+     half_tile<f16_to_f32>, half_rows<f16_to_f32>},
+    {F::bf16, "BF16", 0, half_bytes, matvec_bf16, nullptr, nullptr, true, O::none,
+     half_tile<bf16_to_f32>, half_rows<bf16_to_f32>},
+    {F::nvfp4, "NVFP4", kNvfp4Block, nvfp4_bytes, matvec_nvfp4, fits_vnni_nvfp4,
+     matvec_nvfp4_avx512vnni, true, O::tensor, fp4_tile<true>, nvfp4_rows},
+    {F::mxfp4, "MXFP4", kMxfp4Block, mxfp4_bytes, matvec_mxfp4, fits_vnni_mxfp4,
+     matvec_mxfp4_avx512vnni, true, O::none, fp4_tile<false>, mxfp4_rows},
+    {F::fp8, "FP8", 0, byte_row_scaled_bytes, matvec_fp8, nullptr, nullptr, true, O::row,
+     fp8_tile, fp8_rows},
+    {F::int8, "INT8", 0, byte_row_scaled_bytes, matvec_int8, nullptr, nullptr, true, O::row,
+     int8_tile, int8_rows},
+    {F::int4_row_pairs, "INT4 (row pairs)", kGroupBlock, int4_bytes, matvec_int4_row_pairs,
+     fits_vnni_int4_row_pairs, matvec_int4_row_pairs_avx512vnni, true, O::none,
+     int4_row_pairs_tile, int4_rows<int4_row_pairs_at>},
+    {F::int4_packed32, "INT4 (int32 packed)", kGroupBlock, int4_bytes, matvec_int4_packed32,
+     fits_vnni_int4_packed32, matvec_int4_packed32_avx512vnni, true, O::none,
+     int4_packed32_tile, int4_rows<int4_packed32_at>},
+}};
+
+constexpr bool rows_in_enum_order() {
+  for (size_t i = 0; i < kRows.size(); ++i)
+    if (static_cast<size_t>(kRows[i].id) != i) return false;
+  return true;
+}
+static_assert(rows_in_enum_order(), "weight_format_row indexes the table by the enum value");
+
+}  // namespace
+
+const WeightFormatRow& weight_format_row(WeightFormat format) {
+  const auto i = static_cast<size_t>(format);
+  if (i >= kRows.size()) fail("unknown weight format id {}", int(i));
+  return kRows[i];
+}
+
+}  // namespace qf::kernels
