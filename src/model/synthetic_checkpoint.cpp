@@ -8,6 +8,7 @@
 #include "io/safetensors_writer.h"
 #include "io/shard_layout.h"
 #include "io/staged_directory.h"
+#include "model/architecture.h"
 
 #include <fmt/format.h>
 
@@ -90,31 +91,63 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   if (!is_quantizable_float(o.dtype)) fail("--dtype must be f32, f16 or bf16");
   const int64_t layers = o.layers > 0 ? o.layers : shape.layers;
   const int64_t head_dim = shape.hidden / shape.heads;
-  const int64_t q_out = shape.heads * head_dim, kv_out = shape.kv_heads * head_dim;
 
+  nlohmann::ordered_json config;
+  config["architectures"] = {"LlamaForCausalLM"};
+  config["model_type"] = "llama";
+  config["hidden_size"] = shape.hidden;
+  config["intermediate_size"] = shape.intermediate;
+  config["num_hidden_layers"] = layers;
+  config["num_attention_heads"] = shape.heads;
+  config["num_key_value_heads"] = shape.kv_heads;
+  config["head_dim"] = head_dim;
+  config["vocab_size"] = shape.vocab;
+  config["max_position_embeddings"] = 131072;
+  config["rms_norm_eps"] = 1e-5;
+  config["rope_theta"] = shape.rope_theta;
+  config["hidden_act"] = "silu";
+  config["tie_word_embeddings"] = shape.tie_word_embeddings;
+  config["attention_bias"] = false;
+  config["mlp_bias"] = false;
+  config["bos_token_id"] = 1;
+  config["eos_token_id"] = 2;
+  config["torch_dtype"] = o.dtype == DType::BF16 ? "bfloat16" : o.dtype == DType::F16 ? "float16" : "float32";
+  config["qforge_synthetic"] = {{"shape", shape.name}, {"seed", o.seed}};
+  // The tensors are the ones the layer specs name, so a synthetic checkpoint always matches
+  // what the engine and the quantizer expect of its config.
+  const Architecture arch =
+      Architecture::from_config(nlohmann::json::parse(config.dump()), "synthetic config");
   std::vector<SynthTensor> tensors;
   const float embed_scale = 0.02f;
   auto add = [&](std::string name, Shape s, bool norm = false) {
     const float scale = norm ? 1.f : 0.7f / std::sqrt(float(s.back()));
     tensors.push_back({{std::move(name), o.dtype, std::move(s)}, scale, norm});
   };
-  add("model.embed_tokens.weight", {shape.vocab, shape.hidden});
+  add(arch.embed_name, {shape.vocab, shape.hidden});
   tensors.back().scale = embed_scale;
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    add(p + "input_layernorm.weight", {shape.hidden}, true);
-    add(p + "self_attn.q_proj.weight", {q_out, shape.hidden});
-    add(p + "self_attn.k_proj.weight", {kv_out, shape.hidden});
-    add(p + "self_attn.v_proj.weight", {kv_out, shape.hidden});
-    add(p + "self_attn.o_proj.weight", {shape.hidden, q_out});
-    add(p + "post_attention_layernorm.weight", {shape.hidden}, true);
-    add(p + "mlp.gate_proj.weight", {shape.intermediate, shape.hidden});
-    add(p + "mlp.up_proj.weight", {shape.intermediate, shape.hidden});
-    add(p + "mlp.down_proj.weight", {shape.hidden, shape.intermediate});
+  for (const LayerSpec& layer : arch.layers) {
+    auto norm = [&](NormSlot slot) {
+      if (layer.has(slot)) add(layer.norm(slot), {shape.hidden}, true);
+    };
+    auto linears = [&](bool attention) {
+      for (size_t i : layer.linears) {
+        const LinearModule& m = arch.linears[i];
+        const bool in_attention = m.input == LayerInput::attn_norm || m.input == LayerInput::attn_out;
+        if (in_attention != attention) continue;
+        add(m.weight_name(), {m.out_features, m.in_features});
+        if (m.bias) add(m.name + ".bias", {m.out_features});
+      }
+    };
+    norm(NormSlot::attn_in);
+    linears(true);
+    norm(NormSlot::attn_out);
+    norm(NormSlot::mlp_in);
+    linears(false);
+    norm(NormSlot::mlp_out);
   }
-  add("model.norm.weight", {shape.hidden}, true);
+  add(arch.final_norm_name, {shape.hidden}, true);
   if (!shape.tie_word_embeddings) {
-    add("lm_head.weight", {shape.vocab, shape.hidden});
+    add(arch.head_name, {shape.vocab, shape.hidden});
     tensors.back().scale = embed_scale;
   }
 
@@ -167,27 +200,6 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   report.shards = int(shards.size());
   if (shards.size() > 1) write_shard_index(staged.path(), total_bytes, weight_map);
 
-  nlohmann::ordered_json config;
-  config["architectures"] = {"LlamaForCausalLM"};
-  config["model_type"] = "llama";
-  config["hidden_size"] = shape.hidden;
-  config["intermediate_size"] = shape.intermediate;
-  config["num_hidden_layers"] = layers;
-  config["num_attention_heads"] = shape.heads;
-  config["num_key_value_heads"] = shape.kv_heads;
-  config["head_dim"] = head_dim;
-  config["vocab_size"] = shape.vocab;
-  config["max_position_embeddings"] = 131072;
-  config["rms_norm_eps"] = 1e-5;
-  config["rope_theta"] = shape.rope_theta;
-  config["hidden_act"] = "silu";
-  config["tie_word_embeddings"] = shape.tie_word_embeddings;
-  config["attention_bias"] = false;
-  config["mlp_bias"] = false;
-  config["bos_token_id"] = 1;
-  config["eos_token_id"] = 2;
-  config["torch_dtype"] = o.dtype == DType::BF16 ? "bfloat16" : o.dtype == DType::F16 ? "float16" : "float32";
-  config["qforge_synthetic"] = {{"shape", shape.name}, {"seed", o.seed}};
   write_json_file(staged.path() / "config.json", config);
   staged.commit();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

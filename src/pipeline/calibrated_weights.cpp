@@ -188,13 +188,13 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
     if (can_awq) {
       AwqOptions ao;
       ao.format = rtn;
-      ao.clip = options.algo == WeightAlgo::awq;
+      ao.clip = !gptq;  // AWQ alone searches clipping; before GPTQ it does not
       if (norm_name.empty()) ao.pre_quant_scale_dtype = exporter.pre_quant_scale_dtype(exported[members[0]]);
       AwqResult r = quantize_awq(rows, stats, ao, pool);
       if (!norm_name.empty())
         fold_pre_quant_scale_into_norm(norm_override().data(), nullptr, r.pre_quant_scale);
       std::vector<QuantizedTensor> tensors = std::move(r.tensors);
-      if (options.algo == WeightAlgo::awq_gptq) {
+      if (gptq) {
         const LinearStats scaled = scale_linear_stats(stats, r.pre_quant_scale);
         float sa = 0.f;
         for (const auto& w : r.scaled_weights)
@@ -222,7 +222,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
         // Static-block scales from the Hessian-weighted sweep under the group's global amax;
         // local_hessian+gptq keeps them frozen through the column sweep.
         p.q = quantize_nvfp4_local_hessian(rows[k], stats, members_amax, pool);
-        if (options.algo == WeightAlgo::local_hessian_gptq) {
+        if (gptq) {
           GptqOptions go;
           go.format = rtn;
           p.q = gptq_with_scales(to_float(rows[k]), std::move(p.q), stats.xtx, stats.tokens, go,

@@ -14,13 +14,12 @@ namespace {
 // Throws qf::Error (one line, naming the flags) for combinations that are refused.
 AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) {
   AlgoModes m;
-  m.awq = options.algo == WeightAlgo::awq || options.algo == WeightAlgo::awq_gptq;
-  m.local_hessian = options.algo == WeightAlgo::local_hessian ||
-                    options.algo == WeightAlgo::local_hessian_gptq;
-  m.gptq = options.algo == WeightAlgo::gptq || options.algo == WeightAlgo::awq_gptq ||
-           options.algo == WeightAlgo::local_hessian_gptq;
-  m.smoothquant = options.algo == WeightAlgo::smoothquant;
-  m.data_algo = m.awq || m.gptq || m.local_hessian || m.smoothquant;
+  const AlgoRow& row = algo_row(options.algo);
+  m.awq = row.awq;
+  m.local_hessian = row.local_hessian;
+  m.gptq = row.gptq;
+  m.smoothquant = row.smoothquant;
+  m.data_algo = row.data();
   m.calibrate = options.activations != ActQuant::none || options.kv_fp8 || m.data_algo ||
                 options.calib_quantized_inputs;
   if (m.calibrate && options.calib.files.empty()) {

@@ -14,33 +14,43 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace fs = std::filesystem;
 
 namespace qf {
 
-std::string_view weight_algo_name(WeightAlgo a) {
-  switch (a) {
-    case WeightAlgo::max: return "max";
-    case WeightAlgo::mse: return "mse";
-    case WeightAlgo::awq: return "awq";
-    case WeightAlgo::gptq: return "gptq";
-    case WeightAlgo::awq_gptq: return "awq+gptq";
-    case WeightAlgo::local_hessian: return "local_hessian";
-    case WeightAlgo::local_hessian_gptq: return "local_hessian+gptq";
-    case WeightAlgo::smoothquant: return "smoothquant";
-  }
-  return "max";
+namespace {
+
+constexpr AlgoRow kAlgos[] = {
+    {WeightAlgo::max, "max", false, false, false, false},
+    {WeightAlgo::mse, "mse", false, false, false, false},
+    {WeightAlgo::awq, "awq", true, false, false, false},
+    {WeightAlgo::gptq, "gptq", false, false, false, true},
+    {WeightAlgo::awq_gptq, "awq+gptq", true, false, false, true},
+    {WeightAlgo::local_hessian, "local_hessian", false, false, true, false},
+    {WeightAlgo::local_hessian_gptq, "local_hessian+gptq", false, false, true, true},
+    {WeightAlgo::smoothquant, "smoothquant", false, true, false, false},
+};
+
+}  // namespace
+
+const AlgoRow& algo_row(WeightAlgo a) {
+  for (const AlgoRow& r : kAlgos)
+    if (r.algo == a) return r;
+  return kAlgos[0];
 }
 
+std::string_view weight_algo_name(WeightAlgo a) { return algo_row(a).name; }
+
 std::optional<WeightAlgo> parse_weight_algo(std::string_view name) {
-  for (WeightAlgo a : {WeightAlgo::max, WeightAlgo::mse, WeightAlgo::awq, WeightAlgo::gptq,
-                       WeightAlgo::awq_gptq, WeightAlgo::local_hessian,
-                       WeightAlgo::local_hessian_gptq, WeightAlgo::smoothquant})
-    if (weight_algo_name(a) == name) return a;
-  if (name == "awq_gptq") return WeightAlgo::awq_gptq;
-  if (name == "local_hessian_gptq") return WeightAlgo::local_hessian_gptq;
+  for (const AlgoRow& r : kAlgos) {
+    if (r.name == name) return r.algo;
+    std::string underscored(r.name);
+    std::replace(underscored.begin(), underscored.end(), '+', '_');
+    if (underscored == name) return r.algo;
+  }
   return std::nullopt;
 }
 

@@ -22,7 +22,19 @@ namespace qf {
 // the latter then runs GPTQ with those scales frozen). smoothquant is INT8 W8A8 only.
 enum class WeightAlgo { max, mse, awq, gptq, awq_gptq, local_hessian, local_hessian_gptq, smoothquant };
 std::string_view weight_algo_name(WeightAlgo a);
+// Accepts the names weight_algo_name gives and their '_' spellings (awq_gptq).
 std::optional<WeightAlgo> parse_weight_algo(std::string_view name);
+
+// One row per --algo: the calibrated steps it chains, in order AWQ scaling (or SmoothQuant
+// smoothing) -> block scales (local_hessian) -> GPTQ column sweep; rows without any are
+// data-free (max, mse).
+struct AlgoRow {
+  WeightAlgo algo;
+  std::string_view name;
+  bool awq, smoothquant, local_hessian, gptq;
+  bool data() const { return awq || smoothquant || local_hessian || gptq; }
+};
+const AlgoRow& algo_row(WeightAlgo a);
 
 struct QuantizeOptions {
   Format format = Format::nvfp4;
