@@ -90,6 +90,22 @@ TEST_P(FamilyE2E, QuantizeEvalBothExportsAndAwq) {
   }
 }
 
+// generate stops with a message at the model's context limit instead of failing or running on.
+TEST(GenerateE2E, StopsAtTheContextLimitWithAMessage) {
+  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/llama_v4";
+  if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
+  test::ScratchDir dir;
+  fs::copy(src, dir / "model");
+  test::write_file(dir / "model" / "tokenizer.json", byte_level_tokenizer());
+  auto config = nlohmann::json::parse(test::read_file(dir / "model" / "config.json"));
+  config["max_position_embeddings"] = 40;
+  test::write_file(dir / "model" / "config.json", config.dump());
+  const auto r = run_qforge("generate " + quote(dir / "model") + " -p 'Hello world' -n 100");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("generation stopped after 29 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("context limit of 40 tokens"), std::string::npos) << r.err;
+}
+
 INSTANTIATE_TEST_SUITE_P(Conformance, FamilyE2E,
                          ::testing::Values("llama_bias_headdim", "mistral_sliding", "qwen2",
                                            "qwen3", "phi3_longrope", "gemma3", "granite",
