@@ -1,4 +1,4 @@
-#include "export/checkpoint_inspector.h"
+#include "targets/checkpoint_inspector.h"
 
 #include "io/checkpoint.h"
 

@@ -1,7 +1,7 @@
 // The ModelOpt unified Hugging Face checkpoint format (vLLM, SGLang, TensorRT-LLM): tensor names
 // and dtypes of shared/specs/engine-formats.md §1.2/§1.6 and modelopt-nvfp4.md §3–§4, with
 // `hf_quant_config.json` (nested form) and `config.json["quantization_config"]` (flat form).
-#include "export/exporter.h"
+#include "targets/exporter.h"
 
 #include "core/error.h"
 #include "formats/int4.h"

@@ -2,7 +2,7 @@
 // `mxfp4-pack-quantized`, `float-quantized` (FP8), `pack-quantized` (INT4) and `int-quantized`
 // (INT8 channel weights with static per-tensor INT8 inputs, llm-compressor's W8A8), with the
 // `quantization_config` that llm-compressor writes (shared/specs/engine-formats.md §2).
-#include "export/exporter.h"
+#include "targets/exporter.h"
 
 #include "formats/int4.h"
 

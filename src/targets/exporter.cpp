@@ -1,4 +1,4 @@
-#include "export/exporter.h"
+#include "targets/exporter.h"
 
 #include "core/convert.h"
 #include "core/error.h"
