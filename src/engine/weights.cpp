@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "formats/registry.h"
-
 #include "targets/target.h"
 
 #include <fmt/format.h>
