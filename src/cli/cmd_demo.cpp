@@ -6,7 +6,7 @@
 #include "engine/model.h"
 #include "eval/bench.h"
 #include "eval/perplexity.h"
-#include "export/checkpoint_inspector.h"
+#include "targets/checkpoint_inspector.h"
 #include "model/synthetic_checkpoint.h"
 #include "pipeline/quantize_checkpoint.h"
 

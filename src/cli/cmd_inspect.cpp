@@ -1,7 +1,7 @@
 // `qforge inspect`: what is in a checkpoint (tensors, dtypes, sizes, quantization config).
 #include "cli/commands.h"
 #include "core/progress.h"
-#include "export/checkpoint_inspector.h"
+#include "targets/checkpoint_inspector.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

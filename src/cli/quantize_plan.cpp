@@ -3,7 +3,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress.h"
-#include "export/exporter.h"
+#include "targets/exporter.h"
 #include "io/checkpoint.h"
 #include "pipeline/auto_plan.h"
 #include "pipeline/quantize_checkpoint.h"

@@ -9,16 +9,6 @@
 
 namespace qf {
 
-std::string_view act_quant_name(ActQuant a) {
-  switch (a) {
-    case ActQuant::none: return "none";
-    case ActQuant::nvfp4: return "nvfp4";
-    case ActQuant::fp8: return "fp8";
-    case ActQuant::int8: return "int8";
-  }
-  return "none";
-}
-
 void fake_quantize_fp8(float scale, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = e4m3_to_f32(f32_to_e4m3_satfinite(x[i] / scale)) * scale;
 }

@@ -2,20 +2,11 @@
 // engines that run W4A4 / W8A8 / FP8-KV checkpoints apply it, so `qforge eval` measures them.
 #pragma once
 
+#include "core/act_quant.h"
+
 #include <cstdint>
-#include <string_view>
 
 namespace qf {
-
-// How a Linear's input is quantized before the product.
-enum class ActQuant : uint8_t {
-  none,
-  nvfp4,  // dynamic E4M3 scale per 16 elements under the static global 1/input_scale (§6.1)
-  fp8,    // static per-tensor E4M3: e4m3(x / input_scale) * input_scale
-  int8,   // static per-tensor INT8: clamp(rne(x / input_scale), -128, 127) * input_scale
-};
-
-std::string_view act_quant_name(ActQuant a);
 
 // In place over x[0, n) (n a multiple of 16 for nvfp4; blocks run along the row, so rows of
 // length % 16 == 0 are never split). input_scale > 0.

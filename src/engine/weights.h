@@ -1,7 +1,8 @@
 // A decoder model's weights as the checkpoint stores them: Linear layers as views of the mapped
 // bytes (float or quantized, with their scales), small vectors (norms, biases) as float32 copies,
 // the token embedding as a view. Quantized Linears are recognized from the checkpoint's
-// quantization config (ModelOpt or compressed-tensors) and checked against the tensors present.
+// quantization config, read by the target that wrote it (targets/target.h), and checked against
+// the tensors present.
 #pragma once
 
 #include "engine/activation_quant.h"
@@ -22,9 +23,9 @@ struct EngineLinear {
   std::string name;               // HF module name
   LinearWeight w;
   std::vector<float> bias;        // [out] or empty
-  std::vector<float> pre_scale;   // [in] or empty (ModelOpt AWQ pre_quant_scale)
+  std::vector<float> pre_scale;   // [in] or empty (AWQ / SmoothQuant input channel scales)
   ActQuant act = ActQuant::none;  // input quantization (W4A4, W8A8), applied after pre_scale
-  float input_scale = 0.f;        // its static scale (ModelOpt input_scale; CT 1/input_global_scale)
+  float input_scale = 0.f;        // its static scale, amax / maxbound (as the reader converts it)
   // Owns `w.data` when the weight was made in memory (dequantized INT8, fake-quantized
   // calibration weights); null for views of the checkpoint.
   std::shared_ptr<const std::vector<float>> storage;
@@ -57,7 +58,7 @@ struct EmbeddingView {
 struct ModelWeights {
   std::shared_ptr<const Checkpoint> checkpoint;  // owns the mappings every view points into
   Architecture arch;
-  std::string quantization;  // "none", or e.g. "modelopt W4A16_NVFP4"
+  std::string quantization;  // "none", or the target's name and its algo ("modelopt W4A16_NVFP4")
   EmbeddingView embed;
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;

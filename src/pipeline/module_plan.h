@@ -3,7 +3,7 @@
 // can write. Pure: it reads checkpoint metadata, never tensor data, and writes nothing.
 #pragma once
 
-#include "export/exporter.h"
+#include "targets/exporter.h"
 #include "pipeline/quantize_checkpoint.h"
 #include "pipeline/source_model.h"
 

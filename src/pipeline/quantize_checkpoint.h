@@ -4,7 +4,7 @@
 #pragma once
 
 #include "calib/calibration_data.h"
-#include "export/exporter.h"
+#include "targets/exporter.h"
 #include "formats/registry.h"
 #include "pipeline/source_model.h"
 #include "plan/candidates.h"

@@ -1,7 +1,11 @@
-#include "export/checkpoint_inspector.h"
+// The inspector knows no target: which leaves make a quantized weight, and how a declared
+// quantization config names its scheme, come from the targets' readers (targets/target.h).
+#include "targets/checkpoint_inspector.h"
 
 #include "io/checkpoint.h"
+#include "targets/target.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -9,12 +13,6 @@ namespace fs = std::filesystem;
 
 namespace qf {
 namespace {
-
-// Tensors that belong to a quantized weight, besides the weight itself.
-constexpr const char* kScaleSuffixes[] = {"weight_scale",        "weight_scale_2",
-                                          "weight_global_scale", "weight_shape",
-                                          "input_scale",         "input_global_scale",
-                                          "pre_quant_scale"};
 
 std::string module_of(const std::string& name, std::string* leaf) {
   const size_t dot = name.rfind('.');
@@ -47,10 +45,20 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     modules[module][leaf] = &t;
   }
 
+  const std::vector<std::string> packed = packed_weight_leaves();
+  const std::vector<std::string> companions = companion_leaves();
+  // Markers beside a plain "weight" (a packed leaf is a weight of its own).
+  std::vector<std::string> markers;
+  for (auto& leaf : quantized_marker_leaves())
+    if (std::find(packed.begin(), packed.end(), leaf) == packed.end()) markers.push_back(leaf);
+
   for (const auto& [module, leaves] : modules) {
     const CheckpointTensor* weight = nullptr;
-    if (auto it = leaves.find("weight_packed"); it != leaves.end()) weight = it->second;
-    else if (leaves.count("weight") && leaves.count("weight_scale")) weight = leaves.at("weight");
+    for (const auto& leaf : packed)
+      if (auto it = leaves.find(leaf); !weight && it != leaves.end()) weight = it->second;
+    if (!weight && leaves.count("weight"))
+      for (const auto& leaf : markers)
+        if (leaves.count(leaf)) weight = leaves.at("weight");
     const bool decoder_linear = module.find(".layers.") != std::string::npos &&
                                 module.size() > 5 && module.compare(module.size() - 5, 5, "_proj") == 0;
     if (!weight) {
@@ -84,7 +92,7 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     r.quantized_weights += elements;
     const uint64_t before = r.quantized_bytes;
     r.quantized_bytes += e.end - e.begin;
-    for (const char* suffix : kScaleSuffixes)
+    for (const auto& suffix : companions)
       if (auto it = leaves.find(suffix); it != leaves.end())
         r.quantized_bytes += it->second->entry->end - it->second->entry->begin;
     if (decoder_linear) {
@@ -93,21 +101,8 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     }
   }
 
-  const fs::path hf_quant = dir / "hf_quant_config.json";
-  if (ckpt.config().contains("quantization_config")) {
-    r.quantization_config = ckpt.config()["quantization_config"];
-  } else if (fs::exists(hf_quant)) {
-    r.quantization_config = read_json_file(hf_quant);
-  }
-  const auto& q = r.quantization_config;
-  if (q.is_object()) {
-    if (q.contains("quant_algo") && q["quant_algo"].is_string())
-      r.quant_algo = q["quant_algo"].get<std::string>();
-    else if (q.contains("quantization") && q["quantization"].value("quant_algo", nlohmann::json()).is_string())
-      r.quant_algo = q["quantization"]["quant_algo"].get<std::string>();
-    else if (q.contains("format") && q["format"].is_string())
-      r.quant_algo = q["format"].get<std::string>();
-  }
+  r.quantization_config = declared_quantization_config(ckpt);
+  r.quant_algo = declared_algo_name(r.quantization_config);
   return r;
 }
 

@@ -2,8 +2,11 @@
 // `mxfp4-pack-quantized`, `float-quantized` (FP8), `pack-quantized` (INT4) and `int-quantized`
 // (INT8 channel weights with static per-tensor INT8 inputs, llm-compressor's W8A8), with the
 // `quantization_config` that llm-compressor writes (shared/specs/engine-formats.md §2).
-#include "export/exporter.h"
+// Both directions: the Exporter writes it, the TargetReader reads it back.
+#include "targets/exporter.h"
+#include "targets/reader.h"
 
+#include "core/error.h"
 #include "formats/int4.h"
 
 #include <fmt/format.h>
@@ -41,6 +44,28 @@ std::string_view torch_dtype_name(DType dtype) {
   }
 }
 
+// FP8 and INT8 weights keep the name "weight"; packed codes are "weight_packed".
+std::string weight_leaf(Format format) {
+  return format == Format::fp8 || format == Format::int8 ? "weight" : "weight_packed";
+}
+
+// NVFP4 inputs store the reciprocal global scale under their own name (engine-formats §2.2).
+std::string input_scale_leaf(ActQuant act) {
+  return act == ActQuant::nvfp4 ? "input_global_scale" : "input_scale";
+}
+
+// "model.layers.3.self_attn.k_proj" -> "model.layers.3.self_attn" (CT keeps KV scales on the
+// attention module).
+std::string attention_prefix(const std::string& module) {
+  const auto dot = module.rfind('.');
+  return dot == std::string::npos ? module : module.substr(0, dot);
+}
+
+// The FP8 KV-cache scale written with projection `proj`: "...self_attn.k_scale".
+std::string kv_scale_tensor(const std::string& proj, char which) {
+  return attention_prefix(proj) + "." + which + "_scale";
+}
+
 // Scale dtype of FP8 and INT4 scales: the model's own dtype, as llm-compressor stores them.
 DType float_scale_dtype(DType model_dtype) {
   return (model_dtype == DType::BF16 || model_dtype == DType::F16) ? model_dtype : DType::F32;
@@ -69,9 +94,10 @@ class CompressedTensorsExporter final : public Exporter {
     std::vector<TensorSpec> specs = weight_specs(l);
     const std::string& m = l.module;
     const DType sd = float_scale_dtype(l.model_dtype);
-    if (l.act == ActQuant::nvfp4) specs.push_back({m + ".input_global_scale", DType::F32, {1}});
-    else if (l.act != ActQuant::none) specs.push_back({m + ".input_scale", sd, {1}});
-    if (l.kv_scale) specs.push_back({attention_prefix(m) + "." + l.kv_scale + "_scale", sd, {1}});
+    const std::string input = m + "." + input_scale_leaf(l.act);
+    if (l.act == ActQuant::nvfp4) specs.push_back({input, DType::F32, {1}});
+    else if (l.act != ActQuant::none) specs.push_back({input, sd, {1}});
+    if (l.kv_scale) specs.push_back({kv_scale_tensor(m, l.kv_scale), sd, {1}});
     return specs;
   }
 
@@ -91,32 +117,26 @@ class CompressedTensorsExporter final : public Exporter {
   }
 
  private:
-  // "model.layers.3.self_attn.k_proj" -> "model.layers.3.self_attn" (CT keeps KV scales on the
-  // attention module).
-  static std::string attention_prefix(const std::string& module) {
-    const auto dot = module.rfind('.');
-    return dot == std::string::npos ? module : module.substr(0, dot);
-  }
-
   std::vector<TensorSpec> weight_specs(const ExportedLinear& l) const {
     const std::string& m = l.module;
+    const std::string codes = m + "." + weight_leaf(l.format);
     switch (l.format) {
       case Format::nvfp4:
-        return {{m + ".weight_packed", DType::U8, {l.rows, l.cols / 2}},
+        return {{codes, DType::U8, {l.rows, l.cols / 2}},
                 {m + ".weight_scale", DType::F8_E4M3, {l.rows, l.cols / l.block}},
                 {m + ".weight_global_scale", DType::F32, {1}}};
       case Format::mxfp4:
-        return {{m + ".weight_packed", DType::U8, {l.rows, l.cols / 2}},
+        return {{codes, DType::U8, {l.rows, l.cols / 2}},
                 {m + ".weight_scale", DType::U8, {l.rows, l.cols / l.block}}};
       case Format::fp8:
-        return {{m + ".weight", DType::F8_E4M3, {l.rows, l.cols}},
+        return {{codes, DType::F8_E4M3, {l.rows, l.cols}},
                 {m + ".weight_scale", float_scale_dtype(l.model_dtype),
                  l.per_tensor ? Shape{1} : Shape{l.rows, 1}}};
       case Format::int8:
-        return {{m + ".weight", DType::I8, {l.rows, l.cols}},
+        return {{codes, DType::I8, {l.rows, l.cols}},
                 {m + ".weight_scale", float_scale_dtype(l.model_dtype), {l.rows, 1}}};
       case Format::int4:
-        return {{m + ".weight_packed", DType::I32, {l.rows, l.cols / 8}},
+        return {{codes, DType::I32, {l.rows, l.cols / 8}},
                 {m + ".weight_scale", float_scale_dtype(l.model_dtype), {l.rows, l.cols / l.block}},
                 {m + ".weight_shape", DType::I64, {2}}};
     }
@@ -315,10 +335,126 @@ class CompressedTensorsExporter final : public Exporter {
   }
 };
 
+// Reading: config.json's quantization_config (quant_method "compressed-tensors") and the tensor
+// names written above.
+class CompressedTensorsReader final : public TargetReader {
+ public:
+  std::string_view name() const override { return "compressed-tensors"; }
+  std::string_view display_name() const override { return "compressed-tensors"; }
+
+  std::optional<QuantScheme> read_scheme(const Checkpoint& ck,
+                                         const std::string& label) const override {
+    const auto& cfg = ck.config();
+    if (!cfg.contains("quantization_config") || !cfg["quantization_config"].is_object())
+      return std::nullopt;
+    const nlohmann::json& qc = cfg["quantization_config"];
+    if (qc.value("quant_method", "") != "compressed-tensors") return std::nullopt;
+    QuantScheme s;
+    s.algo = qc.value("format", "");
+    s.format = format_of(s.algo);
+    if (s.algo == "mixed-precision" && qc.contains("config_groups") &&
+        qc["config_groups"].is_object()) {
+      // One group per format, each naming its modules in targets.
+      for (const auto& [name, g] : qc["config_groups"].items()) {
+        const auto f = format_of(g.value("format", ""));
+        if (!f) fail("{}: config.json: config group '{}': unsupported format", label, name);
+        if (g.contains("input_activations") && !g["input_activations"].is_null())
+          fail("{}: config.json: config group '{}': mixed precision with activation "
+               "quantization is not supported", label, name);
+        const int group = g.contains("weights") && g["weights"].contains("group_size") &&
+                                  g["weights"]["group_size"].is_number_integer()
+                              ? g["weights"]["group_size"].get<int>() : 0;
+        for (const auto& t : json_string_list(g.value("targets", nlohmann::json::array())))
+          s.layers[t] = {*f, group};
+        if (!s.format) s.format = f;
+      }
+      s.mixed = true;
+      s.ignore = json_string_list(qc.value("ignore", nlohmann::json::array()));
+      if (qc.contains("kv_cache_scheme") && qc["kv_cache_scheme"].is_object()) s.kv_fp8 = true;
+      return s;
+    }
+    if (!s.format)
+      fail("{}: config.json: unsupported compressed-tensors format '{}'", label, s.algo);
+    s.ignore = json_string_list(qc.value("ignore", nlohmann::json::array()));
+    if (qc.contains("config_groups") && qc["config_groups"].is_object())
+      for (const auto& [name, g] : qc["config_groups"].items()) {
+        if (g.contains("weights") && g["weights"].contains("group_size") &&
+            g["weights"]["group_size"].is_number_integer())
+          s.group = g["weights"]["group_size"].get<int>();
+        if (g.contains("input_activations") && g["input_activations"].is_object()) {
+          const auto& ia = g["input_activations"];
+          const int bits = ia.value("num_bits", 0);
+          const std::string type = ia.value("type", "");
+          if (bits == 4 && type == "float") s.act = ActQuant::nvfp4;
+          else if (bits == 8 && type == "float") s.act = ActQuant::fp8;
+          else if (bits == 8 && type == "int") s.act = ActQuant::int8;
+          else fail("{}: config.json: unsupported compressed-tensors input_activations", label);
+        }
+      }
+    if (qc.contains("kv_cache_scheme") && qc["kv_cache_scheme"].is_object()) s.kv_fp8 = true;
+    return s;
+  }
+
+  StoredLinear stored_linear(const std::string& m, const QuantScheme& s) const override {
+    StoredLinear st;
+    st.weight = m + "." + weight_leaf(*s.format);
+    st.weight_scale = m + ".weight_scale";
+    switch (*s.format) {
+      case Format::nvfp4:
+        st.layout = WeightFormat::nvfp4;
+        st.global_scale = m + ".weight_global_scale";
+        st.global_scale_stored = ScaleStored::reciprocal;
+        break;
+      case Format::mxfp4: st.layout = WeightFormat::mxfp4; break;
+      case Format::fp8: st.layout = WeightFormat::fp8; break;
+      case Format::int8: st.layout = WeightFormat::int8; break;
+      case Format::int4: st.layout = WeightFormat::int4_packed32; break;
+    }
+    if (s.act != ActQuant::none) {
+      st.input_scale = m + "." + input_scale_leaf(s.act);
+      if (s.act == ActQuant::nvfp4) st.input_scale_stored = ScaleStored::reciprocal;
+    }
+    return st;
+  }
+
+  std::string kv_scale_name(const std::string& proj, char which) const override {
+    return kv_scale_tensor(proj, which);
+  }
+
+  std::vector<std::string> packed_weight_leaves() const override { return {"weight_packed"}; }
+  std::vector<std::string> quantized_marker_leaves() const override {
+    return {"weight_scale", "weight_packed"};
+  }
+  // compressed-tensors folds smoothing into the weights and norms; it stores no input scale.
+  std::vector<std::string> pre_scale_leaves() const override { return {}; }
+  std::vector<std::string> companion_leaves() const override {
+    return {"weight_scale", "weight_global_scale", "weight_shape", "input_scale",
+            "input_global_scale"};
+  }
+
+  std::optional<std::string> algo_name(const nlohmann::json& q) const override {
+    if (q.contains("format") && q["format"].is_string()) return q["format"].get<std::string>();
+    return std::nullopt;
+  }
+
+ private:
+  // The weight format of a `format` string, as ct_format_name writes it.
+  static std::optional<Format> format_of(const std::string& f) {
+    for (Format format : {Format::nvfp4, Format::mxfp4, Format::fp8, Format::int4, Format::int8})
+      if (f == ct_format_name(format)) return format;
+    return std::nullopt;
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Exporter> make_compressed_tensors_exporter() {
   return std::make_unique<CompressedTensorsExporter>();
+}
+
+const TargetReader& compressed_tensors_reader() {
+  static const CompressedTensorsReader reader;
+  return reader;
 }
 
 }  // namespace qf

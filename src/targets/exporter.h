@@ -4,7 +4,7 @@
 // their headers written before any data is produced, then for the bytes, module by module.
 #pragma once
 
-#include "engine/activation_quant.h"
+#include "core/act_quant.h"
 #include "formats/quantized_tensor.h"
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"

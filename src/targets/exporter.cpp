@@ -1,29 +1,34 @@
-#include "export/exporter.h"
+#include "targets/exporter.h"
 
 #include "core/convert.h"
 #include "core/error.h"
+#include "targets/target.h"
 
 #include <cstring>
 
 
 namespace qf {
 
-std::unique_ptr<Exporter> make_modelopt_exporter();
-std::unique_ptr<Exporter> make_compressed_tensors_exporter();
+namespace {
 
-std::string_view export_format_name(ExportFormat format) {
-  return format == ExportFormat::modelopt ? "modelopt" : "compressed-tensors";
+const Target& target_of(ExportFormat format) {
+  for (const Target& t : targets())
+    if (t.format == format) return t;
+  fail("export format {} has no row in the target table", int(format));
 }
 
+}  // namespace
+
+std::string_view export_format_name(ExportFormat format) { return target_of(format).name; }
+
 std::optional<ExportFormat> parse_export_format(std::string_view name) {
-  if (name == "modelopt") return ExportFormat::modelopt;
-  if (name == "compressed-tensors") return ExportFormat::compressed_tensors;
+  for (const Target& t : targets())
+    if (t.name == name) return t.format;
   return std::nullopt;
 }
 
 std::unique_ptr<Exporter> make_exporter(ExportFormat format) {
-  return format == ExportFormat::modelopt ? make_modelopt_exporter()
-                                          : make_compressed_tensors_exporter();
+  return target_of(format).make_exporter();
 }
 
 std::string Exporter::unsupported_reason(const ExportedLinear&) const { return {}; }

@@ -3,7 +3,7 @@
 // int-quantized with static per-tensor INT8 inputs).
 #include "core/convert.h"
 #include "core/thread_pool.h"
-#include "export/exporter.h"
+#include "targets/exporter.h"
 #include "formats/int8.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,9 @@
 // The ModelOpt unified Hugging Face checkpoint format (vLLM, SGLang, TensorRT-LLM): tensor names
 // and dtypes of shared/specs/engine-formats.md §1.2/§1.6 and modelopt-nvfp4.md §3–§4, with
 // `hf_quant_config.json` (nested form) and `config.json["quantization_config"]` (flat form).
-#include "export/exporter.h"
+// Both directions: the Exporter writes it, the TargetReader reads it back.
+#include "targets/exporter.h"
+#include "targets/reader.h"
 
 #include "core/error.h"
 #include "formats/int4.h"
@@ -17,6 +19,11 @@ namespace {
 
 constexpr const char* kProducerName = "qforge";
 constexpr const char* kProducerVersion = "0.1.0";
+
+// ModelOpt keeps a layer's FP8 KV-cache scales on its k_proj / v_proj ("...k_proj.k_scale").
+std::string kv_scale_tensor(const std::string& proj, char which) {
+  return proj + "." + which + "_scale";
+}
 
 // The per-layer config ModelOpt writes for each weight-only format (modelopt-nvfp4.md §4.6).
 nlohmann::ordered_json layer_config(const QuantizationSummary& s) {
@@ -78,7 +85,7 @@ class ModelOptExporter final : public Exporter {
     if (l.act != ActQuant::none) specs.push_back({m + ".input_scale", DType::F32, {}});
     if (l.pre_quant_scale)
       specs.push_back({m + ".pre_quant_scale", pre_quant_scale_dtype(l), {l.cols}});
-    if (l.kv_scale) specs.push_back({m + "." + l.kv_scale + "_scale", DType::F32, {}});
+    if (l.kv_scale) specs.push_back({kv_scale_tensor(m, l.kv_scale), DType::F32, {}});
     return specs;
   }
 
@@ -277,8 +284,156 @@ class ModelOptExporter final : public Exporter {
   }
 };
 
+// Reading: config.json's flat quantization_config or hf_quant_config.json's nested form, the
+// tensor names written above.
+class ModelOptReader final : public TargetReader {
+ public:
+  std::string_view name() const override { return "modelopt"; }
+  std::string_view display_name() const override { return "ModelOpt"; }
+
+  std::optional<QuantScheme> read_scheme(const Checkpoint& ck,
+                                         const std::string& label) const override {
+    const auto& cfg = ck.config();
+    nlohmann::json qc;
+    if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object())
+      qc = cfg["quantization_config"];
+    const auto hf_quant = ck.dir() / "hf_quant_config.json";
+    if (qc.is_null() && std::filesystem::exists(hf_quant)) {
+      // The nested form only.
+      const auto j = read_json_file(hf_quant);
+      if (j.contains("quantization") && j["quantization"].is_object()) {
+        const auto& q = j["quantization"];
+        qc = nlohmann::json::object();
+        qc["quant_method"] = "modelopt";
+        qc["quant_algo"] = q.value("quant_algo", "");
+        qc["ignore"] = q.contains("exclude_modules") ? q["exclude_modules"] : nlohmann::json::array();
+        if (q.contains("group_size")) qc["group_size"] = q["group_size"];
+        if (q.contains("quantized_layers")) qc["quantized_layers"] = q["quantized_layers"];
+      }
+    }
+    if (qc.is_null() || qc.value("quant_method", "") != "modelopt") return std::nullopt;
+    QuantScheme s;
+    s.algo = qc.contains("quant_algo") && qc["quant_algo"].is_string()
+                 ? qc["quant_algo"].get<std::string>() : "";
+    s.format = format_of(s.algo);
+    if (s.algo == "MIXED_PRECISION") {
+      // quantized_layers: module -> {"quant_algo", ["group_size"]}, in either config file.
+      nlohmann::json layers = qc.value("quantized_layers", nlohmann::json());
+      if (!layers.is_object() && std::filesystem::exists(hf_quant)) {
+        const auto j = read_json_file(hf_quant);
+        if (j.contains("quantization") && j["quantization"].contains("quantized_layers"))
+          layers = j["quantization"]["quantized_layers"];
+      }
+      if (!layers.is_object() || layers.empty())
+        fail("{}: config.json: MIXED_PRECISION without a quantized_layers map", label);
+      for (const auto& [module, lc] : layers.items()) {
+        const std::string algo = lc.is_object() ? lc.value("quant_algo", "") : "";
+        const auto f = format_of(algo);
+        // Mixed checkpoints are weight-only here: activation-quantized algos are refused.
+        if (!f || algo == "NVFP4" || algo == "FP8" || algo == "NVFP4_AWQ" ||
+            algo == "W8A8_SQ_PER_CHANNEL")
+          fail("{}: config.json: quantized_layers['{}']: unsupported quant_algo '{}'", label, module,
+               algo);
+        const int group = lc.contains("group_size") && lc["group_size"].is_number_integer()
+                              ? lc["group_size"].get<int>() : 0;
+        s.layers[module] = {*f, group};
+        if (!s.format) s.format = f;
+      }
+      s.mixed = true;
+    } else if (s.algo == "W8A8_SQ_PER_CHANNEL") {
+      s.act = ActQuant::int8;
+    } else if (s.algo == "NVFP4" || s.algo == "NVFP4_AWQ") {
+      s.act = ActQuant::nvfp4;  // NVFP4_AWQ without input_scale tensors runs weight-only
+    } else if (s.algo == "FP8") {
+      s.act = ActQuant::fp8;
+    }
+    if (qc.contains("kv_cache_scheme") && !qc["kv_cache_scheme"].is_null()) s.kv_fp8 = true;
+    if (qc.contains("kv_cache_quant_algo") && qc["kv_cache_quant_algo"].is_string()) s.kv_fp8 = true;
+    if (std::filesystem::exists(hf_quant)) {
+      const auto j = read_json_file(hf_quant);
+      if (j.contains("quantization") && j["quantization"].contains("kv_cache_quant_algo") &&
+          j["quantization"]["kv_cache_quant_algo"].is_string())
+        s.kv_fp8 = true;
+    }
+    if (!s.format) fail("{}: config.json: unsupported ModelOpt quant_algo '{}'", label, s.algo);
+    s.ignore = json_string_list(qc.value("ignore", nlohmann::json::array()));
+    if (qc.contains("group_size") && qc["group_size"].is_number_integer())
+      s.group = qc["group_size"].get<int>();
+    // The group size of INT4 lives in hf_quant_config.json.
+    if (s.group == 0 && std::filesystem::exists(hf_quant)) {
+      const auto j = read_json_file(hf_quant);
+      if (j.contains("quantization") && j["quantization"].contains("group_size") &&
+          j["quantization"]["group_size"].is_number_integer())
+        s.group = j["quantization"]["group_size"].get<int>();
+    }
+    return s;
+  }
+
+  StoredLinear stored_linear(const std::string& m, const QuantScheme& s) const override {
+    StoredLinear st;
+    st.weight = m + ".weight";
+    st.weight_scale = m + ".weight_scale";
+    switch (*s.format) {
+      case Format::nvfp4:
+        st.layout = WeightFormat::nvfp4;
+        st.global_scale = m + ".weight_scale_2";
+        break;
+      case Format::mxfp4: st.layout = WeightFormat::mxfp4; break;
+      case Format::fp8: st.layout = WeightFormat::fp8; break;
+      case Format::int8: st.layout = WeightFormat::int8; break;
+      case Format::int4: st.layout = WeightFormat::int4_row_pairs; break;
+    }
+    if (s.act != ActQuant::none) {
+      st.input_scale = m + ".input_scale";
+      st.input_scale_optional = s.algo == "NVFP4_AWQ";
+    }
+    return st;
+  }
+
+  std::string kv_scale_name(const std::string& proj, char which) const override {
+    return kv_scale_tensor(proj, which);
+  }
+
+  std::vector<std::string> packed_weight_leaves() const override { return {}; }
+  std::vector<std::string> quantized_marker_leaves() const override { return {"weight_scale"}; }
+  std::vector<std::string> pre_scale_leaves() const override { return {"pre_quant_scale"}; }
+  std::vector<std::string> companion_leaves() const override {
+    return {"weight_scale", "weight_scale_2", "input_scale", "pre_quant_scale"};
+  }
+
+  nlohmann::json declared_config(const std::filesystem::path& dir) const override {
+    const auto hf_quant = dir / "hf_quant_config.json";
+    return std::filesystem::exists(hf_quant) ? read_json_file(hf_quant) : nlohmann::json();
+  }
+
+  std::optional<std::string> algo_name(const nlohmann::json& q) const override {
+    if (q.contains("quant_algo") && q["quant_algo"].is_string())
+      return q["quant_algo"].get<std::string>();
+    if (q.contains("quantization") &&
+        q["quantization"].value("quant_algo", nlohmann::json()).is_string())
+      return q["quantization"]["quant_algo"].get<std::string>();
+    return std::nullopt;
+  }
+
+ private:
+  // The weight format of a quant_algo, as layer_config writes it (and ModelOpt's aliases).
+  static std::optional<Format> format_of(const std::string& algo) {
+    if (algo == "W4A16_NVFP4" || algo == "NVFP4" || algo == "NVFP4_AWQ") return Format::nvfp4;
+    if (algo == "mxfp4" || algo == "MXFP4" || algo == "W4A16_MXFP4") return Format::mxfp4;
+    if (algo == "FP8_PER_CHANNEL_PER_TOKEN" || algo == "FP8") return Format::fp8;
+    if (algo == "W4A16_AWQ" || algo == "INT4_AWQ" || algo == "W4A16") return Format::int4;
+    if (algo == "W8A8_SQ_PER_CHANNEL") return Format::int8;  // SmoothQuant W8A8
+    return std::nullopt;
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Exporter> make_modelopt_exporter() { return std::make_unique<ModelOptExporter>(); }
+
+const TargetReader& modelopt_reader() {
+  static const ModelOptReader reader;
+  return reader;
+}
 
 }  // namespace qf
