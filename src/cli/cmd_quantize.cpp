@@ -4,6 +4,7 @@
 #include "core/progress.h"
 #include "formats/int4.h"
 #include "pipeline/quantize_checkpoint.h"
+#include "targets/target.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -107,7 +108,7 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_option("--export", args->export_format,
                   "Checkpoint format: modelopt (ModelOpt HF: vLLM, SGLang, TensorRT-LLM) or "
                   "compressed-tensors (vLLM, SGLang, transformers)")
-      ->check(CLI::IsMember({"modelopt", "compressed-tensors"}))
+      ->check(CLI::IsMember(target_names()))
       ->capture_default_str();
   cmd->add_option("--exclude", args->exclude,
                   "Leave modules matching this glob unquantized (repeatable), e.g. "

@@ -133,11 +133,11 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     // of post-norm families) go out as pre_quant_scale in ModelOpt; compressed-tensors has no
     // such tensor, so those are quantized with max there.
     exported[i].pre_quant_scale =
-        awq && options.export_format == ExportFormat::modelopt && m.fold_norm < 0;
+        awq && exporter.stores_pre_quant_scale() && m.fold_norm < 0;
     // SmoothQuant: ModelOpt keeps every Linear's pre_quant_scale as a tensor (specs §4.3);
     // compressed-tensors folds q/k/v and gate/up scales into the norms (llm-compressor) and
     // leaves o_proj / down_proj unsmoothed.
-    if (smoothquant_algo && options.export_format == ExportFormat::modelopt)
+    if (smoothquant_algo && exporter.stores_pre_quant_scale())
       exported[i].pre_quant_scale = true;
     if (options.kv_fp8 && m.role == LinearRole::k_proj) exported[i].kv_scale = 'k';
     if (options.kv_fp8 && m.role == LinearRole::v_proj) exported[i].kv_scale = 'v';

@@ -36,6 +36,7 @@ std::string Exporter::unsupported_reason(const ExportedLinear&) const { return {
 DType Exporter::scale_dtype(const ExportedLinear&) const { return DType::F32; }
 
 DType Exporter::pre_quant_scale_dtype(const ExportedLinear&) const { return DType::F32; }
+bool Exporter::stores_pre_quant_scale() const { return false; }
 
 void Exporter::write_extra_files(const QuantizationSummary&, const std::filesystem::path&) const {}
 

@@ -84,6 +84,10 @@ class Exporter {
   // The dtype `<module>.pre_quant_scale` is stored in (SmoothQuant rounds its scales to it
   // before dividing the weights, so the stored scale is exactly the one applied). Default F32.
   virtual DType pre_quant_scale_dtype(const ExportedLinear& linear) const;
+  // Whether the target stores per-input-channel `pre_quant_scale` tensors (ModelOpt). Without
+  // them AWQ / SmoothQuant scales must be folded into a norm, and a Linear with no foldable norm
+  // keeps its unscaled weights. Default false.
+  virtual bool stores_pre_quant_scale() const;
   // The tensors that replace `<module>.weight`, in the order linear_data returns them.
   virtual std::vector<TensorSpec> linear_specs(const ExportedLinear& linear) const = 0;
   virtual std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& linear,

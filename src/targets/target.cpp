@@ -47,6 +47,12 @@ DetectedTarget detect_target(const Checkpoint& ck, const std::string& label) {
   return {};
 }
 
+std::vector<std::string> target_names() {
+  std::vector<std::string> out;
+  for (const Target& t : targets()) out.emplace_back(t.name);
+  return out;
+}
+
 std::vector<std::string> packed_weight_leaves() {
   return leaf_union(&TargetReader::packed_weight_leaves);
 }

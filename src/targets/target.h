@@ -25,6 +25,8 @@ struct Target {
 
 // Every target, in the order readers are tried.
 std::span<const Target> targets();
+// Their `--export` names, in table order.
+std::vector<std::string> target_names();
 
 // The target that wrote a checkpoint and its scheme; reader is null (and the scheme quantizes
 // nothing) for a checkpoint without a quantization config.
