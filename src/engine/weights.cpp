@@ -330,10 +330,10 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
   mw.embed.data = embed.data;
   mw.embed.rows = a.vocab_size;
   mw.embed.cols = a.hidden_size;
-  if (head_name == a.head_name && ld.find("lm_head.weight_scale")) {
-    mw.lm_head = ld.linear("lm_head", a.vocab_size, a.hidden_size, scheme, false);
+  if (head_name == a.head_name && ld.find(a.head_module + ".weight_scale")) {
+    mw.lm_head = ld.linear(a.head_module, a.vocab_size, a.hidden_size, scheme, false);
   } else {
-    mw.lm_head.name = "lm_head";
+    mw.lm_head.name = a.head_module;
     mw.lm_head.w = ld.float_weight(head_name, a.vocab_size, a.hidden_size, "output head");
   }
   // Norm weights hold the multiplier the engine applies: Gemma's x * (1 + w) becomes 1 + w.
@@ -361,11 +361,12 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
       const LinearModule& m = a.linears[i];
       L.linears.push_back(ld.linear(m.name, m.out_features, m.in_features, scheme, m.bias));
     }
-    if (scheme.kv_fp8) {
+    if (scheme.kv_fp8 && spec.slot_of(LinearRole::k_proj) >= 0) {
       // Named after the projections the exporter writes them with, wherever the target puts them.
-      const std::string p = fmt::format("model.layers.{}.self_attn.", l);
-      const std::string kn = target.reader->kv_scale_name(p + "k_proj", 'k');
-      const std::string vn = target.reader->kv_scale_name(p + "v_proj", 'v');
+      const std::string kn =
+          target.reader->kv_scale_name(L.linear(spec, LinearRole::k_proj).name, 'k');
+      const std::string vn =
+          target.reader->kv_scale_name(L.linear(spec, LinearRole::v_proj).name, 'v');
       // Cast mode writes no scales: engines then use 1.0 (§6.2).
       L.k_scale = ld.find(kn) ? ld.scalar(kn, "FP8 KV cache") : 1.f;
       L.v_scale = ld.find(vn) ? ld.scalar(vn, "FP8 KV cache") : 1.f;

@@ -110,6 +110,7 @@ struct Architecture {
   // Tensor names outside the layers.
   std::string embed_name = "model.embed_tokens.weight";
   std::string final_norm_name = "model.norm.weight";
+  std::string head_module = "lm_head";
   std::string head_name = "lm_head.weight";
 
   // Modules that are never quantized by default and are always listed as excluded in an

@@ -248,7 +248,6 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
 
   LayerWeights replaced;
   auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
-    const std::string p = fmt::format("model.layers.{}.", l);
     kv_amax[size_t(l)] = {cap.k_amax, cap.v_amax};
     std::vector<size_t> in_layer;
     for (size_t i = 0; i < arch.linears.size(); ++i)

@@ -194,14 +194,14 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     if (options.assignment || options.activations != ActQuant::none)
       fail("--quantize-lm-head is weight-only and single-format for now (no --activations, "
            "--auto or --recipe)");
-    head_src = ckpt.find("lm_head.weight");
-    const CheckpointTensor* embed = ckpt.find("model.embed_tokens.weight");
-    head_tied = !head_src || ckpt.aliases().count("lm_head.weight") > 0;
+    head_src = ckpt.find(arch.head_name);
+    const CheckpointTensor* embed = ckpt.find(arch.embed_name);
+    head_tied = !head_src || ckpt.aliases().count(arch.head_name) > 0;
     if (head_tied) {
       if (!arch.tie_word_embeddings || !embed)
         fail("{}: tensor 'lm_head.weight' is missing", model_dir.string());
       head_src = embed;
-    } else if (!embed || ckpt.aliases().count("model.embed_tokens.weight")) {
+    } else if (!embed || ckpt.aliases().count(arch.embed_name)) {
       fail("{}: 'lm_head.weight' is also the token embedding; --quantize-lm-head needs a "
            "stored model.embed_tokens.weight", model_dir.string());
     }
@@ -209,13 +209,13 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     if (e.shape != Shape{arch.vocab_size, arch.hidden_size} || !is_quantizable_float(e.dtype))
       fail("{}: tensor '{}' ({} {}) cannot be quantized as the output head", model_dir.string(),
            head_src->name, dtype_name(e.dtype), shape_str(e.shape));
-    head = {"lm_head", options.format, arch.vocab_size, arch.hidden_size, block, e.dtype};
+    head = {arch.head_module, options.format, arch.vocab_size, arch.hidden_size, block, e.dtype};
     std::string why = arch.hidden_size % block != 0
                           ? fmt::format("hidden_size {} is not a multiple of the {} block of {}",
                                         arch.hidden_size, info.name, block)
                           : exporter.unsupported_reason(head);
     if (!why.empty()) fail("--quantize-lm-head: lm_head cannot be quantized: {}", why);
-    std::erase(excluded_names, std::string("lm_head"));
+    std::erase(excluded_names, arch.head_module);
     plan.warnings.push_back(
         "lm_head is quantized (--quantize-lm-head): engines may not load it. vLLM loads an "
         "NVFP4 lm_head from ModelOpt exports only in recent builds (ModelOptNvFp4LMHeadMethod); "

@@ -53,7 +53,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
     if (auto it = plan.linear_by_weight.find(t.name); it != plan.linear_by_weight.end()) {
       item.linear = it->second;
       item.specs = exporter.linear_specs(plan.exported[size_t(it->second)]);
-    } else if (head_src && !head_tied && t.name == "lm_head.weight") {
+    } else if (head_src && !head_tied && t.name == arch.head_name) {
       item.head = true;
       item.specs = exporter.linear_specs(head);
     } else {
@@ -89,7 +89,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
     // Keep __metadata__ aliases whose stored tensor lands in this shard.
     std::map<std::string, std::string> metadata = {{"format", "pt"}};
     for (const auto& [alias, stored] : ckpt.aliases())
-      if (names.count(stored) && !(head_src && alias == "lm_head.weight")) {
+      if (names.count(stored) && !(head_src && alias == arch.head_name)) {
         metadata[alias] = stored;
         weight_map[alias] = file_name;
       }
