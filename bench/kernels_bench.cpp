@@ -2,7 +2,7 @@
 // of weight bytes, next to a STREAM-style read of the same buffers in the same run (the memory
 // ceiling); matrix-matrix products for 512 tokens (prefill) as GFLOP/s. The matrix-vector
 // benchmarks rotate through more than 2 GiB of weight copies so that no copy is cache-resident.
-// The *Precise variants run the float-activation kernels (set_precise_kernels): the baseline
+// The *Precise variants run the float-activation kernels (KernelMode::exact): the baseline
 // of the int8-activation matrix-vector and BF16 matrix-matrix kernels, in the same run.
 // Run: qforge_bench --benchmark_filter='Kernel' --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
@@ -114,7 +114,7 @@ std::vector<float> activation(int64_t n) {
 void MatVec(benchmark::State& state, WeightFormat f, bool precise = false, int64_t rows = kRows,
             int64_t cols = kCols) {
   const auto& ws = copies(f, rows, cols);
-  set_precise_kernels(precise);
+  const KernelMode mode = precise ? KernelMode::exact : KernelMode::fast;
   ThreadPool pool(int(state.range(0)));
   const auto x = activation(cols);
   std::vector<float> y(static_cast<size_t>(rows));
@@ -122,13 +122,12 @@ void MatVec(benchmark::State& state, WeightFormat f, bool precise = false, int64
   uint64_t bytes = 0;
   for (auto _ : state) {
     const LinearWeight& w = ws[i++ % ws.size()]->w;
-    linear_forward(w, x.data(), 1, y.data(), &pool);
+    linear_forward(w, x.data(), 1, y.data(), &pool, mode);
     benchmark::DoNotOptimize(y.data());
     bytes += w.stored_bytes();
   }
   state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
   state.counters["copies"] = double(ws.size());
-  set_precise_kernels(false);
 }
 
 // The same product on one thread with the weights in cache (256 x 4096 NVFP4, 0.6 MB), timed
@@ -138,7 +137,7 @@ void MatVecCached(benchmark::State& state, WeightFormat f) {
   const auto x = activation(4096);
   std::vector<float> y(256);
   for (auto _ : state) {
-    linear_forward(s->w, x.data(), 1, y.data(), nullptr);
+    linear_forward(s->w, x.data(), 1, y.data(), nullptr, KernelMode::fast);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GB/s"] = benchmark::Counter(
@@ -174,19 +173,18 @@ void StreamRead(benchmark::State& state) {
 
 void MatMul(benchmark::State& state, WeightFormat f, bool precise = false) {
   const int64_t tokens = 512;
-  set_precise_kernels(precise);
+  const KernelMode mode = precise ? KernelMode::exact : KernelMode::fast;
   auto s = make(f, kRows, kCols, 99);
   ThreadPool pool(int(state.range(0)));
   const auto x = activation(tokens * kCols);
   std::vector<float> y(static_cast<size_t>(tokens * kRows));
   for (auto _ : state) {
-    linear_forward(s->w, x.data(), tokens, y.data(), &pool);
+    linear_forward(s->w, x.data(), tokens, y.data(), &pool, mode);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(
       2.0 * double(tokens) * double(kRows) * double(kCols) * double(state.iterations()) / 1e9,
       benchmark::Counter::kIsRate);
-  set_precise_kernels(false);
 }
 
 void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }

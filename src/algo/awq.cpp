@@ -54,7 +54,7 @@ double output_loss(const Layer& layer, const std::vector<std::vector<float>>& de
     lw.cols = in;
     lw.data = e.data();
     y.resize(size_t(n_samples * rows));
-    linear_forward(lw, samples, n_samples, y.data(), &pool);
+    linear_forward(lw, samples, n_samples, y.data(), &pool, KernelMode::exact);
     for (float v : y) total += double(v) * double(v);
   }
   return total / double(n_samples * layer.total_rows);

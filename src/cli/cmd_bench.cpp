@@ -14,6 +14,7 @@ void register_bench(CLI::App& app, Action& run) {
     int64_t prompt = 128, gen = 32;
     int threads = 0;
     bool json = false;
+    KernelMode kernels = KernelMode::fast;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -27,11 +28,13 @@ void register_bench(CLI::App& app, Action& run) {
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", args->json, "Print JSON on stdout");
+  add_kernels_option(cmd, args->kernels);
   cmd->callback([args, &run] {
     run = [args] {
       ModelOptions mo;
       mo.threads = args->threads;
       mo.max_seq = args->prompt + args->gen;
+      mo.kernels = args->kernels;
       auto model = Model::load(args->dir, mo);
       const BenchResult r = bench_model(*model, args->prompt, args->gen);
       if (args->json) {

@@ -86,6 +86,9 @@ void register_demo(CLI::App& app, Action& run) {
       fmt::print("4. accuracy against the original on {} tokens: mean KL {:.5f} nats, p99 KL "
                  "{:.5f}, top-1 agreement {:.1f}%\n",
                  kl.tokens, kl.kl_mean, kl.kl_p99, 100 * kl.top1);
+      // Speed as `qforge bench` measures it: the fast kernels.
+      base->set_kernels(KernelMode::fast);
+      quant->set_kernels(KernelMode::fast);
       const BenchResult b0 = bench_model(*base, 64, 32);
       const BenchResult b1 = bench_model(*quant, 64, 32);
       fmt::print("5. decode speed: original {:.1f} tok/s ({} per token), quantized {:.1f} tok/s "

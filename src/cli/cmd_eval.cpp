@@ -19,6 +19,7 @@ struct EvalArgs {
   int64_t max_chars = 0;
   int threads = 0;
   bool json = false;
+  KernelMode kernels = KernelMode::exact;
 };
 
 void add_common(CLI::App* cmd, EvalArgs& a) {
@@ -33,6 +34,7 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
   cmd->add_option("-t,--threads", a.threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", a.json, "Print JSON on stdout");
+  add_kernels_option(cmd, a.kernels);
 }
 
 // The token stream of the protocol: BOS once at the start (when the tokenizer has one).
@@ -70,6 +72,7 @@ void register_eval(CLI::App& app, Action& run) {
     run = [pa, p_model] {
       ModelOptions mo;
       mo.threads = pa->threads;
+      mo.kernels = pa->kernels;
       auto model = Model::load(*p_model, mo);
       const auto ids = stream_ids(*p_model, *pa);
       std::unique_ptr<Progress> bar;
@@ -103,6 +106,7 @@ void register_eval(CLI::App& app, Action& run) {
     run = [ka, k_models] {
       ModelOptions mo;
       mo.threads = ka->threads;
+      mo.kernels = ka->kernels;
       auto base = Model::load(k_models->first, mo);
       auto quant = Model::load(k_models->second, mo);
       const auto ids = stream_ids(k_models->first, *ka);

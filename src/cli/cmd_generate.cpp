@@ -17,6 +17,7 @@ void register_generate(CLI::App& app, Action& run) {
     float temp = 0.f, top_p = 1.f;
     uint64_t seed = 0;
     int threads = 0;
+    KernelMode kernels = KernelMode::fast;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -38,11 +39,13 @@ void register_generate(CLI::App& app, Action& run) {
   cmd->add_option("--seed", args->seed, "Random seed of the sampler (default 0)");
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
+  add_kernels_option(cmd, args->kernels);
   cmd->callback([args, &run] {
     run = [args] {
       const auto tok = Tokenizer::load(args->dir);
       ModelOptions mo;
       mo.threads = args->threads;
+      mo.kernels = args->kernels;
       auto model = Model::load(args->dir, mo);
       std::vector<int32_t> prompt = tok->encode(args->prompt, tok->bos_id() >= 0);
       if (prompt.empty()) fail("{}: the prompt is empty and the tokenizer has no BOS", args->dir);

@@ -82,6 +82,7 @@ void register_quantize(CLI::App& app, Action& run) {
     CalibrationOptions calib;  // defaults 128 x 512, seed 0
     std::string algo = "max", activations = "none", kv_cache = "none", group_size;
     int threads = 0;
+    KernelMode kernels = KernelMode::exact;
     bool force = false, json = false, quiet = false, calib_quantized_inputs = false;
     float smoothquant_alpha = 1.0f;
     bool quantize_lm_head = false;
@@ -154,6 +155,7 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
                 "Calibrate each layer on the outputs of the already-quantized previous layers "
                 "(as GPTQ recipes do) instead of the original model's");
+  add_kernels_option(cmd, args->kernels);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--max-shard-size", args->max_shard,
@@ -175,6 +177,7 @@ void register_quantize(CLI::App& app, Action& run) {
                 : args->group_size == "channel" ? kInt4ChannelGroup
                                                 : std::stoi(args->group_size);
       o.threads = args->threads;
+      o.kernels = args->kernels;
       o.max_shard_bytes = parse_size(args->max_shard);
       o.force = args->force;
       o.progress = !args->quiet && !args->json;

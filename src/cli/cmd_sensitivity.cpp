@@ -50,6 +50,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
     std::vector<std::string> calib_files;
     CalibrationOptions calib{{}, 32, 256, 0};  // smaller default than quantize: one pass per unit
     int threads = 0;
+    KernelMode kernels = KernelMode::exact;
     int64_t proxy_rows = 256;
     bool exact = false, json = false, quiet = false;
   };
@@ -77,6 +78,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
   cmd->add_option("--html", args->html, "Write a self-contained HTML report to this file");
+  add_kernels_option(cmd, args->kernels);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", args->json,
@@ -92,6 +94,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
       o.exact = args->exact;
       o.proxy_rows = args->proxy_rows;
       o.threads = args->threads;
+      o.kernels = args->kernels;
       o.progress = !args->quiet && !args->json;
       const SensitivityResult r = run_sensitivity(SourceModel::open(args->model), o);
       if (!args->html.empty()) write_text_file(args->html, sensitivity_report_html(r.report));

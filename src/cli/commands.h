@@ -3,6 +3,7 @@
 #pragma once
 
 #include "calib/calibration_data.h"
+#include "kernels/linear.h"
 #include "pipeline/source_model.h"
 
 #include <CLI/CLI.hpp>
@@ -34,6 +35,9 @@ void add_calibration_flags(CLI::App* cmd, CalibrationOptions& calib, std::vector
 
 // Parses "5GB", "500MB", "1.5GiB", "123" (bytes) into bytes; throws qf::Error if malformed.
 uint64_t parse_size(const std::string& text);
+
+// --kernels exact|fast (kernels/linear.h KernelMode), `mode` holding the command's default.
+void add_kernels_option(CLI::App* cmd, KernelMode& mode);
 
 }  // namespace qf::cli
 

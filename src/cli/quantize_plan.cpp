@@ -108,6 +108,7 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
       return bytes;
     };
     ao.sensitivity.threads = o.threads;
+    ao.sensitivity.kernels = o.kernels;
     ao.sensitivity.progress = o.progress;
     ao.sensitivity.exact = a.auto_exact;
     if (a.target_bits > 0) {

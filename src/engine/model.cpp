@@ -36,6 +36,7 @@ Model::Model(ModelWeights weights, const ModelOptions& opt)
     : w_(std::move(weights)),
       max_seq_(opt.max_seq > 0 ? std::min(opt.max_seq, default_max_seq(w_.arch))
                                : default_max_seq(w_.arch)),
+      kernels_(opt.kernels),
       pool_(std::make_unique<ThreadPool>(opt.threads > 0 ? opt.threads
                                                          : ThreadPool::hardware_threads())),
       rope_(w_.arch.ropes.size()),
@@ -114,7 +115,7 @@ void Model::linear(const EngineLinear& L, const float* x, int64_t n, float* y) {
     });
     x = q;
   }
-  linear_forward(L.w, x, n, y, pool_.get());
+  linear_forward(L.w, x, n, y, pool_.get(), kernels_);
   if (!L.bias.empty())
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < L.w.rows; ++r) y[t * L.w.rows + r] += L.bias[size_t(r)];

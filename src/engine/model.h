@@ -35,6 +35,9 @@ struct ModelOptions {
   // RoPE, whose point is running past it). Memory follows the positions actually run, not
   // this limit.
   int64_t max_seq = 0;
+  // Products of the Linears (kernels/linear.h): exact for evaluation and calibration, fast
+  // for bench and generate.
+  KernelMode kernels = KernelMode::exact;
 };
 
 class Model {
@@ -49,6 +52,8 @@ class Model {
   const Architecture& arch() const { return w_.arch; }
   const ModelWeights& weights() const { return w_; }
   int64_t max_seq() const { return max_seq_; }
+  KernelMode kernels() const { return kernels_; }
+  void set_kernels(KernelMode mode) { kernels_ = mode; }
   // Bytes the KV cache holds now (it grows with the positions run).
   uint64_t kv_cache_bytes() const;
   int64_t vocab_size() const { return w_.arch.vocab_size; }
@@ -89,6 +94,7 @@ class Model {
 
   ModelWeights w_;
   int64_t max_seq_ = 0;
+  KernelMode kernels_ = KernelMode::exact;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<RopeRows> rope_;  // per Architecture::ropes, for the current call
   // Run state, [capacity, ...] rows per token.

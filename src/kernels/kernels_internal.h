@@ -42,9 +42,8 @@ constexpr int64_t kActBlock = 16;
 // n is a multiple of kActBlock; q[n], scales[n / kActBlock].
 void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scales);
 
-// Whether linear_forward(tokens == 1) of w takes the int8-activation path: the CPU has
-// AVX-512 VNNI (BW, VL, F16C), precise kernels are off, and w's row has the path and its
-// shape fits it.
+// Whether a fast-mode linear_forward(tokens == 1) of w takes the int8-activation path: the CPU
+// has AVX-512 VNNI (BW, VL, F16C), and w's row has the path and its shape fits it.
 bool use_int8_matvec(const LinearWeight& w);
 bool cpu_has_avx512vnni();
 // The int8-activation products per 4-bit layout (matvec_q4_avx512vnni.cpp) and whether w's
@@ -61,7 +60,7 @@ void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, floa
                                      ThreadPool* pool);
 
 // BF16 matrix-matrix product (AVX512-BF16) for BF16 and quantized weights
-// (matmul_bf16_avx512bf16.cpp); linear_forward uses it when use_bf16_matmul(w).
+// (matmul_bf16_avx512bf16.cpp); a fast-mode linear_forward uses it when use_bf16_matmul(w).
 bool cpu_has_avx512bf16();
 bool use_bf16_matmul(const LinearWeight& w);
 void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t tokens, float* y,

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -28,31 +27,27 @@ uint64_t LinearWeight::stored_bytes() const {
   return kernels::weight_format_row(format).stored_bytes(*this);
 }
 
-namespace {
-std::atomic<bool>& precise_flag() {
-  static std::atomic<bool> flag = [] {
-    const char* e = std::getenv("QFORGE_PRECISE_KERNELS");
-    return e != nullptr && std::strcmp(e, "0") != 0;
-  }();
-  return flag;
-}
-}  // namespace
+std::string_view kernel_mode_name(KernelMode m) { return m == KernelMode::exact ? "exact" : "fast"; }
 
-void set_precise_kernels(bool precise) { precise_flag().store(precise); }
-bool precise_kernels() { return precise_flag().load(); }
+std::optional<KernelMode> parse_kernel_mode(std::string_view name) {
+  if (name == "exact") return KernelMode::exact;
+  if (name == "fast") return KernelMode::fast;
+  return std::nullopt;
+}
 
 bool matvec_uses_int8_activation(const LinearWeight& w) { return kernels::use_int8_matvec(w); }
 
 void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
-                    ThreadPool* pool) {
+                    ThreadPool* pool, KernelMode mode) {
   if (tokens <= 0) return;
+  const bool fast = mode == KernelMode::fast;
   const kernels::WeightFormatRow& row = kernels::weight_format_row(w.format);
-  if (tokens == 1 && kernels::use_int8_matvec(w)) {
+  if (tokens == 1 && fast && kernels::use_int8_matvec(w)) {
     row.matvec_int8_activation(w, x, y, pool);
     return;
   }
   if (tokens > 1) {
-    if (kernels::use_bf16_matmul(w)) {
+    if (fast && kernels::use_bf16_matmul(w)) {
       kernels::matmul_bf16_avx512bf16(w, x, tokens, y, pool);
       return;
     }
@@ -109,12 +104,12 @@ void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scale
 
 bool use_int8_matvec(const LinearWeight& w) {
   const WeightFormatRow& row = weight_format_row(w.format);
-  return !precise_kernels() && row.fits_int8_activation != nullptr &&
+  return row.fits_int8_activation != nullptr &&
          row.fits_int8_activation(w) && cpu_has_avx512vnni();
 }
 
 bool use_bf16_matmul(const LinearWeight& w) {
-  return !precise_kernels() && weight_format_row(w.format).bf16_exact && cpu_has_avx512bf16();
+  return weight_format_row(w.format).bf16_exact && cpu_has_avx512bf16();
 }
 
 void for_row_tasks(ThreadPool* pool, int64_t rows, int64_t rows_per_task,

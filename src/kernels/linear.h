@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -51,21 +53,28 @@ struct LinearWeight {
 // Elements per block scale along a row for the block formats (16, 32 or group); 0 otherwise.
 int weight_block(const LinearWeight& w);
 
+// Which products linear_forward may use.
+//  exact: float32 activations and float32 accumulation of the dequantized weights everywhere;
+//         the result is the float model of the checkpoint (what evaluation and calibration use).
+//  fast:  on CPUs that have them, decode products (tokens == 1) of NVFP4, MXFP4 and INT4
+//         weights quantize the activation to int8 per 16 elements (scale = amax / 127) and use
+//         VNNI integer dot products (about 4x faster; relative activation error below 1/254 of
+//         each block's largest element), and matrix-matrix products of BF16/F16 and 4-bit
+//         weights round the activations to BF16 for AVX512-BF16 dot products (what bench and
+//         generate use).
+enum class KernelMode : uint8_t { exact, fast };
+std::string_view kernel_mode_name(KernelMode m);
+std::optional<KernelMode> parse_kernel_mode(std::string_view name);
+
 // y[t, r] = sum_c x[t, c] * W[r, c] for t < tokens; x is [tokens, cols], y is [tokens, rows],
 // both float32 row-major, not aliasing. tokens == 1 uses the matrix-vector kernels, more the
 // matrix-matrix ones. Work is split into tasks of output rows, so y does not depend on the
 // pool's size. `pool` may be null (runs on the calling thread). Never throws for a valid weight.
 void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
-                    ThreadPool* pool);
+                    ThreadPool* pool, KernelMode mode);
 
-// Decode products (tokens == 1) of NVFP4, MXFP4 and INT4 weights quantize the
-// activation to int8 per 16 elements (scale = amax / 127) on CPUs with AVX-512 VNNI and use
-// integer dot products: about 4x faster, with a relative activation error below 1/254 of each
-// block's largest element. Precise kernels keep float activations everywhere. The setting is
-// process-wide; it starts from the environment variable QFORGE_PRECISE_KERNELS (set and not "0").
-void set_precise_kernels(bool precise);
-bool precise_kernels();
-// Whether linear_forward(w, x, 1, ...) takes the int8-activation path on this CPU now.
+// Whether linear_forward(w, x, 1, ..., KernelMode::fast) takes the int8-activation path on this
+// CPU.
 bool matvec_uses_int8_activation(const LinearWeight& w);
 
 // Dequantizes rows [r0, r0 + n) to float32 [n, cols] through the formats' reference

@@ -133,6 +133,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   ModelOptions mo;
   mo.threads = options.threads;
   mo.max_seq = options.calib.seq_len;
+  mo.kernels = options.kernels;
   auto model = Model::load(source.checkpoint, mo);
   LayerCalibrationOptions co;
   co.capture.seed = options.calib.seed;

@@ -127,6 +127,7 @@ SensitivityResult run_sensitivity(const SourceModel& source, const SensitivityOp
   ModelOptions mo;
   mo.threads = options.threads;
   mo.max_seq = options.calib.seq_len;
+  mo.kernels = options.kernels;
   auto model = Model::load(source.checkpoint, mo);
   if (model->weights().quantization != "none")
     fail("{}: sensitivity needs an unquantized checkpoint (this one is {})", model_dir.string(),

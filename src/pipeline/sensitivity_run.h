@@ -33,6 +33,7 @@ struct SensitivityOptions {
   bool exact = false;                  // also the exact measure (one model run per candidate)
   int64_t proxy_rows = 256;            // calibration rows sampled per Linear input for the proxy
   int threads = 0;                     // 0 = all hardware threads
+  KernelMode kernels = KernelMode::exact;  // the model's Linear products (the proxy is BF16 by design)
   bool progress = false;               // progress on stderr
 };
 

@@ -126,7 +126,8 @@ double sampled_energy(const float* m, int64_t rows, int64_t k, const Samples& s,
   lw.cols = k;
   lw.data = mb;
   float* y = sized(scratch.y, size_t(s.n * rows));
-  linear_forward(lw, s.x, s.n, y, &pool);
+  // The proxy only ranks errors: the fast BF16 product is part of its design (and of its cost).
+  linear_forward(lw, s.x, s.n, y, &pool, KernelMode::fast);
   double sum = 0;
   for (int64_t i = 0; i < s.n * rows; ++i) sum += double(y[i]) * double(y[i]);
   return sum / double(s.n);

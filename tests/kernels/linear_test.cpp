@@ -173,15 +173,13 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
     const auto x = random_vector(size_t(tokens * c.cols), 7);
     std::vector<float> ref(static_cast<size_t>(tokens * c.rows)), y1(ref.size()), y2(ref.size());
     linear_reference(t->w, x.data(), tokens, ref.data());
-    linear_forward(t->w, x.data(), tokens, y1.data(), &one);
-    linear_forward(t->w, x.data(), tokens, y2.data(), &two);
+    linear_forward(t->w, x.data(), tokens, y1.data(), &one, KernelMode::fast);
+    linear_forward(t->w, x.data(), tokens, y2.data(), &two, KernelMode::fast);
     if (tokens == 1 && matvec_uses_int8_activation(t->w)) {
       expect_int8_activation_close(t->w, x, y1, ref);
-      // The precise (float-activation) kernels stay selectable and exact.
-      set_precise_kernels(true);
+      // The exact (float-activation) kernels stay selectable and exact.
       std::vector<float> yp(ref.size());
-      linear_forward(t->w, x.data(), tokens, yp.data(), &two);
-      set_precise_kernels(false);
+      linear_forward(t->w, x.data(), tokens, yp.data(), &two, KernelMode::exact);
       expect_close(t->w, x, tokens, yp, ref);
     } else if (tokens > 1 && kernels::use_bf16_matmul(t->w)) {
       // BF16 prefill: the activation is rounded to BF16 (relative 2^-9), the decoded weights are
@@ -285,7 +283,7 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
   const auto x = random_vector(size_t(cols), 11);
   std::vector<float> y(static_cast<size_t>(rows)), ref(y.size()), row(static_cast<size_t>(cols));
   ThreadPool two(2);
-  linear_forward(w, x.data(), 1, y.data(), &two);
+  linear_forward(w, x.data(), 1, y.data(), &two, KernelMode::fast);
   linear_reference_int8_activation(w, x.data(), ref.data());
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_weight_rows(w, r, 1, row.data());

@@ -71,13 +71,14 @@ struct Result {
   double max_logit_diff = 0;
 };
 
-Result run_case(const fs::path& model_dir, const fs::path& case_dir) {
+Result run_case(const fs::path& model_dir, const fs::path& case_dir, KernelMode kernels) {
   const SafetensorsFile ref = SafetensorsFile::open(case_dir / "reference.safetensors");
   const auto ids = tensor<int32_t>(ref, "input_ids");
   const auto positions = tensor<int32_t>(ref, "positions");
   const auto logits_ref = tensor<float>(ref, "logits");
   ModelOptions mo;
   mo.threads = 2;
+  mo.kernels = kernels;
   auto model = Model::load(model_dir, mo);
   const int64_t T = int64_t(ids.size()), V = model->vocab_size();
   std::vector<float> logits(size_t(T * V));
@@ -145,7 +146,7 @@ TEST_P(Conformance, F32MatchesTransformers) {
   const fs::path dir = conformance_dir() / GetParam();
   test::ScratchDir scratch;
   write_f32_copy(dir, scratch.path());
-  const Result r = run_case(scratch.path(), dir);
+  const Result r = run_case(scratch.path(), dir, KernelMode::exact);
   const double want = reference_ppl(dir);
   RecordProperty("ppl_rel_diff", fmt::format("{:.3g}", std::fabs(r.ppl / want - 1)));
   RecordProperty("max_logit_diff", fmt::format("{:.3g}", r.max_logit_diff));
@@ -160,14 +161,12 @@ TEST_P(Conformance, F32MatchesTransformers) {
 TEST_P(Conformance, Bf16MatchesTransformers) {
   const fs::path dir = conformance_dir() / GetParam();
   const double want = reference_ppl(dir);
-  const Result fast = run_case(dir, dir);
+  const Result fast = run_case(dir, dir, KernelMode::fast);
   std::printf("[conformance] %-22s BF16 ppl %.6f ref %.6f rel %.2e max|dlogit| %.2e\n",
               GetParam().c_str(), fast.ppl, want, std::fabs(fast.ppl / want - 1),
               fast.max_logit_diff);
   EXPECT_LE(std::fabs(fast.ppl / want - 1), 1e-3);
-  set_precise_kernels(true);
-  const Result exact = run_case(dir, dir);
-  set_precise_kernels(false);
+  const Result exact = run_case(dir, dir, KernelMode::exact);
   EXPECT_LE(std::fabs(exact.ppl / want - 1), 1e-5);
   EXPECT_LE(exact.max_logit_diff, 1e-4);
 }
