@@ -27,6 +27,7 @@ void register_inspect(CLI::App& app, Action& run) {
         nlohmann::ordered_json j;
         j["path"] = r.dir.string();
         j["model_type"] = r.model_type;
+        j["architecture"] = r.architecture;
         j["shards"] = r.shards;
         j["total_bytes"] = r.total_bytes;
         j["tensor_bytes"] = r.tensor_bytes;
@@ -58,6 +59,7 @@ void register_inspect(CLI::App& app, Action& run) {
       }
       fmt::print("{:<28} {}\n", "checkpoint", r.dir.string());
       fmt::print("{:<28} {}\n", "model type", r.model_type);
+      fmt::print("{:<28} {}\n", "architecture", r.architecture);
       fmt::print("{:<28} {} in {} shard(s)\n", "size on disk", human_bytes(double(r.total_bytes)),
                  r.shards);
       fmt::print("{:<28} {}\n", "tensors", r.tensors.size());

@@ -2,12 +2,17 @@
 // quantization config names its scheme, come from the targets' readers (targets/target.h).
 #include "targets/checkpoint_inspector.h"
 
+#include "core/error.h"
 #include "io/checkpoint.h"
+#include "model/architecture.h"
 #include "targets/target.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 namespace fs = std::filesystem;
 
@@ -31,6 +36,18 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
   InspectReport r;
   r.dir = dir;
   r.model_type = ckpt.config().value("model_type", "");
+  // The decoder Linears are the ones the layer specs name; a checkpoint of an architecture
+  // qforge does not run falls back to the Hugging Face naming habit (*.layers.*_proj).
+  std::set<std::string> spec_linears;
+  bool have_spec = false;
+  try {
+    const Architecture arch = Architecture::from_config(ckpt.config(), (dir / "config.json").string());
+    for (const LinearModule& m : arch.linears) spec_linears.insert(m.name);
+    r.architecture = arch.describe();
+    have_spec = true;
+  } catch (const Error& e) {
+    r.architecture = fmt::format("not runnable by qforge ({})", e.what());
+  }
   r.shards = int(ckpt.shards().size());
   for (const auto& s : ckpt.shards()) r.total_bytes += s->file_size();
 
@@ -59,8 +76,10 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     if (!weight && leaves.count("weight"))
       for (const auto& leaf : markers)
         if (leaves.count(leaf)) weight = leaves.at("weight");
-    const bool decoder_linear = module.find(".layers.") != std::string::npos &&
-                                module.size() > 5 && module.compare(module.size() - 5, 5, "_proj") == 0;
+    const bool decoder_linear =
+        have_spec ? spec_linears.count(module) > 0
+                  : module.find(".layers.") != std::string::npos && module.size() > 5 &&
+                        module.compare(module.size() - 5, 5, "_proj") == 0;
     if (!weight) {
       // An unquantized decoder Linear still counts in the bits per Linear weight.
       if (auto it = leaves.find("weight"); decoder_linear && it != leaves.end() &&

@@ -23,6 +23,7 @@ struct InspectedTensor {
 struct InspectReport {
   std::filesystem::path dir;
   std::string model_type;
+  std::string architecture;  // Architecture::describe(), or why qforge cannot run it
   int shards = 0;
   uint64_t total_bytes = 0;    // sizes of the safetensors files
   uint64_t tensor_bytes = 0;   // data bytes of all tensors
@@ -31,7 +32,7 @@ struct InspectReport {
   int quantized_modules = 0;
   int64_t quantized_weights = 0;  // logical weight elements stored quantized
   uint64_t quantized_bytes = 0;   // bytes of those weights with all their scales
-  // Every decoder Linear (model.layers.*._proj), quantized or not: its weight elements and
+  // Every decoder Linear (those the layer specs name), quantized or not: its weight elements and
   // stored bytes (scales included). bits_per_linear_weight is what `quantize --auto
   // --target-bits` aims at.
   int64_t linear_weights = 0;
