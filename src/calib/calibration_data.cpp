@@ -1,6 +1,7 @@
 #include "calib/calibration_data.h"
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "io/tokenizer.h"
 
 #include <fmt/format.h>
@@ -38,11 +39,7 @@ size_t invalid_utf8_offset(const std::string& s) {
 }
 
 std::string read_all(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot open calibration file", path.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return read_regular_file(path, "the calibration file", uint64_t(1) << 30);
 }
 
 bool is_json_lines(const fs::path& path, const std::string& text) {

@@ -14,7 +14,9 @@
 namespace qf {
 
 MappedFile MappedFile::open(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; regular
+  // files ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("{}: cannot open: {}", path.string(), std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -67,6 +69,15 @@ void MappedFile::release(size_t offset, size_t length) const {
   if (end == size_) end = (size_ + page - 1) / page * page;
   else end = end / page * page;
   if (end > begin) ::madvise(data_ + begin, end - begin, MADV_DONTNEED);
+}
+
+std::string read_regular_file(const std::filesystem::path& path, std::string_view what,
+                              uint64_t max_bytes) {
+  const MappedFile f = MappedFile::open(path);
+  if (f.size() > max_bytes)
+    fail("{}: {} is {} bytes, more than the {} this reads", path.string(), what, f.size(),
+         max_bytes);
+  return std::string(reinterpret_cast<const char*>(f.data()), f.size());
 }
 
 }  // namespace qf

@@ -3,13 +3,17 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 namespace qf {
 
 class MappedFile {
  public:
-  // Maps `path` read-only. Throws qf::Error naming the file if it cannot be opened or mapped.
+  // Maps `path` read-only. Throws qf::Error naming the file if it cannot be opened or mapped,
+  // or is not a regular file (a FIFO, device or directory is refused without blocking).
   // An empty file maps to size() == 0 and data() == nullptr.
   static MappedFile open(const std::filesystem::path& path);
 
@@ -31,5 +35,11 @@ class MappedFile {
   std::byte* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// The whole of a regular file as bytes (a FIFO or device is refused without blocking, so
+// `--calib /dev/zero` fails at once). Throws qf::Error "<path>: <what> is N bytes, more than the
+// M this reads" beyond max_bytes.
+std::string read_regular_file(const std::filesystem::path& path, std::string_view what,
+                              uint64_t max_bytes);
 
 }  // namespace qf

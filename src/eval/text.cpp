@@ -3,8 +3,7 @@
 
 #include "core/error.h"
 
-#include <fstream>
-#include <sstream>
+#include "core/mapped_file.h"
 
 namespace qf {
 namespace {
@@ -35,11 +34,7 @@ size_t utf8_sequence(const std::string& s, size_t i) {
 }  // namespace
 
 std::string read_eval_text(const std::filesystem::path& path, int64_t max_chars) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot open", path.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
+  std::string text = read_regular_file(path, "the evaluation text", uint64_t(1) << 30);
   int64_t chars = 0;
   size_t i = 0;
   while (i < text.size()) {

@@ -2,13 +2,12 @@
 #include "plan/recipe.h"
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "io/json_file.h"
 
 #include <fnmatch.h>
 
 #include <array>
-#include <fstream>
-#include <sstream>
 
 namespace qf {
 namespace {
@@ -92,13 +91,10 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
 }
 
 Recipe load_recipe(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open recipe", path.string());
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_regular_file(path, "the recipe", uint64_t(16) << 20);
   nlohmann::ordered_json json;
   try {
-    json = nlohmann::ordered_json::parse(text.str());
+    json = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();
     for (char& c : what)
