@@ -73,6 +73,8 @@ void MappedFile::release(size_t offset, size_t length) const {
 
 std::string read_regular_file(const std::filesystem::path& path, std::string_view what,
                               uint64_t max_bytes) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail("{}: cannot open {}: not found", path.string(), what);
   const MappedFile f = MappedFile::open(path);
   if (f.size() > max_bytes)
     fail("{}: {} is {} bytes, more than the {} this reads", path.string(), what, f.size(),

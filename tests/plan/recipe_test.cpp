@@ -97,7 +97,7 @@ TEST(Recipe, ErrorsNameTheFileAndRule) {
   const std::string e = error_of([&] { load_recipe(dir / "bad.json"); });
   EXPECT_EQ(e.rfind((dir / "bad.json").string() + ": invalid JSON", 0), 0u) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos);
-  EXPECT_NE(error_of([&] { load_recipe(dir / "absent.json"); }).find("absent.json: cannot open recipe"),
+  EXPECT_NE(error_of([&] { load_recipe(dir / "absent.json"); }).find("absent.json: cannot open the recipe: not found"),
             std::string::npos);
 }
 
