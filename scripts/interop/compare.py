@@ -65,7 +65,7 @@ def main():
         print(f"{key}/{target}: " + (res.get("error") or "compared"), flush=True)
 
     hdr = ("| model | dtype | format | target | tensors identical | codes differing (tensors; codes) "
-           "| scales differing (tensors; values; max ulp) | missing / extra | dtype/shape | config / hf_quant fields |")
+           "| scales differing (tensors; values; max ulp) | missing / extra | dtype/shape | fields differing: quantization_config / other config.json / hf_quant_config |")
     lines = [hdr, "|" + "---|" * 10]
     for r in results:
         head = f"| {r['model']} | {r['dtype']} | {r['format']} | {'ModelOpt' if r['target'] == 'modelopt' else 'llm-compressor'} |"
@@ -77,7 +77,7 @@ def main():
         scales = "0" if not s["scales_diff"] else f"{s['scales_diff']}; {s['scales_n']}; {s['scale_max_ulp']}"
         me = f"{len(s['missing'])} / {len(s['extra'])}"
         ident = f"{s['identical']}/{s['tensors'] - len(s['ignored'])}" + (f" (+{len(s['ignored'])} calib.)" if s["ignored"] else "")
-        lines.append(head + f" {ident} | {codes} | {scales} | {me} | {len(s['dtype_shape'])} | {s['cfg_diffs']} / {s['hq_diffs']} |")
+        lines.append(head + f" {ident} | {codes} | {scales} | {me} | {len(s['dtype_shape'])} | {s['qcfg_diffs']} / {s['cfg_diffs'] - s['qcfg_diffs']} / {s['hq_diffs']} |")
     table = "\n".join(lines)
     print(table)
     with open(os.path.join(C.WORK, "summary.md"), "w") as f:

@@ -21,8 +21,18 @@ transformers.logging.set_verbosity_error()
 
 
 def load(path):
-    m, info = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
-    return m.eval(), {k: sorted(v) for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    """F32 first; NVFP4/MXFP4 decompress to BF16 weights on the CPU and then fail in F32
+    ("expected m1 and m2 to have the same dtype"), so those retry in BF16 (said in the row)."""
+    for dt in (torch.float32, torch.bfloat16):
+        m, info = AutoModelForCausalLM.from_pretrained(path, dtype=dt, output_loading_info=True)
+        info = {k: sorted(v) for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        try:
+            with torch.no_grad():
+                m(torch.zeros((1, 2), dtype=torch.long))
+            return m.eval(), info, str(dt).replace("torch.", "")
+        except RuntimeError:
+            if dt == torch.bfloat16:
+                raise
 
 
 def main():
@@ -39,10 +49,10 @@ def main():
             if not os.path.exists(os.path.join(p, "config.json")):
                 res.append("no output"); logits.append(None); continue
             try:
-                m, info = load(p)
+                m, info, dt = load(p)
                 with torch.no_grad():
                     logits.append(m(ids).logits.float())
-                res.append("ok" if not info else "ok, " + json.dumps(info)[:200])
+                res.append(f"ok ({dt})" if not info else f"ok ({dt}), " + json.dumps(info)[:200])
             except Exception as e:
                 res.append(f"FAILED {type(e).__name__}: {str(e).splitlines()[0][:160]}"); logits.append(None)
         d = ppl = "-"

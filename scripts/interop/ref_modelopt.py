@@ -24,10 +24,6 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 DT = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def w(cfg):
-    return {"quantizer_name": "*weight_quantizer", "cfg": cfg}
-
-
 OFF_INPUT = {"quantizer_name": "*input_quantizer", "enable": False}
 
 
@@ -46,7 +42,11 @@ def config(model, fmt):
     elif fmt in ("int4_g128", "int4_g32"):
         cfg = copy.deepcopy(mtq.INT4_BLOCKWISE_WEIGHT_ONLY_CFG)
         g = int(fmt.split("_g")[1])
-        cfg["quant_cfg"].append(w({"num_bits": 4, "block_sizes": {-1: g, "type": "static"}}))
+        # edit the preset's entry in place: an appended "*weight_quantizer" entry would come after
+        # the preset's "*lm_head*" disable and quantize the head too
+        for e in cfg["quant_cfg"]:
+            if e.get("quantizer_name") == "*weight_quantizer":
+                e["cfg"]["block_sizes"] = {-1: g, "type": "static"}
     elif fmt == "int4_channel":  # group = the whole input row, per module (as qforge documents)
         cfg = copy.deepcopy(mtq.INT4_BLOCKWISE_WEIGHT_ONLY_CFG)
         for name, (o, i) in shapes.items():

@@ -11,7 +11,8 @@
 # (round-to-nearest weight quantization on the CPU in every format both sides have, exported with
 # export_hf_checkpoint / save_pretrained(save_compressed=True)), compare.py (runs qforge with the
 # matching flags and compares tensor by tensor and config field by field: summary.md, details.md,
-# results.json) and load_ct.py (transformers loads every compressed-tensors export: load.md).
+# results.json), explain.py (recomputes the reference's scales and codes with
+# candidate formulas and counts the matches: explain.md) and load_ct.py (transformers loads every compressed-tensors export: load.md).
 #
 # Not part of scripts/test.sh: it downloads several GB and takes minutes.
 # usage: scripts/interop/run.sh [QFORGE_BINARY]   (default build/qforge; build it first)
@@ -68,5 +69,6 @@ grep -E '^modelopt ' "$QF_INTEROP_WORK/modelopt.log"
   || { tail -n 20 "$QF_INTEROP_WORK/llmc.log"; exit 1; }
 grep -E '^llmc ' "$QF_INTEROP_WORK/llmc.log"
 "$VENV_MODELOPT/bin/python" "$SCRIPT_DIR/compare.py" "$QFORGE"
+"$VENV_MODELOPT/bin/python" "$SCRIPT_DIR/explain.py" >/dev/null 2>"$QF_INTEROP_WORK/explain.log"
 "$VENV_LLMC/bin/python" "$SCRIPT_DIR/load_ct.py" 2>"$QF_INTEROP_WORK/load.log"
 echo "interop run: $(( $(date +%s) - start )) s (without venv setup); outputs in $QF_INTEROP_WORK"

@@ -147,9 +147,10 @@ def compare_dirs(ref, qf, ignore=()):
 
 
 def summarize(rows, cfg, hq):
+    qcfg = [x for x in cfg if x.startswith("quantization_config")]
     s = {"tensors": 0, "identical": 0, "codes_diff": 0, "codes_n": 0, "codes_total": 0,
          "scales_diff": 0, "scales_n": 0, "scale_max_ulp": 0, "other_diff": 0, "missing": [], "extra": [],
-         "dtype_shape": [], "ignored": [], "cfg_diffs": len(cfg), "hq_diffs": len(hq)}
+         "dtype_shape": [], "ignored": [], "cfg_diffs": len(cfg), "qcfg_diffs": len(qcfg), "hq_diffs": len(hq)}
     for r in rows:
         if r["kind"] == "missing":
             s["missing"].append(r["name"]); continue
