@@ -1,0 +1,78 @@
+"""The interop matrix: models x dtypes x formats x targets, and the qforge flags of each case.
+
+No torch import: every script (either venv) reads this.
+"""
+import json
+import os
+
+FIXTURES = os.environ.get("QF_FIXTURES", "/work/shared/fixtures")
+WORK = os.environ.get("QF_INTEROP_WORK", "/tmp/qforge-interop")
+MODELS = {
+    "stories260K": os.path.join(FIXTURES, "models/stories260K-hf"),
+    "tinystories-656K": os.path.join(FIXTURES, "models/tinystories-656K-hf"),
+}
+DTYPES = ["f32", "bf16"]
+CALIB = os.path.join(FIXTURES, "corpora/tinyshakespeare.txt")
+# qforge's calibration for the formats whose export needs an input scale (W8A8). The reference
+# tools calibrate on CALIB_TOKENS seeded random token ids; input_scale therefore differs by
+# construction and is reported but not counted.
+QF_CALIB = ["--calib", CALIB, "--calib-samples", "4", "--calib-seq", "64", "--seed", "0"]
+CALIB_SAMPLES, CALIB_SEQ = 4, 64
+
+# format -> (qforge flags, weight block along in_features that must divide it (0: none),
+#            targets where both tools can write it)
+FORMATS = {
+    "nvfp4":        (["--format", "nvfp4"], 16, ("modelopt", "ct")),
+    "mxfp4":        (["--format", "mxfp4"], 32, ("modelopt", "ct")),
+    "fp8_channel":  (["--format", "fp8"], 0, ("modelopt", "ct")),
+    "fp8_tensor":   (["--format", "fp8", "--activations", "fp8"] + QF_CALIB, 0, ("modelopt", "ct")),
+    "int4_g128":    (["--format", "int4", "--group-size", "128"], 128, ("modelopt", "ct")),
+    "int4_g32":     (["--format", "int4", "--group-size", "32"], 32, ("modelopt", "ct")),
+    "int4_channel": (["--format", "int4", "--group-size", "channel"], 0, ("modelopt", "ct")),
+    "int8":         (["--format", "int8", "--activations", "int8", "--algo", "max"] + QF_CALIB, 0,
+                     ("modelopt", "ct")),
+}
+CALIBRATED = {"fp8_tensor", "int8"}
+TARGET_FLAGS = {"modelopt": [], "ct": ["--export", "compressed-tensors"]}
+
+
+def input_dir(model, dtype):
+    return os.path.join(WORK, "inputs", f"{model}-{dtype}")
+
+
+def out_dir(model, dtype, fmt, target, who):
+    return os.path.join(WORK, "out", f"{model}-{dtype}", fmt, target, who)
+
+
+def linear_shapes(model):
+    """module name -> (out, in) of every decoder Linear, from the fixture's safetensors header."""
+    import struct
+    path = os.path.join(MODELS[model], "model.safetensors")
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+    out = {}
+    for k, v in hdr.items():
+        if k.startswith("model.layers.") and k.endswith("_proj.weight"):
+            out[k[: -len(".weight")]] = tuple(v["shape"])
+    return out
+
+
+def excluded(model, fmt, target):
+    """Linears left unquantized (qforge's rule, mirrored in the reference configs): in_features not a
+    multiple of the format's block; compressed-tensors INT4 also packs 8 codes per int32 along in."""
+    block = FORMATS[fmt][1]
+    if target == "ct" and fmt.startswith("int4"):
+        block = max(block, 8)
+    return sorted(m for m, (o, i) in linear_shapes(model).items() if block and i % block)
+
+
+def cases():
+    for model in MODELS:
+        for dtype in DTYPES:
+            for fmt, (_, _, targets) in FORMATS.items():
+                for target in targets:
+                    # stories260K has no Linear whose in_features 128 divides: nothing to compare
+                    if len(excluded(model, fmt, target)) == len(linear_shapes(model)):
+                        continue
+                    yield model, dtype, fmt, target

@@ -1,0 +1,106 @@
+"""Quantize the fixtures with llm-compressor on the CPU (oneshot + QuantizationModifier, round to
+nearest with the default memoryless_minmax weight observer) and save with
+save_pretrained(save_compressed=True). Runs in the llm-compressor venv. One process for all cases.
+
+usage: ref_llmc.py [--only SUBSTRING ...]
+"""
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+import warnings
+
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.path.dirname(__file__))
+import cases as C  # noqa: E402
+
+import torch  # noqa: E402
+from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from llmcompressor import oneshot  # noqa: E402
+from llmcompressor.modifiers.quantization import QuantizationModifier  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+DT = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+def int_w(group_size=None, bits=4):
+    strategy = "group" if group_size else "channel"
+    return QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(
+        num_bits=bits, type="int", symmetric=True, strategy=strategy, group_size=group_size, dynamic=False))
+
+
+def modifier(model, fmt):
+    ignore = ["lm_head"] + C.excluded(model, fmt, "ct")
+    if fmt == "nvfp4":
+        return QuantizationModifier(targets="Linear", scheme="NVFP4A16", ignore=ignore)
+    if fmt == "mxfp4":
+        return QuantizationModifier(targets="Linear", scheme="MXFP4A16", ignore=ignore)
+    if fmt == "fp8_channel":
+        return QuantizationModifier(targets="Linear", scheme="FP8_DYNAMIC", ignore=ignore)
+    if fmt == "fp8_tensor":  # static per-tensor W8A8, as qforge --activations fp8
+        return QuantizationModifier(targets="Linear", scheme="FP8", ignore=ignore)
+    if fmt == "int4_g128":
+        return QuantizationModifier(targets="Linear", scheme="W4A16", ignore=ignore)
+    if fmt == "int4_g32":
+        return QuantizationModifier(config_groups={"group_0": int_w(32)}, ignore=ignore)
+    if fmt == "int4_channel":
+        return QuantizationModifier(config_groups={"group_0": int_w(None)}, ignore=ignore)
+    if fmt == "int8":  # W8A8: channel INT8 weights (the preset's activations are dynamic per token)
+        return QuantizationModifier(targets="Linear", scheme="W8A8", ignore=ignore)
+    raise ValueError(fmt)
+
+
+def calib_dataset(model_name):
+    g = torch.Generator().manual_seed(0)
+    vocab = json.load(open(os.path.join(C.MODELS[model_name], "config.json")))["vocab_size"]
+    ids = torch.randint(0, vocab, (C.CALIB_SAMPLES, C.CALIB_SEQ), generator=g)
+    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": [[1] * C.CALIB_SEQ] * C.CALIB_SAMPLES})
+
+
+def run(model, dtype, fmt, out):
+    src = C.input_dir(model, dtype)
+    m = AutoModelForCausalLM.from_pretrained(src, dtype=DT[dtype])
+    kw = {}
+    if fmt in C.CALIBRATED:
+        # the data is already token ids; oneshot still wants a processor and cannot build one
+        # for stories260K (sentencepiece tokenizer.model only), so any fast tokenizer does
+        tok = AutoTokenizer.from_pretrained(C.MODELS["tinystories-656K"])
+        kw = dict(dataset=calib_dataset(model), num_calibration_samples=C.CALIB_SAMPLES,
+                  max_seq_length=C.CALIB_SEQ, processor=tok)
+    oneshot(model=m, recipe=modifier(model, fmt), **kw)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    m.save_pretrained(out, save_compressed=True)
+
+
+def main():
+    only = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "--only" else []
+    status = {}
+    for model, dtype, fmt, target in C.cases():
+        if target != "ct":
+            continue
+        key = f"{model}-{dtype}/{fmt}"
+        if only and not any(s in key for s in only):
+            continue
+        out = C.out_dir(model, dtype, fmt, target, "ref")
+        t = time.time()
+        try:
+            run(model, dtype, fmt, out)
+            status[key] = {"ok": True, "seconds": round(time.time() - t, 2)}
+            print(f"llmc {key}: ok ({time.time() - t:.1f} s)", flush=True)
+        except Exception as e:
+            traceback.print_exc()
+            status[key] = {"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+            print(f"llmc {key}: FAILED {status[key]['error']}", flush=True)
+    os.makedirs(C.WORK, exist_ok=True)
+    path = os.path.join(C.WORK, "status-llmc.json")
+    old = json.load(open(path)) if os.path.exists(path) else {}
+    old.update(status)
+    json.dump(old, open(path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
