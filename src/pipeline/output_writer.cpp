@@ -45,6 +45,16 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
   const bool head_tied = plan.head_tied;
   const ExportedLinear& head = plan.head;
 
+  // A tied embedding stored once under the head's name (an __metadata__ alias gives the
+  // embedding's) is written under the embedding's name with no alias, as transformers, ModelOpt
+  // and llm-compressor save tied weights.
+  const bool rename_tied =
+      arch.tie_word_embeddings && !head_src && ckpt.aliases().count(arch.embed_name) &&
+      ckpt.aliases().at(arch.embed_name) == arch.head_name;
+  auto copied_name = [&](const CheckpointTensor& t) {
+    return rename_tied && t.name == arch.head_name ? arch.embed_name : t.name;
+  };
+
   // Plan the output tensors in input order, then cut them into shards.
   std::vector<OutputItem> items;
   for (const auto& t : ckpt.tensors()) {
@@ -57,7 +67,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
       item.head = true;
       item.specs = exporter.linear_specs(head);
     } else {
-      item.specs = {{t.name, t.entry->dtype, t.entry->shape}};
+      item.specs = {{copied_name(t), t.entry->dtype, t.entry->shape}};
     }
     items.push_back(std::move(item));
     if (head_src && head_tied && t.entry == head_src->entry) {
@@ -89,7 +99,8 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
     // Keep __metadata__ aliases whose stored tensor lands in this shard.
     std::map<std::string, std::string> metadata = {{"format", "pt"}};
     for (const auto& [alias, stored] : ckpt.aliases())
-      if (names.count(stored) && !(head_src && alias == arch.head_name)) {
+      if (names.count(stored) && !(head_src && alias == arch.head_name) &&
+          !(rename_tied && alias == arch.embed_name)) {
         metadata[alias] = stored;
         weight_map[alias] = file_name;
       }
@@ -125,11 +136,11 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
       if (item.linear < 0 && calibration.norm_override.count(t.name)) {
         // A norm that absorbed AWQ / SmoothQuant scales, in its own dtype.
         const auto bytes = scales_to_bytes(calibration.norm_override[t.name], t.entry->dtype);
-        writer.write(t.name, bytes);
+        writer.write(item.specs[0].name, bytes);
         ++report.tensors_copied;
       } else if (item.linear < 0) {
         // Large tensors (embeddings) are streamed so their pages never all stay resident.
-        writer.write(t.name, {view.data, view.nbytes}, [&](size_t offset, size_t length) {
+        writer.write(item.specs[0].name, {view.data, view.nbytes}, [&](size_t offset, size_t length) {
           t.file->release(*t.entry, offset, length);
         });
         ++report.tensors_copied;

@@ -21,6 +21,13 @@ namespace {
 // The compressed-tensors release whose config layout this mirrors.
 constexpr const char* kCompressedTensorsVersion = "0.12.2";
 
+// llm-compressor lists only Linear modules in `ignore` (the embedding is no Linear, so it is
+// never a target and never named there).
+std::vector<std::string> ct_ignore(std::vector<std::string> modules) {
+  std::erase(modules, std::string("model.embed_tokens"));
+  return modules;
+}
+
 std::string_view ct_format_name(Format format) {
   switch (format) {
     case Format::nvfp4: return "nvfp4-pack-quantized";
@@ -192,7 +199,7 @@ class CompressedTensorsExporter final : public Exporter {
     w["actorder"] = nullptr;
     w["block_structure"] = nullptr;
     w["dynamic"] = false;
-    w["observer"] = "memoryless_minmax";
+    w["observer"] = "memoryless_minmax";  // llm-compressor 0.14, every weight scheme
     w["observer_kwargs"] = nlohmann::json::object();
     w["symmetric"] = true;
     w["zp_dtype"] = nullptr;
@@ -217,7 +224,6 @@ class CompressedTensorsExporter final : public Exporter {
         w["strategy"] = s.per_tensor ? "tensor" : "channel";
         w["group_size"] = nullptr;
         w["scale_dtype"] = nullptr;
-        w["observer"] = "minmax";
         break;
       case Format::int8:
         w["num_bits"] = 8;
@@ -225,7 +231,6 @@ class CompressedTensorsExporter final : public Exporter {
         w["strategy"] = "channel";
         w["group_size"] = nullptr;
         w["scale_dtype"] = nullptr;
-        w["observer"] = "minmax";
         break;
       case Format::int4:
         w["num_bits"] = 4;
@@ -234,7 +239,6 @@ class CompressedTensorsExporter final : public Exporter {
         w["strategy"] = s.channel ? "channel" : "group";
         w["group_size"] = s.channel ? nlohmann::json(nullptr) : nlohmann::json(s.block);
         w["scale_dtype"] = nullptr;
-        w["observer"] = "minmax";
         break;
     }
     nlohmann::json group;
@@ -252,7 +256,7 @@ class CompressedTensorsExporter final : public Exporter {
         a["group_size"] = nullptr;
         a["scale_dtype"] = nullptr;
         a["dynamic"] = false;
-        a["observer"] = "minmax";
+        a["observer"] = "static_minmax";  // llm-compressor 0.14 for static activations
       }
       group["input_activations"] = a;
     }
@@ -263,7 +267,7 @@ class CompressedTensorsExporter final : public Exporter {
     c["config_groups"]["group_0"] = group;
     c["format"] = ct_format_name(s.format);
     c["global_compression_ratio"] = nullptr;
-    c["ignore"] = s.excluded_modules;
+    c["ignore"] = ct_ignore(s.excluded_modules);
     c["kv_cache_scheme"] = nullptr;
     if (s.kv_fp8) {
       nlohmann::json kv;
