@@ -16,7 +16,11 @@ QuantizedTensor quantize_rtn(const WeightRows& w, const RtnOptions& options, flo
   if (q.cols % q.block != 0)
     fail("input size {} is not a multiple of the {} block of {}", q.cols,
          format_info(q.format).name, q.block);
-  format_info(options.format).quantize(w, tensor_amax, q, pool);
+  const FormatInfo& info = format_info(options.format);
+  if (options.numerics == ExportNumerics::modelopt && info.quantize_modelopt)
+    info.quantize_modelopt(w, tensor_amax, q, pool);
+  else
+    info.quantize(w, tensor_amax, q, pool);
   return q;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "formats/quantized_tensor.h"
+#include "formats/registry.h"
 #include "formats/weight_rows.h"
 
 namespace qf {
@@ -13,6 +14,7 @@ struct RtnOptions {
   Format format = Format::nvfp4;
   int block = 0;                  // elements per scale; 0 = the format's default (int4 only)
   DType scale_dtype = DType::F32;  // dtype the FP8 / INT4 scales will be stored in
+  ExportNumerics numerics = ExportNumerics::reference;  // the target's rounding (MXFP4)
 };
 
 // Quantizes `w`. For NVFP4, `tensor_amax` is the amax the tensor scale is computed from: the

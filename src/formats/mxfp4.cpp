@@ -5,6 +5,7 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "core/thread_pool.h"
 #include "formats/formats_internal.h"
 
 #include <algorithm>
@@ -44,6 +45,52 @@ void mxfp4_quantize_reference(const WeightRows& w, uint8_t* packed, uint8_t* sca
         out[k / 2] = uint8_t(lo | (hi << 4));
       }
     }
+  }
+}
+
+uint8_t mxfp4_scale_code_modelopt(float block_amax) {
+  const float descale = block_amax * (1.0f / 6.0f);
+  const float k = std::ceil(std::max(std::log2(descale), -127.0f));
+  // Finite inputs keep k <= 126 (amax < 2^128); the clamp only guards the E8M0 NaN code.
+  return uint8_t(std::clamp(k + 127.0f, 0.0f, 254.0f));
+}
+
+uint8_t e2m1_from_f32_modelopt_mx(float x) {
+  static constexpr float kBounds[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const float a = std::fabs(x);
+  uint8_t idx = 0;
+  for (float b : kBounds) idx = uint8_t(idx + (a > b ? 1 : 0));
+  const uint8_t sign = x > 0.0f ? 0 : 1;  // (2 - sign(x)) // 2: zeros get the sign bit
+  return uint8_t(sign << 3 | idx);
+}
+
+void mxfp4_quantize_modelopt(const WeightRows& w, uint8_t* packed, uint8_t* scales,
+                             ThreadPool* pool) {
+  detail::check_weight_rows(w, kMxfp4Block, "mxfp4 quantize");
+  const int64_t blocks_per_row = w.cols / kMxfp4Block;
+  auto rows = [&](int64_t r) {
+    std::vector<float> row(size_t(w.cols));
+    convert_to_f32(w.dtype, detail::element_ptr(w, r * w.cols), row.data(), size_t(w.cols));
+    for (int64_t j = 0; j < blocks_per_row; ++j) {
+      const float* x = row.data() + j * kMxfp4Block;
+      float amax = 0.f;
+      for (int k = 0; k < kMxfp4Block; ++k) amax = std::max(amax, std::fabs(x[k]));
+      const uint8_t code = mxfp4_scale_code_modelopt(amax);
+      const float scale = e8m0_to_f32(code);
+      const int64_t block = r * blocks_per_row + j;
+      scales[block] = code;
+      uint8_t* out = packed + block * (kMxfp4Block / 2);
+      for (int k = 0; k < kMxfp4Block; k += 2) {
+        const uint8_t lo = e2m1_from_f32_modelopt_mx(x[k] / scale);
+        const uint8_t hi = e2m1_from_f32_modelopt_mx(x[k + 1] / scale);
+        out[k / 2] = uint8_t(lo | (hi << 4));
+      }
+    }
+  };
+  if (pool) {
+    pool->parallel_for(w.rows, rows);
+  } else {
+    for (int64_t r = 0; r < w.rows; ++r) rows(r);
   }
 }
 

@@ -25,8 +25,8 @@
 //     result, so a negative q that rounds to zero is -0.0 -> code 0x8, while q = -0.0 gives
 //     sign(-0.0) = 0 -> +0.0 -> code 0x0 (and the zero point CT adds turns -0.0 into +0.0 anyway).
 //     That is exactly "sign bit iff q < 0", the same nibble rule as NVFP4
-//     (core e2m1_from_f32_modelopt). Note ModelOpt's own MXFP4 export differs (ties toward zero,
-//     every zero as 0x8; specs modelopt-nvfp4 §3.3); we follow compressed-tensors.
+//     (core e2m1_from_f32_modelopt). ModelOpt's own MXFP4 export differs (ties toward zero,
+//     every zero as 0x8, ceil(log2(amax/6)) exponents): mxfp4_quantize_modelopt below.
 //  6. Rounding happens on the exact float32 value of the input, whatever its dtype. (CT computes
 //     in the model dtype; for BF16 and F32 weights that is the same result, for F16 weights CT's
 //     F16 scale arithmetic would flush scales below 2^-24 to its eps fallback, which we do not
@@ -54,6 +54,18 @@ uint8_t mxfp4_scale_code(float block_amax);
 void mxfp4_quantize_reference(const WeightRows& w, uint8_t* packed, uint8_t* scales);
 // Same bytes as the reference, SIMD with runtime dispatch, split by blocks over the pool.
 void mxfp4_quantize(const WeightRows& w, uint8_t* packed, uint8_t* scales, ThreadPool& pool);
+// ModelOpt's own MXFP4 export (qtensor/mxfp4_tensor.py MXFP4QTensor.quantize, specs
+// modelopt-nvfp4 §3.3), which the ModelOpt target writes:
+//  - per 32-block, k = ceil(max(log2(amax / 6), -127)) in float32, code = k + 127, where
+//    amax / 6 is amax * fl32(1/6) as on CUDA (a CPU run divides exactly: see README);
+//  - x' = x / 2^k, nibble index = #{E2M1 midpoints < |x'|}, so ties round toward zero
+//    (0.75 -> 0.5, 5 -> 4), and the sign bit is (2 - sign(x)) / 2, so every exact zero is 0x8.
+uint8_t mxfp4_scale_code_modelopt(float block_amax);
+uint8_t e2m1_from_f32_modelopt_mx(float x_scaled);
+// Same layout as mxfp4_quantize; split by rows over the pool.
+void mxfp4_quantize_modelopt(const WeightRows& w, uint8_t* packed, uint8_t* scales,
+                             ThreadPool* pool);
+
 // out[r, c] = e2m1(code) * 2^(scale - 127), as float32.
 void mxfp4_dequantize(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                       float* out);

@@ -80,6 +80,10 @@ void mxfp4_rows(const WeightRows& w, float, QuantizedTensor& q, ThreadPool& pool
   mxfp4_prepare(w, q);
   mxfp4_quantize(w, q.codes.data(), q.block_scales.data(), pool);
 }
+void mxfp4_rows_modelopt(const WeightRows& w, float, QuantizedTensor& q, ThreadPool& pool) {
+  mxfp4_prepare(w, q);
+  mxfp4_quantize_modelopt(w, q.codes.data(), q.block_scales.data(), &pool);
+}
 void mxfp4_deq(const QuantizedTensor& q, int64_t r0, int64_t n, float* out) {
   mxfp4_dequantize(q.codes.data() + r0 * (q.cols / 2), q.block_scales.data() + r0 * (q.cols / 32),
                    n, q.cols, out);
@@ -207,7 +211,7 @@ constexpr std::array<FormatInfo, 5> kFormats = {{
     {Format::mxfp4, "mxfp4", 32, 4, 8, 0, BlockRule::fixed, DType::U8, true, true,
      "MXFP4: E2M1 in blocks of 32 with E8M0 power-of-two scales (OCP MX, compressed-tensors)",
      "E2M1, E8M0 scale per 32", mxfp4_rows_ref, mxfp4_rows, mxfp4_deq, mxfp4_unit, mxfp4_scales,
-     mxfp4_divisor, e2m1_encode},
+     mxfp4_divisor, e2m1_encode, mxfp4_rows_modelopt},
     {Format::fp8, "fp8", 1, 8, 32, 0, BlockRule::per_row, DType::F32, false, true,
      "FP8: E4M3 with one F32 scale per output channel", "E4M3, scale per output channel",
      fp8_rows_ref, fp8_rows, fp8_deq, fp8_unit, float_scales<fp8_scale_from_amax>,

@@ -66,9 +66,17 @@ struct FormatInfo {
   // frozen_divisor gives them, g the tensor scale): one code per byte, never packed.
   void (*encode_frozen)(const float* x, int64_t n, float divisor, float value, float g,
                         uint8_t* codes, float* deq);
+  // The ModelOpt export's own rounding where it differs from `quantize` (MXFP4: ceil(log2)
+  // exponents, ties toward zero), or null where ModelOpt rounds as the reference does.
+  void (*quantize_modelopt)(const WeightRows& w, float tensor_amax, QuantizedTensor& q,
+                            ThreadPool& pool) = nullptr;
 
   bool has_tensor_scale() const { return tensor_scale_bits > 0; }
 };
+
+// Whose rounding a round-to-nearest quantization reproduces, where tools differ (an export
+// target's choice, see targets/exporter.h).
+enum class ExportNumerics : uint8_t { reference, modelopt };
 
 std::span<const FormatInfo> all_formats();
 const FormatInfo& format_info(Format format);

@@ -53,7 +53,7 @@ QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
   const Architecture& arch = model_.arch;
   const ExportedLinear& l = plan_.exported[i];
   const WeightRows w = rows(i);
-  RtnOptions rtn{l.format, l.block, exporter_.scale_dtype(l)};
+  RtnOptions rtn{l.format, l.block, exporter_.scale_dtype(l), exporter_.numerics()};
   if (l.per_tensor) {
     // FP8 W8A8: one scale from the tensor's own amax (FP8 per-tensor is not group-unified).
     const float amax = tensor_amax(i);

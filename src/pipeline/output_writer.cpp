@@ -116,7 +116,8 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         if (a.nonfinite > 0)
           fail("{}: tensor '{}' has {} NaN or Inf values", t.file->path().string(), t.name,
                a.nonfinite);
-        const RtnOptions rtn{head.format, head.block, exporter.scale_dtype(head)};
+        const RtnOptions rtn{head.format, head.block, exporter.scale_dtype(head),
+                             exporter.numerics()};
         const QuantizedTensor q =
             options.algo != WeightAlgo::mse ? quantize_rtn(w, rtn, a.amax, pool)
             : head.format == Format::nvfp4

@@ -37,6 +37,7 @@ DType Exporter::scale_dtype(const ExportedLinear&) const { return DType::F32; }
 
 DType Exporter::pre_quant_scale_dtype(const ExportedLinear&) const { return DType::F32; }
 bool Exporter::stores_pre_quant_scale() const { return false; }
+ExportNumerics Exporter::numerics() const { return ExportNumerics::reference; }
 
 void Exporter::write_extra_files(const QuantizationSummary&, const std::filesystem::path&) const {}
 

@@ -88,6 +88,9 @@ class Exporter {
   // them AWQ / SmoothQuant scales must be folded into a norm, and a Linear with no foldable norm
   // keeps its unscaled weights. Default false.
   virtual bool stores_pre_quant_scale() const;
+  // Whose round-to-nearest rounding this target's checkpoints reproduce. Default reference
+  // (the formats' own, compressed-tensors' for MXFP4).
+  virtual ExportNumerics numerics() const;
   // The tensors that replace `<module>.weight`, in the order linear_data returns them.
   virtual std::vector<TensorSpec> linear_specs(const ExportedLinear& linear) const = 0;
   virtual std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& linear,

@@ -76,6 +76,7 @@ class ModelOptExporter final : public Exporter {
   // pre_quant_scale is a buffer of the model's dtype in ModelOpt, for SmoothQuant and AWQ alike
   // (specs modelopt-nvfp4 §5.4: "stored in weight dtype").
   bool stores_pre_quant_scale() const override { return true; }
+  ExportNumerics numerics() const override { return ExportNumerics::modelopt; }
   DType pre_quant_scale_dtype(const ExportedLinear& l) const override {
     return is_quantizable_float(l.model_dtype) ? l.model_dtype : DType::F32;
   }

@@ -187,6 +187,58 @@ TEST(Mxfp4RoundTrip, ErrorWithinHalfAGridStep) {
     }
 }
 
+// ModelOpt's export rule (specs modelopt-nvfp4 §3.3): every E2M1 midpoint rounds toward
+// zero, every exact zero is 0x8, exponents are ceil(log2(amax * fl32(1/6))).
+TEST(Mxfp4ModelOpt, EveryTieRoundsTowardZeroAndZerosCarryTheSignBit) {
+  const float values[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  for (uint8_t idx = 0; idx < 8; ++idx) {
+    // Exact grid values keep their code (zero takes the sign bit).
+    EXPECT_EQ(e2m1_from_f32_modelopt_mx(values[idx]), idx == 0 ? 0x8 : idx);
+    EXPECT_EQ(e2m1_from_f32_modelopt_mx(-values[idx]), uint8_t(0x8 | idx));
+    if (idx == 7) continue;
+    const float tie = (values[idx] + values[idx + 1]) / 2;  // exact in float32
+    EXPECT_EQ(e2m1_from_f32_modelopt_mx(tie), idx) << tie;  // toward zero
+    EXPECT_EQ(e2m1_from_f32_modelopt_mx(-tie), uint8_t(0x8 | idx)) << tie;
+    EXPECT_EQ(e2m1_from_f32_modelopt_mx(std::nextafter(tie, 10.f)), idx + 1) << tie;
+  }
+  EXPECT_EQ(e2m1_from_f32_modelopt_mx(-0.0f), 0x8);
+  EXPECT_EQ(e2m1_from_f32_modelopt_mx(1e-30f), 0x0);
+  EXPECT_EQ(e2m1_from_f32_modelopt_mx(-1e-30f), 0x8);
+  EXPECT_EQ(e2m1_from_f32_modelopt_mx(100.f), 0x7);  // saturates
+}
+
+TEST(Mxfp4ModelOpt, ScaleExponentIsCeilLog2OfAmaxOverSix) {
+  EXPECT_EQ(mxfp4_scale_code_modelopt(6.f), 127);  // 6 * fl32(1/6) rounds to exactly 1
+  EXPECT_EQ(mxfp4_scale_code_modelopt(std::nextafter(6.f, 7.f)), 128);
+  EXPECT_EQ(mxfp4_scale_code_modelopt(3.f), 126);
+  EXPECT_EQ(mxfp4_scale_code_modelopt(12.f), 128);
+  EXPECT_EQ(mxfp4_scale_code_modelopt(7.f), 128);
+  EXPECT_EQ(mxfp4_scale_code_modelopt(0.f), 0);   // log2(0) = -inf, clamped to -127
+  EXPECT_EQ(mxfp4_scale_code_modelopt(1e-38f), 0);
+  // Where the two rules part: amax in (1.5, 1.75) * 2^k gives CT 2^(k-2), ModelOpt 2^(k-1).
+  EXPECT_EQ(mxfp4_scale_code(1.6f), 125);
+  EXPECT_EQ(mxfp4_scale_code_modelopt(1.6f), 126);
+}
+
+TEST(Mxfp4ModelOpt, QuantizerUsesTheRuleAndIsThreadCountIndependent) {
+  const test::Matrix m = test::make_matrix(test::Dist::fp4_ties, DType::BF16, 8, 128, kMxfp4Block, 5);
+  std::vector<uint8_t> p1(8 * 64), s1(8 * 4), p2(p1.size()), s2(s1.size());
+  ThreadPool two(2);
+  mxfp4_quantize_modelopt(m.view(), p1.data(), s1.data(), nullptr);
+  mxfp4_quantize_modelopt(m.view(), p2.data(), s2.data(), &two);
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(s1, s2);
+  const std::vector<float> x = m.values();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t b = i / kMxfp4Block;
+    float amax = 0.f;
+    for (size_t k = b * kMxfp4Block; k < (b + 1) * kMxfp4Block; ++k) amax = std::max(amax, std::fabs(x[k]));
+    ASSERT_EQ(s1[b], mxfp4_scale_code_modelopt(amax));
+    const uint8_t nib = (i % 2 == 0) ? (p1[i / 2] & 0xF) : (p1[i / 2] >> 4);
+    ASSERT_EQ(nib, e2m1_from_f32_modelopt_mx(x[i] / e8m0_to_f32(s1[b]))) << i;
+  }
+}
+
 TEST(Mxfp4Errors, RejectsBadInput) {
   std::vector<float> v(64, 1.f);
   std::vector<uint8_t> p(32), s(2);
