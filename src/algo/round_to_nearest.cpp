@@ -19,6 +19,8 @@ QuantizedTensor quantize_rtn(const WeightRows& w, const RtnOptions& options, flo
   const FormatInfo& info = format_info(options.format);
   if (options.numerics == ExportNumerics::modelopt && info.quantize_modelopt)
     info.quantize_modelopt(w, tensor_amax, q, pool);
+  else if (options.numerics == ExportNumerics::llm_compressor && info.quantize_llm_compressor)
+    info.quantize_llm_compressor(w, tensor_amax, q, pool);
   else
     info.quantize(w, tensor_amax, q, pool);
   return q;

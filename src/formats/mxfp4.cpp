@@ -56,12 +56,8 @@ uint8_t mxfp4_scale_code_modelopt(float block_amax) {
 }
 
 uint8_t e2m1_from_f32_modelopt_mx(float x) {
-  static constexpr float kBounds[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  const float a = std::fabs(x);
-  uint8_t idx = 0;
-  for (float b : kBounds) idx = uint8_t(idx + (a > b ? 1 : 0));
   const uint8_t sign = x > 0.0f ? 0 : 1;  // (2 - sign(x)) // 2: zeros get the sign bit
-  return uint8_t(sign << 3 | idx);
+  return uint8_t(sign << 3 | e2m1_index_rtz_ties(std::fabs(x)));
 }
 
 void mxfp4_quantize_modelopt(const WeightRows& w, uint8_t* packed, uint8_t* scales,

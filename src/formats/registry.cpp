@@ -10,6 +10,7 @@
 #include "formats/fp8.h"
 #include "formats/int4.h"
 #include "formats/int8.h"
+#include "formats/llm_compressor_rtn.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
 #include "formats/quantized_tensor.h"
@@ -203,6 +204,10 @@ void int8_unit(const float* x, int64_t n, float amax, DType scale_dtype, float* 
   int_unit<-128, 127>(x, n, int8_scale_from_amax(amax, scale_dtype), out);
 }
 
+void rows_llm_compressor(const WeightRows& w, float, QuantizedTensor& q, ThreadPool& pool) {
+  quantize_llm_compressor(w, q, pool);
+}
+
 constexpr std::array<FormatInfo, 5> kFormats = {{
     {Format::nvfp4, "nvfp4", 16, 4, 8, 32, BlockRule::fixed, DType::F8_E4M3, true, true,
      "NVFP4: E2M1 in blocks of 16 with E4M3 block scales and an F32 tensor scale (ModelOpt)",
@@ -215,16 +220,17 @@ constexpr std::array<FormatInfo, 5> kFormats = {{
     {Format::fp8, "fp8", 1, 8, 32, 0, BlockRule::per_row, DType::F32, false, true,
      "FP8: E4M3 with one F32 scale per output channel", "E4M3, scale per output channel",
      fp8_rows_ref, fp8_rows, fp8_deq, fp8_unit, float_scales<fp8_scale_from_amax>,
-     float_scale_divisor, fp8_encode},
+     float_scale_divisor, fp8_encode, nullptr, rows_llm_compressor},
     {Format::int4, "int4", kInt4DefaultGroup, 4, 32, 0, BlockRule::free, DType::F32, false, true,
      "INT4: symmetric 4-bit integers in groups of 128 with F32 scales (ModelOpt AWQ layout)",
      "symmetric, scale per group", int4_rows_ref, int4_rows, int4_deq, int4_unit,
-     float_scales<int4_scale_from_amax>, float_scale_divisor, int_encode<-8, 7>},
+     float_scales<int4_scale_from_amax>, float_scale_divisor, int_encode<-8, 7>, nullptr,
+     rows_llm_compressor},
     {Format::int8, "int8", 1, 8, 32, 0, BlockRule::per_row, DType::F32, false, false,
      "INT8: symmetric 8-bit integers with one F32 scale per output channel (SmoothQuant W8A8)",
      "symmetric, scale per output channel; W8A8 only: --activations int8", int8_rows_ref,
      int8_rows, int8_deq, int8_unit, float_scales<int8_scale_from_amax>, float_scale_divisor,
-     int_encode<-128, 127>},
+     int_encode<-128, 127>, nullptr, rows_llm_compressor},
 }};
 
 constexpr bool rows_in_enum_order() {

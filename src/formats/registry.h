@@ -70,13 +70,17 @@ struct FormatInfo {
   // exponents, ties toward zero), or null where ModelOpt rounds as the reference does.
   void (*quantize_modelopt)(const WeightRows& w, float tensor_amax, QuantizedTensor& q,
                             ThreadPool& pool) = nullptr;
+  // llm-compressor's rounding, which the compressed-tensors target reproduces, where it differs
+  // from `quantize` (FP8, INT4, INT8: formats/llm_compressor_rtn.h), or null.
+  void (*quantize_llm_compressor)(const WeightRows& w, float tensor_amax, QuantizedTensor& q,
+                                  ThreadPool& pool) = nullptr;
 
   bool has_tensor_scale() const { return tensor_scale_bits > 0; }
 };
 
 // Whose rounding a round-to-nearest quantization reproduces, where tools differ (an export
 // target's choice, see targets/exporter.h).
-enum class ExportNumerics : uint8_t { reference, modelopt };
+enum class ExportNumerics : uint8_t { reference, modelopt, llm_compressor };
 
 std::span<const FormatInfo> all_formats();
 const FormatInfo& format_info(Format format);

@@ -92,6 +92,8 @@ class CompressedTensorsExporter final : public Exporter {
     return float_scale_dtype(l.model_dtype);
   }
 
+  ExportNumerics numerics() const override { return ExportNumerics::llm_compressor; }
+
   std::string unsupported_reason_extra(const ExportedLinear& l) const {
     if (l.pre_quant_scale) return "compressed-tensors has no pre_quant_scale";
     return {};

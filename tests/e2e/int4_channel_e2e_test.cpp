@@ -2,7 +2,9 @@
 // the scalar reference, compressed-tensors strategy "channel" / ModelOpt W4A16_AWQ with
 // group_size = in_features, and the engine runs it (`qforge eval kl`).
 #include "engine/model.h"
+#include "core/thread_pool.h"
 #include "formats/int4.h"
+#include "formats/llm_compressor_rtn.h"
 #include "io/checkpoint.h"
 #include "io/json_file.h"
 #include "model/architecture.h"
@@ -59,13 +61,27 @@ TEST_P(Int4Channel, ExportsBitExactAndRuns) {
     }
     ASSERT_NE(se, nullptr) << mod;
     EXPECT_EQ(se->entry->shape, (Shape{rows, 1})) << mod;
-    // The scalar reference with group = in_features.
+    // The target's rounding with group = in_features: ModelOpt's scalar reference, or
+    // llm-compressor's for compressed-tensors.
     const CheckpointTensor* w = in.find(m.weight_name());
     const TensorView v = w->file->view(*w->entry);
+    const WeightRows rows_view{v.data, v.dtype, rows, cols};
     std::vector<int8_t> codes(size_t(rows * cols));
     std::vector<float> scales(static_cast<size_t>(rows));
-    int4_quantize_reference(WeightRows{v.data, v.dtype, rows, cols}, int(cols), DType::F32,
-                            codes.data(), scales.data());
+    if (modelopt) {
+      int4_quantize_reference(rows_view, int(cols), DType::F32, codes.data(), scales.data());
+    } else {
+      QuantizedTensor ref;
+      ref.format = Format::int4;
+      ref.rows = rows;
+      ref.cols = cols;
+      ref.block = int(cols);
+      ref.scale_dtype = v.dtype;
+      ThreadPool one(1);
+      quantize_llm_compressor(rows_view, ref, one);
+      std::memcpy(codes.data(), ref.codes.data(), codes.size());
+      scales = ref.scales;
+    }
     const auto sb = bytes_of(out, mod + ".weight_scale");
     ASSERT_EQ(sb.size(), scales.size() * 4);  // F32 fixtures: F32 scales in both exports
     EXPECT_EQ(0, std::memcmp(sb.data(), scales.data(), sb.size())) << mod;

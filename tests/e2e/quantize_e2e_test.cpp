@@ -4,6 +4,7 @@
 #include "core/thread_pool.h"
 #include "formats/fp8.h"
 #include "formats/int4.h"
+#include "formats/llm_compressor_rtn.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
 #include "io/checkpoint.h"
@@ -37,6 +38,19 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   for (char& c : s)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return s;
+}
+
+// The compressed-tensors target's rounding (llm-compressor's) of an F32 weight.
+QuantizedTensor llm_compressor_reference(const WeightRows& w, Format f, int block) {
+  QuantizedTensor q;
+  q.format = f;
+  q.rows = w.rows;
+  q.cols = w.cols;
+  q.block = block;
+  q.scale_dtype = w.dtype;
+  ThreadPool one(1);
+  quantize_llm_compressor(w, q, one);
+  return q;
 }
 
 std::vector<std::byte> bytes_of(const Checkpoint& c, const std::string& name) {
@@ -187,14 +201,27 @@ TEST_P(QuantizeFixture, WritesSpecLayoutBitExact) {
       EXPECT_EQ(se->shape, modelopt ? Shape{rows} : (Shape{rows, 1}));
       std::vector<uint8_t> codes(size_t(rows * cols));
       std::vector<float> scales(static_cast<size_t>(rows));
-      fp8_channel_quantize_reference(w, DType::F32, codes.data(), scales.data());
+      // ModelOpt's rounding, or llm-compressor's for compressed-tensors.
+      if (modelopt) {
+        fp8_channel_quantize_reference(w, DType::F32, codes.data(), scales.data());
+      } else {
+        const QuantizedTensor ref = llm_compressor_reference(w, Format::fp8, 1);
+        std::memcpy(codes.data(), ref.codes.data(), codes.size());
+        scales = ref.scales;
+      }
       EXPECT_EQ(0, std::memcmp(bytes_of(q, weight_name).data(), codes.data(), codes.size()));
       EXPECT_EQ(floats_of(bytes_of(q, module + ".weight_scale"), DType::F32), scales);
     } else if (c.format == "int4") {
       const int group = int(cols / se->shape[1]);
       std::vector<int8_t> codes(size_t(rows * cols));
       std::vector<float> scales(size_t(rows * cols / group));
-      int4_quantize_reference(w, group, DType::F32, codes.data(), scales.data());
+      if (modelopt) {
+        int4_quantize_reference(w, group, DType::F32, codes.data(), scales.data());
+      } else {
+        const QuantizedTensor ref = llm_compressor_reference(w, Format::int4, group);
+        std::memcpy(codes.data(), ref.codes.data(), codes.size());
+        scales = ref.scales;
+      }
       EXPECT_EQ(floats_of(bytes_of(q, module + ".weight_scale"), DType::F32), scales);
       if (modelopt) {
         EXPECT_EQ(we->dtype, DType::U8);

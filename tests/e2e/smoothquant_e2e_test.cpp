@@ -93,7 +93,9 @@ double check_reconstruction(const Loaded& w0, const Loaded& codes, const Loaded&
     for (int64_t c = 0; c < cols; ++c) {
       const float w = w0.v[size_t(r * cols + c)];
       const float d = codes.v[size_t(r * cols + c)] * scale.v[size_t(r)] * s[size_t(c)];
-      const double bound = 0.5 * double(scale.v[size_t(r)]) * s[size_t(c)] * (1 + 1e-5) + 1e-12;
+      // 1e-3 slack: compressed-tensors' scale amax/127.5 leaves the row's largest element half a
+      // step beyond the clamp at 127, plus the rounding of the scale itself.
+      const double bound = 0.5 * double(scale.v[size_t(r)]) * s[size_t(c)] * (1 + 1e-3) + 1e-12;
       if (std::fabs(double(d) - w) > bound && ++bad <= 3)
         ADD_FAILURE() << what << " [" << r << ", " << c << "]: " << d << " vs " << w;
       err += (double(d) - w) * (double(d) - w);

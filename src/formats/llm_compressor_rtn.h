@@ -1,0 +1,26 @@
+// llm-compressor's round to nearest for the formats with float scales (FP8, INT4, INT8), which
+// the compressed-tensors target writes. Read in compressed-tensors 0.19 (quantization/utils/
+// helpers.py calculate_qparams, lifecycle/forward_helpers.py _quantize) and checked byte for
+// byte against llm-compressor 0.14 by scripts/interop. With T the weight's dtype:
+//   scale  s = T(amax / half_range)  IEEE division of the float32 amax of the unit, rounded to T
+//                                    (half_range: INT4 7.5, INT8 127.5, FP8 448); a zero scale
+//                                    becomes T's machine epsilon, as compressed-tensors does
+//   code   encode(T(x / s))          the division in T as well, then round half to even and
+//                                    clamp (INT) or clamp to +-448 and cast to E4M3 (FP8)
+// ModelOpt's scales differ: amax * fl32(1/7), 1/127, 1/448 in float32 (formats/fake_quant.h).
+#pragma once
+
+#include "formats/quantized_tensor.h"
+#include "formats/weight_rows.h"
+
+namespace qf {
+
+class ThreadPool;
+
+// Fills q.codes (one code per element: int8 for INT4/INT8, E4M3 for FP8) and q.scales (one per
+// `q.block` elements along a row; per row for FP8 and INT8) from w. q arrives with format, rows,
+// cols, block and scale_dtype set; scale_dtype must be w's dtype (compressed-tensors stores the
+// scales in the model dtype). Throws qf::Error for another format or a bad shape.
+void quantize_llm_compressor(const WeightRows& w, QuantizedTensor& q, ThreadPool& pool);
+
+}  // namespace qf
