@@ -49,6 +49,15 @@ void convert_from_f32(DType dtype, const float* src, void* dst, size_t n) {
   }
 }
 
+float round_through(DType dtype, float x) {
+  switch (dtype) {
+    case DType::F32: return x;
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(x));
+    case DType::F16: return f16_to_f32(f32_to_f16(x));
+    default: fail("round_through: {} is not a float dtype", dtype_name(dtype));
+  }
+}
+
 void round_through(DType dtype, float* x, size_t n) {
   if (dtype == DType::F32) return;
   std::vector<std::byte> stored(n * dtype_size(dtype));

@@ -18,5 +18,7 @@ void convert_from_f32(DType dtype, const float* src, void* dst, size_t n);
 // even), so a value computed in float32 equals what a file of that dtype will hold.
 // Throws qf::Error for any other dtype.
 void round_through(DType dtype, float* x, size_t n);
+// One value: what a torch op computing in float32 and storing `dtype` gives.
+float round_through(DType dtype, float x);
 
 }  // namespace qf

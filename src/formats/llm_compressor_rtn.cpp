@@ -22,15 +22,6 @@ float dtype_eps(DType t) {
   }
 }
 
-// v rounded to dtype t, as a torch op computing in float and storing t does.
-float round_to(float v, DType t) {
-  switch (t) {
-    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
-    case DType::F16: return f16_to_f32(f32_to_f16(v));
-    default: return v;
-  }
-}
-
 }  // namespace
 
 void quantize_llm_compressor(const WeightRows& w, QuantizedTensor& q, ThreadPool& pool) {
@@ -55,12 +46,12 @@ void quantize_llm_compressor(const WeightRows& w, QuantizedTensor& q, ThreadPool
       const float* x = row.data() + u * span;
       float amax = 0.f;
       for (int64_t k = 0; k < span; ++k) amax = std::max(amax, std::fabs(x[k]));
-      float s = round_to(amax / half_range, t);
+      float s = round_through(t, amax / half_range);
       if (s == 0.f) s = dtype_eps(t);
       q.scales[size_t(r * (w.cols / span) + u)] = s;
       uint8_t* codes = q.codes.data() + r * w.cols + u * span;
       for (int64_t k = 0; k < span; ++k) {
-        const float v = round_to(x[k] / s, t);
+        const float v = round_through(t, x[k] / s);
         if (fp8) {
           codes[k] = f32_to_e4m3(std::clamp(v, -448.f, 448.f));
         } else {

@@ -174,8 +174,9 @@ TEST_P(QuantizeFixture, WritesSpecLayoutBitExact) {
         ASSERT_NE(ge, nullptr);
         EXPECT_EQ(ge->dtype, DType::F32);
         EXPECT_EQ(ge->shape, Shape{1});
+        // llm-compressor's 2688 / amax: (1/amax) * 2688, each step rounded to float32 here.
         EXPECT_EQ(floats_of(bytes_of(q, module + ".weight_global_scale"), DType::F32),
-                  std::vector<float>{1.0f / g});
+                  std::vector<float>{(1.0f / amax) * 2688.0f});
       }
       std::vector<uint8_t> packed(size_t(rows * cols / 2)), scales(size_t(rows * cols / 16));
       nvfp4_quantize_reference(w, g, packed.data(), scales.data());
