@@ -12,17 +12,13 @@
 #include <vector>
 
 namespace qf {
-namespace {
-
-float dtype_eps(DType t) {
+float llm_compressor_zero_scale(DType t) {
   switch (t) {
     case DType::BF16: return 0.0078125f;      // 2^-7
     case DType::F16: return 0.0009765625f;    // 2^-10
     default: return FLT_EPSILON;
   }
 }
-
-}  // namespace
 
 void quantize_llm_compressor(const WeightRows& w, QuantizedTensor& q, ThreadPool& pool) {
   float half_range = 0.f;
@@ -47,7 +43,7 @@ void quantize_llm_compressor(const WeightRows& w, QuantizedTensor& q, ThreadPool
       float amax = 0.f;
       for (int64_t k = 0; k < span; ++k) amax = std::max(amax, std::fabs(x[k]));
       float s = round_through(t, amax / half_range);
-      if (s == 0.f) s = dtype_eps(t);
+      if (s == 0.f) s = llm_compressor_zero_scale(t);
       q.scales[size_t(r * (w.cols / span) + u)] = s;
       uint8_t* codes = q.codes.data() + r * w.cols + u * span;
       for (int64_t k = 0; k < span; ++k) {

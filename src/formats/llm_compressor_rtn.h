@@ -23,4 +23,7 @@ class ThreadPool;
 // scales in the model dtype). Throws qf::Error for another format or a bad shape.
 void quantize_llm_compressor(const WeightRows& w, QuantizedTensor& q, ThreadPool& pool);
 
+// The scale llm-compressor gives an all-zero unit: the machine epsilon of `dtype`.
+float llm_compressor_zero_scale(DType dtype);
+
 }  // namespace qf

@@ -4,7 +4,9 @@
 #include "algo/round_to_nearest.h"
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/numeric.h"
 #include "formats/fake_quant.h"
+#include "formats/llm_compressor_rtn.h"
 
 #include <algorithm>
 
@@ -60,8 +62,26 @@ QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
     std::vector<float> amaxes(size_t(l.rows), amax);
     QuantizedTensor q = scales_from_amax(Format::fp8, l.rows, l.cols, 0, amaxes.data(), 0.f,
                                          rtn.scale_dtype);
-    const std::vector<float> f = to_float(w);
-    encode_with_scales(q, f.data(), pool_);
+    if (rtn.numerics == ExportNumerics::llm_compressor) {
+      // llm-compressor: T(amax / 448) by exact division, T the weight dtype (zero -> T's eps).
+      float s = round_through(w.dtype, amax / 448.0f);
+      if (s == 0.f) s = llm_compressor_zero_scale(w.dtype);
+      q.scales.assign(size_t(l.rows), s);
+    }
+    // Both tools divide the weight by the 0-dim scale in the weight's dtype (ModelOpt
+    // quant_utils.py, llm-compressor forward_helpers.py), so x / s is rounded to that dtype
+    // before the E4M3 cast; for F32 weights this is the plain float32 quotient.
+    const float s = q.scales[0];
+    q.codes.resize(size_t(w.rows * w.cols));
+    pool_.parallel_for(w.rows, [&](int64_t r) {
+      std::vector<float> f(size_t(w.cols));
+      convert_to_f32(w.dtype, static_cast<const std::byte*>(w.data) + r * w.cols * int64_t(dtype_size(w.dtype)),
+                     f.data(), f.size());
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const float v = round_through(w.dtype, f[size_t(c)] / s);
+        q.codes[size_t(r * w.cols + c)] = f32_to_e4m3(std::clamp(v, -448.f, 448.f));
+      }
+    });
     return q;
   }
   if (options_.algo == WeightAlgo::mse) {
