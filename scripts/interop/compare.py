@@ -23,6 +23,9 @@ def run_qforge(qforge, model, dtype, fmt, target):
     os.makedirs(os.path.dirname(out), exist_ok=True)
     cmd = [qforge, "quantize", C.input_dir(model, dtype), "-o", out, "-q", "--threads", "2"]
     cmd += C.FORMATS[fmt][0] + C.TARGET_FLAGS[target]
+    # ModelOpt's references are made on the CPU, which divides scales exactly.
+    if target == "modelopt" and os.environ.get("QF_INTEROP_SCALE_DIVISION", "cpu") == "cpu":
+        cmd += ["--scale-division", "cpu"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     err = None if p.returncode == 0 else (p.stderr.strip().splitlines() or ["rc %d" % p.returncode])[-1]
     return out, " ".join(cmd), err

@@ -20,7 +20,7 @@ uint8_t nvfp4_local_hessian_block(const float* x, const float* h, float global_a
   for (int code = 1; code <= 126; ++code) {
     const float c = e4m3_to_f32(uint8_t(code)) / 448.f;
     // Same arithmetic as nvfp4_fp8_sweep_block, so an identity Hessian picks the same code.
-    const float scale = div_by_constant(c * global_amax, 1.0f / 6.0f);
+    const float scale = div_by_constant(c * global_amax, 6.0f);
     for (int k = 0; k < kNvfp4Block; ++k) {
       const float a = std::fabs(x[k]);
       const float e = a - kE2M1Values[e2m1_index_rne(a / scale)] * scale;

@@ -147,7 +147,7 @@ uint8_t nvfp4_fp8_sweep_block(const float* x, float global_amax) {
   float best_loss = 0.f;
   for (int code = 1; code <= 126; ++code) {
     const float c = e4m3_to_f32(uint8_t(code)) / 448.f;
-    const float scale = div_by_constant(c * global_amax, 1.0f / 6.0f);
+    const float scale = div_by_constant(c * global_amax, 6.0f);
     float loss = 0.f;
     for (int k = 0; k < kNvfp4Block; ++k) {
       const float a = std::fabs(x[k]);

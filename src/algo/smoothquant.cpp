@@ -41,7 +41,7 @@ SmoothQuantResult smoothquant(std::span<const WeightRows> members, const LinearS
   round_through(options.pre_quant_scale_dtype, s.data(), s.size());
   for (int64_t c = 0; c < in; ++c)
     result.input_amax = std::max(result.input_amax, stats.channel_amax[size_t(c)] * s[size_t(c)]);
-  result.input_scale = div_by_constant(result.input_amax, 1.0f / 127.0f);
+  result.input_scale = div_by_constant(result.input_amax, 127.0f);
   for (size_t m = 0; m < members.size(); ++m) {
     std::vector<float>& w = result.smoothed[m];
     for (int64_t r = 0; r < members[m].rows; ++r)

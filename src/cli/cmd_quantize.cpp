@@ -83,6 +83,7 @@ void register_quantize(CLI::App& app, Action& run) {
     std::string algo = "max", activations = "none", kv_cache = "none", group_size;
     int threads = 0;
     KernelMode kernels = KernelMode::exact;
+    std::string scale_division = "gpu";
     bool force = false, json = false, quiet = false, calib_quantized_inputs = false;
     float smoothquant_alpha = 1.0f;
     bool quantize_lm_head = false;
@@ -155,6 +156,12 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
                 "Calibrate each layer on the outputs of the already-quantized previous layers "
                 "(as GPTQ recipes do) instead of the original model's");
+  cmd->add_option("--scale-division", args->scale_division,
+                  "Which ModelOpt build the scale divisions (amax/2688, /448, /127, /7, /6) "
+                  "reproduce: gpu (amax * fl32(1/c), as PyTorch on CUDA: checkpoints ModelOpt "
+                  "writes on a GPU) or cpu (exact division: ModelOpt run on a CPU)")
+      ->check(CLI::IsMember({"gpu", "cpu"}))
+      ->capture_default_str();
   add_kernels_option(cmd, args->kernels);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
@@ -178,6 +185,8 @@ void register_quantize(CLI::App& app, Action& run) {
                                                 : std::stoi(args->group_size);
       o.threads = args->threads;
       o.kernels = args->kernels;
+      o.scale_division =
+          args->scale_division == "cpu" ? ConstantDivision::cpu : ConstantDivision::gpu;
       o.max_shard_bytes = parse_size(args->max_shard);
       o.force = args->force;
       o.progress = !args->quiet && !args->json;

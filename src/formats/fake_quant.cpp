@@ -25,19 +25,19 @@ uint8_t nvfp4_dynamic_block_scale(float bamax, float g) {
 
 uint8_t nvfp4_static_block_scale(float bamax_cal, float global_amax) {
   // Both /6 are CUDA scalar divisions, i.e. reciprocal multiplies (specs §0.3); (ps*448) first.
-  float ps = div_by_constant(bamax_cal, 1.0f / 6.0f);
+  float ps = div_by_constant(bamax_cal, 6.0f);
   if (ps == 0.f) ps = 1.f;
-  const float psm = div_by_constant(global_amax, 1.0f / 6.0f);
+  const float psm = div_by_constant(global_amax, 6.0f);
   return f32_to_e4m3(std::clamp((ps * 448.f) / psm, 0x1p-9f, 448.f));
 }
 
 float int4_scale_from_amax(float amax, DType scale_dtype) {
-  const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 7.0f);
+  const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 7.0f);
   return detail::round_scale_to_dtype(raw, scale_dtype);
 }
 
 float fp8_scale_from_amax(float amax, DType scale_dtype) {
-  const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 448.0f);
+  const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 448.0f);
   return detail::round_scale_to_dtype(raw, scale_dtype);
 }
 

@@ -24,7 +24,7 @@ void fp8_channel_quantize_reference(const WeightRows& w, DType scale_dtype, uint
     for (float x : row) amax = std::max(amax, std::fabs(x));
 
     // ModelOpt: amax / 448 on CUDA is amax * fl32(1/448); a dead channel gets scale 1.
-    const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 448.0f);
+    const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 448.0f);
     const float scale = detail::round_scale_to_dtype(raw, scale_dtype);
     scales[r] = scale;
     uint8_t* out = codes + r * w.cols;

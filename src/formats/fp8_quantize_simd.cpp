@@ -48,7 +48,7 @@ void Fp8Rows(const typename Src::T* HWY_RESTRICT x, int64_t rows, int64_t cols, 
     float amax = hn::GetLane(hn::MaxOfLanes(d, acc));
     for (int64_t c = vec_cols; c < cols; ++c) amax = std::max(amax, std::fabs(ScalarToF32<Src>(xr[c])));
 
-    const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 448.0f);
+    const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 448.0f);
     const float scale = detail::round_scale_to_dtype(raw, scale_dtype);
     scales[r] = scale;
 

@@ -26,7 +26,7 @@ void int4_quantize_reference(const WeightRows& w, int group, DType scale_dtype, 
       for (int k = 0; k < group; ++k) amax = std::max(amax, std::fabs(x[k]));
 
       // ModelOpt: amax / 7 on CUDA is amax * fl32(1/7); an all-zero group gets scale 1.
-      const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 7.0f);
+      const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 7.0f);
       const float scale = detail::round_scale_to_dtype(raw, scale_dtype);
       scales[r * groups_per_row + j] = scale;
       int8_t* out = q + r * w.cols + j * group;

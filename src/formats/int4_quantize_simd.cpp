@@ -49,7 +49,7 @@ void Int4Groups(const typename Src::T* HWY_RESTRICT x, int64_t n_groups, int64_t
     float amax = vec_part > 0 ? BlockAmax<Src>(d, xg, size_t(vec_part)) : 0.f;
     for (int64_t k = vec_part; k < group; ++k)
       amax = std::max(amax, std::fabs(Int4ScalarToF32<Src>(xg[k])));
-    const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 7.0f);
+    const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 7.0f);
     const float scale = detail::round_scale_to_dtype(raw, scale_dtype);
     scales[g] = scale;
 

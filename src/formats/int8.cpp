@@ -37,7 +37,7 @@ Int8ChannelTensor int8_channel_quantize(const float* w, int64_t rows, int64_t co
 }
 
 float int8_scale_from_amax(float amax, DType scale_dtype) {
-  const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 1.0f / 127.0f);
+  const float raw = amax == 0.f ? 1.f : div_by_constant(amax, 127.0f);
   return detail::round_scale_to_dtype(raw, scale_dtype);
 }
 

@@ -49,7 +49,7 @@ void mxfp4_quantize_reference(const WeightRows& w, uint8_t* packed, uint8_t* sca
 }
 
 uint8_t mxfp4_scale_code_modelopt(float block_amax) {
-  const float descale = block_amax * (1.0f / 6.0f);
+  const float descale = div_by_constant(block_amax, 6.0f);
   const float k = std::ceil(std::max(std::log2(descale), -127.0f));
   // Finite inputs keep k <= 126 (amax < 2^128); the clamp only guards the E8M0 NaN code.
   return uint8_t(std::clamp(k + 127.0f, 0.0f, 254.0f));

@@ -1,6 +1,8 @@
 // Scalar reference of weight_amax; the fast path is weight_amax_simd.cpp.
 #include "formats/weight_rows.h"
 
+#include <atomic>
+
 #include "core/numeric.h"
 #include "formats/formats_internal.h"
 
@@ -34,5 +36,12 @@ AmaxResult weight_amax_reference(const WeightRows& w) {
   }
   return result;
 }
+
+namespace {
+std::atomic<ConstantDivision> g_constant_division{ConstantDivision::gpu};
+}  // namespace
+
+void set_constant_division(ConstantDivision d) { g_constant_division.store(d); }
+ConstantDivision constant_division() { return g_constant_division.load(); }
 
 }  // namespace qf

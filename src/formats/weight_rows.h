@@ -28,11 +28,16 @@ AmaxResult weight_amax(const WeightRows& w, ThreadPool& pool);
 // Scalar reference of weight_amax, for tests.
 AmaxResult weight_amax_reference(const WeightRows& w);
 
-// Scalar-constant divisions (amax / 2688, amax / 448, amax / 7) follow ModelOpt on CUDA, where
-// PyTorch computes `tensor / python_float` as `tensor * fl32(1 / c)` (specs modelopt-nvfp4 §0.3),
-// so scales are bit-identical to checkpoints that ModelOpt writes on a GPU.
-inline float div_by_constant(float amax, float reciprocal_of_constant) {
-  return amax * reciprocal_of_constant;
+// Scalar-constant divisions of ModelOpt's scale math (amax / 2688, / 448, / 127, / 7, / 6).
+// PyTorch on CUDA computes `tensor / python_float` as `tensor * fl32(1 / c)` (specs
+// modelopt-nvfp4 §0.3), on the CPU as an exact division: the two builds of ModelOpt write scales
+// one ulp apart about half the time. gpu (the default) reproduces GPU-made checkpoints, cpu
+// CPU-made ones. Process-wide: `qforge quantize --scale-division` sets it once per run.
+enum class ConstantDivision : uint8_t { gpu, cpu };
+void set_constant_division(ConstantDivision d);
+ConstantDivision constant_division();
+inline float div_by_constant(float amax, float constant) {
+  return constant_division() == ConstantDivision::gpu ? amax * (1.0f / constant) : amax / constant;
 }
 
 }  // namespace qf

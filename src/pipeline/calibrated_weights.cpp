@@ -98,9 +98,9 @@ float CalibrationOutcome::input_scale(size_t i, const Architecture& arch, ActQua
     fail("{}: calibration saw an all-zero input for '{}'; it has no input scale",
          model_dir.string(), arch.linears[i].name);
   switch (activations) {
-    case ActQuant::nvfp4: return amax * (1.0f / 2688.0f);
-    case ActQuant::int8: return amax * (1.0f / 127.0f);
-    default: return amax * (1.0f / 448.0f);
+    case ActQuant::nvfp4: return div_by_constant(amax, 2688.0f);
+    case ActQuant::int8: return div_by_constant(amax, 127.0f);
+    default: return div_by_constant(amax, 448.0f);
   }
 }
 

@@ -164,7 +164,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
           extras.pre_quant_scale.assign(size_t(l.cols), 1.f);  // AWQ fell back to max
         if (l.kv_scale) {
           const auto& kv = calibration.kv_amax[size_t(arch.linears[li].layer)];
-          extras.kv_scale = (l.kv_scale == 'k' ? kv.first : kv.second) * (1.0f / 448.0f);
+          extras.kv_scale = div_by_constant(l.kv_scale == 'k' ? kv.first : kv.second, 448.0f);
         }
         const auto data = exporter.linear_data(l, q, extras);
         for (size_t k = 0; k < data.size(); ++k) {

@@ -66,6 +66,7 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
   if (fs::equivalent(source.dir, out_dir, ec))
     fail("{}: output directory is the input directory", out_dir.string());
   const auto exporter = make_exporter(options.export_format);
+  set_constant_division(options.scale_division);
 
   // 1. Decide what becomes of each Linear and of the output head.
   const ModulePlan plan = plan_modules(source, options, *exporter);

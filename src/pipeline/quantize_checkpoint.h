@@ -6,6 +6,7 @@
 #include "calib/calibration_data.h"
 #include "targets/exporter.h"
 #include "formats/registry.h"
+#include "formats/weight_rows.h"
 #include "kernels/linear.h"
 #include "pipeline/source_model.h"
 #include "plan/candidates.h"
@@ -53,6 +54,9 @@ struct QuantizeOptions {
   bool quantize_lm_head = false;
   int block = 0;                     // INT4 group size; 0 = the format's default
   int threads = 0;                   // 0 = all hardware threads
+  // Which build of ModelOpt the constant divisions of scales reproduce (formats/weight_rows.h);
+  // set process-wide for the run.
+  ConstantDivision scale_division = ConstantDivision::gpu;
   KernelMode kernels = KernelMode::exact;  // Linear products of the calibration forward
   uint64_t max_shard_bytes = 5'000'000'000;
   bool force = false;     // replace an existing output directory
