@@ -22,30 +22,36 @@ uint8_t mxfp4_scale_code(float block_amax) {
   return uint8_t(std::clamp<uint32_t>(biased_exp, 2, 254) - 2);
 }
 
+namespace {
+
+// One row of 32-blocks: amax, the E8M0 code by `scale_code`, elements by `nibble` of x / 2^k,
+// element 2j in the low nibble. Both the compressed-tensors and the ModelOpt rule use it.
+template <typename ScaleCode, typename Nibble>
+void quantize_row(const WeightRows& w, int64_t r, float* row, uint8_t* packed, uint8_t* scales,
+                  ScaleCode scale_code, Nibble nibble) {
+  const int64_t blocks_per_row = w.cols / kMxfp4Block;
+  convert_to_f32(w.dtype, detail::element_ptr(w, r * w.cols), row, size_t(w.cols));
+  for (int64_t j = 0; j < blocks_per_row; ++j) {
+    const float* x = row + j * kMxfp4Block;
+    float amax = 0.f;
+    for (int k = 0; k < kMxfp4Block; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const uint8_t code = scale_code(amax);
+    const float scale = e8m0_to_f32(code);
+    const int64_t block = r * blocks_per_row + j;
+    scales[block] = code;
+    uint8_t* out = packed + block * (kMxfp4Block / 2);
+    for (int k = 0; k < kMxfp4Block; k += 2)
+      out[k / 2] = uint8_t(nibble(x[k] / scale) | (nibble(x[k + 1] / scale) << 4));
+  }
+}
+
+}  // namespace
+
 void mxfp4_quantize_reference(const WeightRows& w, uint8_t* packed, uint8_t* scales) {
   detail::check_weight_rows(w, kMxfp4Block, "mxfp4 quantize");
   std::vector<float> row(size_t(w.cols));
-  const int64_t blocks_per_row = w.cols / kMxfp4Block;
-  for (int64_t r = 0; r < w.rows; ++r) {
-    convert_to_f32(w.dtype, detail::element_ptr(w, r * w.cols), row.data(), size_t(w.cols));
-    for (int64_t j = 0; j < blocks_per_row; ++j) {
-      const float* x = row.data() + j * kMxfp4Block;
-      float amax = 0.f;
-      for (int k = 0; k < kMxfp4Block; ++k) amax = std::max(amax, std::fabs(x[k]));
-
-      const uint8_t code = mxfp4_scale_code(amax);
-      const float scale = e8m0_to_f32(code);
-
-      const int64_t block = r * blocks_per_row + j;
-      scales[block] = code;
-      uint8_t* out = packed + block * (kMxfp4Block / 2);
-      for (int k = 0; k < kMxfp4Block; k += 2) {
-        const uint8_t lo = e2m1_from_f32_modelopt(x[k] / scale);
-        const uint8_t hi = e2m1_from_f32_modelopt(x[k + 1] / scale);
-        out[k / 2] = uint8_t(lo | (hi << 4));
-      }
-    }
-  }
+  for (int64_t r = 0; r < w.rows; ++r)
+    quantize_row(w, r, row.data(), packed, scales, mxfp4_scale_code, e2m1_from_f32_modelopt);
 }
 
 uint8_t mxfp4_scale_code_modelopt(float block_amax) {
@@ -63,30 +69,15 @@ uint8_t e2m1_from_f32_modelopt_mx(float x) {
 void mxfp4_quantize_modelopt(const WeightRows& w, uint8_t* packed, uint8_t* scales,
                              ThreadPool* pool) {
   detail::check_weight_rows(w, kMxfp4Block, "mxfp4 quantize");
-  const int64_t blocks_per_row = w.cols / kMxfp4Block;
-  auto rows = [&](int64_t r) {
+  auto one_row = [&](int64_t r) {
     std::vector<float> row(size_t(w.cols));
-    convert_to_f32(w.dtype, detail::element_ptr(w, r * w.cols), row.data(), size_t(w.cols));
-    for (int64_t j = 0; j < blocks_per_row; ++j) {
-      const float* x = row.data() + j * kMxfp4Block;
-      float amax = 0.f;
-      for (int k = 0; k < kMxfp4Block; ++k) amax = std::max(amax, std::fabs(x[k]));
-      const uint8_t code = mxfp4_scale_code_modelopt(amax);
-      const float scale = e8m0_to_f32(code);
-      const int64_t block = r * blocks_per_row + j;
-      scales[block] = code;
-      uint8_t* out = packed + block * (kMxfp4Block / 2);
-      for (int k = 0; k < kMxfp4Block; k += 2) {
-        const uint8_t lo = e2m1_from_f32_modelopt_mx(x[k] / scale);
-        const uint8_t hi = e2m1_from_f32_modelopt_mx(x[k + 1] / scale);
-        out[k / 2] = uint8_t(lo | (hi << 4));
-      }
-    }
+    quantize_row(w, r, row.data(), packed, scales, mxfp4_scale_code_modelopt,
+                 e2m1_from_f32_modelopt_mx);
   };
   if (pool) {
-    pool->parallel_for(w.rows, rows);
+    pool->parallel_for(w.rows, one_row);
   } else {
-    for (int64_t r = 0; r < w.rows; ++r) rows(r);
+    for (int64_t r = 0; r < w.rows; ++r) one_row(r);
   }
 }
 
