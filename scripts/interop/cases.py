@@ -76,3 +76,34 @@ def cases():
                     if len(excluded(model, fmt, target)) == len(linear_shapes(model)):
                         continue
                     yield model, dtype, fmt, target
+
+
+def run_reference(tool, target, run, argv):
+    """Runs `run(model, dtype, fmt, out)` for every case of `target` (argv: [--only SUBSTRING ...]),
+    recording each outcome in WORK/status-<tool>.json; a failing case is recorded, the others
+    still run."""
+    import time
+    import traceback
+    only = argv[2:] if len(argv) > 2 and argv[1] == "--only" else []
+    status = {}
+    for model, dtype, fmt, tgt in cases():
+        if tgt != target:
+            continue
+        key = f"{model}-{dtype}/{fmt}"
+        if only and not any(s in key for s in only):
+            continue
+        out = out_dir(model, dtype, fmt, tgt, "ref")
+        t = time.time()
+        try:
+            run(model, dtype, fmt, out)
+            status[key] = {"ok": True, "seconds": round(time.time() - t, 2)}
+            print(f"{tool} {key}: ok ({time.time() - t:.1f} s)", flush=True)
+        except Exception as e:
+            traceback.print_exc()
+            status[key] = {"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+            print(f"{tool} {key}: FAILED {status[key]['error']}", flush=True)
+    os.makedirs(WORK, exist_ok=True)
+    path = os.path.join(WORK, f"status-{tool}.json")
+    old = json.load(open(path)) if os.path.exists(path) else {}
+    old.update(status)
+    json.dump(old, open(path, "w"), indent=1)

@@ -8,8 +8,6 @@ import json
 import os
 import shutil
 import sys
-import time
-import traceback
 import warnings
 
 warnings.filterwarnings("ignore")
@@ -77,29 +75,7 @@ def run(model, dtype, fmt, out):
 
 
 def main():
-    only = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "--only" else []
-    status = {}
-    for model, dtype, fmt, target in C.cases():
-        if target != "ct":
-            continue
-        key = f"{model}-{dtype}/{fmt}"
-        if only and not any(s in key for s in only):
-            continue
-        out = C.out_dir(model, dtype, fmt, target, "ref")
-        t = time.time()
-        try:
-            run(model, dtype, fmt, out)
-            status[key] = {"ok": True, "seconds": round(time.time() - t, 2)}
-            print(f"llmc {key}: ok ({time.time() - t:.1f} s)", flush=True)
-        except Exception as e:
-            traceback.print_exc()
-            status[key] = {"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
-            print(f"llmc {key}: FAILED {status[key]['error']}", flush=True)
-    os.makedirs(C.WORK, exist_ok=True)
-    path = os.path.join(C.WORK, "status-llmc.json")
-    old = json.load(open(path)) if os.path.exists(path) else {}
-    old.update(status)
-    json.dump(old, open(path, "w"), indent=1)
+    C.run_reference("llmc", "ct", run, sys.argv)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,6 @@ import json
 import os
 import shutil
 import sys
-import time
-import traceback
 import warnings
 
 warnings.filterwarnings("ignore")
@@ -86,29 +84,7 @@ def run(model, dtype, fmt, out):
 
 
 def main():
-    only = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "--only" else []
-    status = {}
-    for model, dtype, fmt, target in C.cases():
-        if target != "modelopt":
-            continue
-        key = f"{model}-{dtype}/{fmt}"
-        if only and not any(s in key for s in only):
-            continue
-        out = C.out_dir(model, dtype, fmt, target, "ref")
-        t = time.time()
-        try:
-            run(model, dtype, fmt, out)
-            status[key] = {"ok": True, "seconds": round(time.time() - t, 2)}
-            print(f"modelopt {key}: ok ({time.time() - t:.1f} s)", flush=True)
-        except Exception as e:  # recorded in the summary, the other cases still run
-            traceback.print_exc()
-            status[key] = {"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
-            print(f"modelopt {key}: FAILED {status[key]['error']}", flush=True)
-    os.makedirs(C.WORK, exist_ok=True)
-    path = os.path.join(C.WORK, "status-modelopt.json")
-    old = json.load(open(path)) if os.path.exists(path) else {}
-    old.update(status)
-    json.dump(old, open(path, "w"), indent=1)
+    C.run_reference("modelopt", "modelopt", run, sys.argv)
 
 
 if __name__ == "__main__":
