@@ -24,6 +24,8 @@ uint8_t nvfp4_dynamic_block_scale(float bamax, float g);
 // e4m3(clamp((ps*448)/psm, 2^-9, 448)). A zero block therefore gets
 // e4m3(min(2688/global_amax, 448)), not 1.0. global_amax must be positive and finite.
 uint8_t nvfp4_static_block_scale(float bamax_cal, float global_amax);
+// Every amax*fl32(1/c) below is div_by_constant (formats/weight_rows.h): that product on the
+// default GPU setting, an exact amax / c with --scale-division cpu.
 // INT4 group scale: amax*fl32(1/7) (0 -> 1) rounded to scale_dtype, as int4_quantize.
 float int4_scale_from_amax(float amax, DType scale_dtype);
 // FP8 row scale: amax*fl32(1/448) (0 -> 1) rounded to scale_dtype, as fp8_channel_quantize.

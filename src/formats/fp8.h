@@ -17,6 +17,7 @@ class ThreadPool;
 // A non-zero scale that the dtype rounding flushes to 0 becomes the dtype's smallest subnormal and
 // one that overflows its largest finite value, so stored scales are always finite and non-zero.
 // Inputs must be finite (NaN/Inf give unspecified codes). Throws qf::Error for a bad dtype.
+// (div_by_constant: exact division with --scale-division cpu, formats/weight_rows.h)
 void fp8_channel_quantize_reference(const WeightRows& w, DType scale_dtype, uint8_t* codes,
                                     float* scales);
 // Same bytes as the reference, SIMD with runtime dispatch, split by rows over the pool.

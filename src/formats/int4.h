@@ -28,6 +28,7 @@ inline int int4_resolve_group(int group, int64_t cols) {
 // the dtype rounding flushes to 0 becomes the dtype's smallest subnormal, an overflow its largest
 // finite value. Inputs must be finite (NaN/Inf give unspecified codes). Throws qf::Error for a
 // bad dtype, shape or group.
+// (div_by_constant: exact division with --scale-division cpu, formats/weight_rows.h)
 void int4_quantize_reference(const WeightRows& w, int group, DType scale_dtype, int8_t* q,
                              float* scales);
 // Same values as the reference, SIMD with runtime dispatch, split by groups over the pool.

@@ -26,6 +26,7 @@ struct Int8ChannelTensor {
 // rounded to scale_dtype (F32, BF16, F16; never 0 or Inf); q = clamp(round_half_even(x / scale),
 // -128, 127) with IEEE division. w: float32 [rows, cols]. Split by rows; deterministic.
 // Throws qf::Error for a bad scale dtype or shape. Inputs must be finite.
+// (div_by_constant: exact division with --scale-division cpu, formats/weight_rows.h)
 Int8ChannelTensor int8_channel_quantize(const float* w, int64_t rows, int64_t cols,
                                         DType scale_dtype, ThreadPool& pool);
 // out[r, c] = q[r, c] * scales[r].

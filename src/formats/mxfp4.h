@@ -57,7 +57,8 @@ void mxfp4_quantize(const WeightRows& w, uint8_t* packed, uint8_t* scales, Threa
 // ModelOpt's own MXFP4 export (qtensor/mxfp4_tensor.py MXFP4QTensor.quantize, specs
 // modelopt-nvfp4 §3.3), which the ModelOpt target writes:
 //  - per 32-block, k = ceil(max(log2(amax / 6), -127)) in float32, code = k + 127, where
-//    amax / 6 is amax * fl32(1/6) as on CUDA (a CPU run divides exactly: see README);
+//    amax / 6 is div_by_constant (formats/weight_rows.h: amax * fl32(1/6) as on CUDA, or exact
+//    as on a CPU);
 //  - x' = x / 2^k, nibble index = #{E2M1 midpoints < |x'|}, so ties round toward zero
 //    (0.75 -> 0.5, 5 -> 4), and the sign bit is (2 - sign(x)) / 2, so every exact zero is 0x8.
 uint8_t mxfp4_scale_code_modelopt(float block_amax);

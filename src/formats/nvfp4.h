@@ -16,6 +16,7 @@ inline constexpr int kNvfp4Block = 16;
 // weight_scale_2 for a (group-unified) amax: amax * fl32(1/2688). An amax of 0 gives 1.0, so an
 // all-zero tensor encodes to zero codes and finite scales (ModelOpt would emit NaN there); so does
 // a subnormal amax whose product flushes to 0. Throws qf::Error for a negative or non-finite amax.
+// (div_by_constant: exact division with --scale-division cpu, formats/weight_rows.h)
 float nvfp4_global_scale(float amax);
 
 // Quantizes w (cols % 16 == 0) with global scale g > 0:
