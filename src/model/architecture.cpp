@@ -378,6 +378,9 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
     }
     a.layers.push_back(std::move(spec));
   }
+  // The engine computes cos/sin for every RoPE each forward call: keep only those in use.
+  if (std::none_of(a.layers.begin(), a.layers.end(), [](const LayerSpec& l) { return l.rope == 1; }))
+    a.ropes.resize(1);
   return a;
 }
 
