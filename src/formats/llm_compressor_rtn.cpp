@@ -5,6 +5,7 @@
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "formats/formats_internal.h"
+#include "formats/nvfp4.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -54,6 +55,47 @@ void quantize_llm_compressor(const WeightRows& w, QuantizedTensor& q, ThreadPool
           const float c = std::clamp(std::nearbyint(v), float(lo), float(hi));
           codes[k] = uint8_t(int8_t(c));
         }
+      }
+    }
+  });
+}
+
+float nvfp4_llm_compressor_global(float amax, DType t) {
+  if (!(amax >= 0.f) || std::isinf(amax))
+    fail("nvfp4 (llm-compressor): amax {} is not finite and non-negative", amax);
+  // generate_gparam clamps the amax to the dtype's smallest normal before dividing.
+  const float tiny = t == DType::F16 ? 0x1p-14f : FLT_MIN;
+  const float g = round_through(t, round_through(t, 1.0f / std::max(amax, tiny)) * 2688.0f);
+  return std::isfinite(g) ? g : 1.0f;
+}
+
+void nvfp4_quantize_llm_compressor(const WeightRows& w, float amax, QuantizedTensor& q,
+                                   ThreadPool& pool) {
+  detail::check_weight_rows(w, kNvfp4Block, "nvfp4 (llm-compressor) quantize");
+  const DType t = w.dtype;
+  const float g = nvfp4_llm_compressor_global(amax, t);
+  const int64_t blocks_per_row = w.cols / kNvfp4Block;
+  q.scale_dtype = DType::F8_E4M3;
+  q.global_scale = 1.0f / g;
+  q.global_scale_reciprocal = g;
+  q.codes.resize(size_t(w.rows * w.cols / 2));
+  q.block_scales.resize(size_t(w.rows * blocks_per_row));
+  pool.parallel_for(w.rows, [&](int64_t r) {
+    std::vector<float> row(size_t(w.cols));
+    convert_to_f32(t, detail::element_ptr(w, r * w.cols), row.data(), size_t(w.cols));
+    for (int64_t j = 0; j < blocks_per_row; ++j) {
+      const float* x = row.data() + j * kNvfp4Block;
+      float bamax = 0.f;
+      for (int k = 0; k < kNvfp4Block; ++k) bamax = std::max(bamax, std::fabs(x[k]));
+      uint8_t s8 = f32_to_e4m3(std::min(g * round_through(t, bamax / 6.0f), 448.f));
+      if (s8 == 0) s8 = f32_to_e4m3(0.125f);
+      const float divisor = e4m3_to_f32(s8) / g;
+      q.block_scales[size_t(r * blocks_per_row + j)] = s8;
+      uint8_t* out = q.codes.data() + (r * w.cols + j * kNvfp4Block) / 2;
+      for (int k = 0; k < kNvfp4Block; k += 2) {
+        const uint8_t lo = e2m1_from_f32_modelopt(x[k] / divisor);
+        const uint8_t hi = e2m1_from_f32_modelopt(x[k + 1] / divisor);
+        out[k / 2] = uint8_t(lo | (hi << 4));
       }
     }
   });

@@ -25,6 +25,10 @@ struct QuantizedTensor {
   std::vector<float> scales;
   DType scale_dtype = DType::F32;
   float global_scale = 1.f;  // nvfp4 weight_scale_2 (dequantize: e2m1 * e4m3 * global_scale)
+  // nvfp4 quantized by llm-compressor's rounding, which computes the reciprocal of global_scale
+  // first: that value, as compressed-tensors stores it; 0 when the exporter should store
+  // 1 / global_scale.
+  float global_scale_reciprocal = 0.f;
 };
 
 }  // namespace qf

@@ -40,6 +40,10 @@ void nvfp4_rows(const WeightRows& w, float tensor_amax, QuantizedTensor& q, Thre
   nvfp4_prepare(w, tensor_amax, q);
   nvfp4_quantize(w, q.global_scale, q.codes.data(), q.block_scales.data(), pool);
 }
+void nvfp4_rows_llm_compressor(const WeightRows& w, float tensor_amax, QuantizedTensor& q,
+                               ThreadPool& pool) {
+  nvfp4_quantize_llm_compressor(w, tensor_amax, q, pool);
+}
 void nvfp4_deq(const QuantizedTensor& q, int64_t r0, int64_t n, float* out) {
   nvfp4_dequantize(q.codes.data() + r0 * (q.cols / 2), q.block_scales.data() + r0 * (q.cols / 16),
                    q.global_scale, n, q.cols, out);
@@ -212,7 +216,7 @@ constexpr std::array<FormatInfo, 5> kFormats = {{
     {Format::nvfp4, "nvfp4", 16, 4, 8, 32, BlockRule::fixed, DType::F8_E4M3, true, true,
      "NVFP4: E2M1 in blocks of 16 with E4M3 block scales and an F32 tensor scale (ModelOpt)",
      "E2M1, E4M3 scale per 16, FP32 tensor scale", nvfp4_rows_ref, nvfp4_rows, nvfp4_deq,
-     nullptr, nvfp4_scales, nvfp4_divisor, nvfp4_encode},
+     nullptr, nvfp4_scales, nvfp4_divisor, nvfp4_encode, nullptr, nvfp4_rows_llm_compressor},
     {Format::mxfp4, "mxfp4", 32, 4, 8, 0, BlockRule::fixed, DType::U8, true, true,
      "MXFP4: E2M1 in blocks of 32 with E8M0 power-of-two scales (OCP MX, compressed-tensors)",
      "E2M1, E8M0 scale per 32", mxfp4_rows_ref, mxfp4_rows, mxfp4_deq, mxfp4_unit, mxfp4_scales,

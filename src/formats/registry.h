@@ -71,7 +71,7 @@ struct FormatInfo {
   void (*quantize_modelopt)(const WeightRows& w, float tensor_amax, QuantizedTensor& q,
                             ThreadPool& pool) = nullptr;
   // llm-compressor's rounding, which the compressed-tensors target reproduces, where it differs
-  // from `quantize` (FP8, INT4, INT8: formats/llm_compressor_rtn.h), or null.
+  // from `quantize` (NVFP4, FP8, INT4, INT8: formats/llm_compressor_rtn.h), or null.
   void (*quantize_llm_compressor)(const WeightRows& w, float tensor_amax, QuantizedTensor& q,
                                   ThreadPool& pool) = nullptr;
 

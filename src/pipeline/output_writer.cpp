@@ -155,8 +155,6 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
           extras.pre_quant_scale = std::move(p->pre_quant_scale);
         } else {
           q = quantizer.max_or_mse(li);
-          if (options.algo == WeightAlgo::max && format_info(l.format).has_tensor_scale())
-            extras.weight_amax = quantizer.amax_for(li);
         }
         if (l.act != ActQuant::none)
           extras.input_scale = calibration.input_scale(li, arch, options.activations, model_dir);

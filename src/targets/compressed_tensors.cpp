@@ -113,7 +113,7 @@ class CompressedTensorsExporter final : public Exporter {
 
   std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l, const QuantizedTensor& q,
                                                   const LinearExtras& x) const override {
-    std::vector<std::vector<std::byte>> out = weight_data(l, q, x.weight_amax);
+    std::vector<std::vector<std::byte>> out = weight_data(l, q);
     const DType sd = float_scale_dtype(l.model_dtype);
     if (l.act == ActQuant::nvfp4) {
       // The reciprocal of ModelOpt's input_scale (engine-formats §2.2).
@@ -153,21 +153,18 @@ class CompressedTensorsExporter final : public Exporter {
     return {};
   }
 
-  std::vector<std::vector<std::byte>> weight_data(const ExportedLinear& l, const QuantizedTensor& q,
-                                                  float weight_amax) const {
+  std::vector<std::vector<std::byte>> weight_data(const ExportedLinear& l,
+                                                  const QuantizedTensor& q) const {
     std::vector<std::vector<std::byte>> out;
     switch (l.format) {
       case Format::nvfp4: {
         out.push_back(copy_bytes(q.codes.data(), q.codes.size()));
         out.push_back(copy_bytes(q.block_scales.data(), q.block_scales.size()));
-        // compressed-tensors stores the reciprocal of ModelOpt's weight_scale_2 (§2.2), which
-        // llm-compressor computes as 2688 / amax = (1/amax) * 2688 in the weight dtype (torch's
-        // __rdiv__: a reciprocal, then a product, each rounded); stored as F32.
-        const float global =
-            weight_amax > 0.f
-                ? round_through(l.model_dtype,
-                                round_through(l.model_dtype, 1.0f / weight_amax) * 2688.0f)
-                : 1.0f / q.global_scale;
+        // compressed-tensors stores the reciprocal of ModelOpt's weight_scale_2 (§2.2), as
+        // llm-compressor's rounding computed it where that made the codes (formats/
+        // llm_compressor_rtn.h), else the float32 reciprocal.
+        const float global = q.global_scale_reciprocal > 0.f ? q.global_scale_reciprocal
+                                                             : 1.0f / q.global_scale;
         out.push_back(copy_bytes(&global, sizeof(float)));
         break;
       }

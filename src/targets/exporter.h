@@ -46,9 +46,6 @@ struct LinearExtras {
   float input_scale = 0.f;               // ModelOpt convention: amax_in / maxbound
   std::vector<float> pre_quant_scale;    // [cols]
   float kv_scale = 0.f;                  // amax / 448
-  // NVFP4: the amax (of the fused group) the tensor scale came from, for targets that store a
-  // scale derived from it in their own arithmetic; -1 when unknown (rescaled weights).
-  float weight_amax = -1.f;
 };
 
 // What the quantization config of a (single-format) export describes.
