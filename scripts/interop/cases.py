@@ -13,31 +13,49 @@ MODELS = {
 }
 DTYPES = ["f32", "bf16"]
 CALIB = os.path.join(FIXTURES, "corpora/tinyshakespeare.txt")
-# qforge's calibration for the formats whose export needs an input scale (W8A8). The reference
-# tools calibrate on CALIB_TOKENS seeded random token ids; input_scale therefore differs by
-# construction and is reported but not counted.
-QF_CALIB = ["--calib", CALIB, "--calib-samples", "4", "--calib-seq", "64", "--seed", "0"]
+# The calibration of the formats whose export carries calibrated scales (input_scale, k_scale,
+# v_scale). run.sh writes the token windows these flags select (`qforge tokenize --calib ...
+# --json`) to calib_windows_path(model) first, and the reference tools run their forward passes
+# on exactly those windows.
 CALIB_SAMPLES, CALIB_SEQ = 4, 64
+QF_CALIB = ["--calib", CALIB, "--calib-samples", str(CALIB_SAMPLES), "--calib-seq", str(CALIB_SEQ),
+            "--seed", "0"]
+# leaf names of the calibrated tensors: compared by their distance in ulps, not counted as
+# weight-tensor differences
+CALIBRATED_LEAVES = ("input_scale", "input_global_scale", "k_scale", "v_scale")
 
 # format -> (qforge flags, weight block along in_features that must divide it (0: none),
 #            targets where both tools can write it)
 FORMATS = {
     "nvfp4":        (["--format", "nvfp4"], 16, ("modelopt", "ct")),
+    "nvfp4_w4a4":   (["--format", "nvfp4", "--activations", "nvfp4"] + QF_CALIB, 16, ("modelopt", "ct")),
     "mxfp4":        (["--format", "mxfp4"], 32, ("modelopt", "ct")),
     "fp8_channel":  (["--format", "fp8"], 0, ("modelopt", "ct")),
     "fp8_tensor":   (["--format", "fp8", "--activations", "fp8"] + QF_CALIB, 0, ("modelopt", "ct")),
+    "fp8_kv":       (["--format", "fp8", "--activations", "fp8", "--kv-cache", "fp8"] + QF_CALIB, 0,
+                     ("modelopt", "ct")),
     "int4_g128":    (["--format", "int4", "--group-size", "128"], 128, ("modelopt", "ct")),
     "int4_g32":     (["--format", "int4", "--group-size", "32"], 32, ("modelopt", "ct")),
     "int4_channel": (["--format", "int4", "--group-size", "channel"], 0, ("modelopt", "ct")),
     "int8":         (["--format", "int8", "--activations", "int8", "--algo", "max"] + QF_CALIB, 0,
                      ("modelopt", "ct")),
 }
-CALIBRATED = {"fp8_tensor", "int8"}
+CALIBRATED = {"nvfp4_w4a4", "fp8_tensor", "fp8_kv", "int8"}
 TARGET_FLAGS = {"modelopt": [], "ct": ["--export", "compressed-tensors"]}
 
 
 def input_dir(model, dtype):
     return os.path.join(WORK, "inputs", f"{model}-{dtype}")
+
+
+def calib_windows_path(model):
+    return os.path.join(WORK, f"calib-{model}.json")
+
+
+def calib_windows(model):
+    """The calibration token windows qforge uses for `model` (list of lists of ids)."""
+    with open(calib_windows_path(model)) as f:
+        return json.load(f)["windows"]
 
 
 def out_dir(model, dtype, fmt, target, who):

@@ -58,8 +58,7 @@ def main():
         elif err:
             res["error"] = f"qforge: {err}"
         else:
-            rows, cfg, hq = st.compare_dirs(ref, qf, ignore=("input_scale", "input_global_scale")
-                                            if fmt in C.CALIBRATED else ())
+            rows, cfg, hq = st.compare_dirs(ref, qf, calibrated=C.CALIBRATED_LEAVES)
             s = st.summarize(rows, cfg, hq)
             res.update(summary=s, cfg=cfg, hq=hq,
                        diffs=[r for r in rows if r["kind"] in ("missing", "extra", "dtype/shape") or r.get("ndiff")])
@@ -68,19 +67,26 @@ def main():
         print(f"{key}/{target}: " + (res.get("error") or "compared"), flush=True)
 
     hdr = ("| model | dtype | format | target | tensors identical | codes differing (tensors; codes) "
-           "| scales differing (tensors; values; max ulp) | missing / extra | dtype/shape | fields differing: quantization_config / other config.json / hf_quant_config |")
-    lines = [hdr, "|" + "---|" * 10]
+           "| scales differing (tensors; values; max ulp) | calibrated scales identical (max ulp; max rel. = eps of the dtype) "
+           "| missing / extra | dtype/shape | fields differing: quantization_config / other config.json / hf_quant_config |")
+    lines = [hdr, "|" + "---|" * 11]
     for r in results:
         head = f"| {r['model']} | {r['dtype']} | {r['format']} | {'ModelOpt' if r['target'] == 'modelopt' else 'llm-compressor'} |"
         if "error" in r:
-            lines.append(head + f" n/a: {r['error'][:120]} | | | | | |")
+            lines.append(head + f" n/a: {r['error'][:120]} | | | | | | |")
             continue
         s = r["summary"]
         codes = "0" if not s["codes_diff"] else f"{s['codes_diff']}; {s['codes_n']} ({pct(s['codes_n'], s['codes_total'])})"
         scales = "0" if not s["scales_diff"] else f"{s['scales_diff']}; {s['scales_n']}; {s['scale_max_ulp']}"
         me = f"{len(s['missing'])} / {len(s['extra'])}"
-        ident = f"{s['identical']}/{s['tensors'] - len(s['ignored'])}" + (f" (+{len(s['ignored'])} calib.)" if s["ignored"] else "")
-        lines.append(head + f" {ident} | {codes} | {scales} | {me} | {len(s['dtype_shape'])} | {s['qcfg_diffs']} / {s['cfg_diffs'] - s['qcfg_diffs']} / {s['hq_diffs']} |")
+        ident = f"{s['identical']}/{s['tensors']}"
+        nc = len(s["calibrated"])
+        # the relative difference also in epsilons of the dtype the reference's forward pass ran in
+        eps = s["calib_max_rel"] / {"f32": 2.0 ** -23, "bf16": 2.0 ** -7}[r["dtype"]]
+        calib = "-" if not nc else f"{s['calib_identical']}/{nc}" + (
+            "" if s["calib_identical"] == nc else
+            f" ({s['calib_max_ulp']} ulp; {s['calib_max_rel']:.1e} = {eps:.1f} eps)")
+        lines.append(head + f" {ident} | {codes} | {scales} | {calib} | {me} | {len(s['dtype_shape'])} | {s['qcfg_diffs']} / {s['cfg_diffs'] - s['qcfg_diffs']} / {s['hq_diffs']} |")
     table = "\n".join(lines)
     print(table)
     with open(os.path.join(C.WORK, "summary.md"), "w") as f:
@@ -92,7 +98,7 @@ def main():
                 f.write(f"ERROR {r['error']}\n")
                 continue
             s = r["summary"]
-            for k in ("missing", "extra", "dtype_shape", "ignored"):
+            for k in ("missing", "extra", "dtype_shape", "calibrated"):
                 for x in s[k]:
                     f.write(f"- {k}: {x}\n")
             for d in r["diffs"]:

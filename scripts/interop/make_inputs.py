@@ -1,11 +1,16 @@
 """Make the inputs of the interop run under $QF_INTEROP_WORK/inputs: each fixture as it is (F32,
 files symlinked) and a BF16 copy (every F32 tensor rounded to BF16 by torch, tensor names and the
 safetensors metadata kept, so TinyStories-656K keeps its tied-embedding alias; config.json says
-torch_dtype bfloat16). The fixtures are never copied into the repository."""
+torch_dtype bfloat16). The fixtures are never copied into the repository. Also writes the
+calibration token windows qforge selects for each model (cases.calib_windows_path), which the
+reference tools' forward passes then use.
+
+usage: make_inputs.py QFORGE_BINARY"""
 import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -16,6 +21,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 
 def main():
+    qforge = sys.argv[1]
     for model, src in C.MODELS.items():
         f32 = C.input_dir(model, "f32")
         if os.path.exists(f32):
@@ -40,7 +46,11 @@ def main():
         cfg = json.load(open(os.path.join(src, "config.json")))
         cfg["torch_dtype"] = "bfloat16"
         json.dump(cfg, open(os.path.join(bf16, "config.json"), "w"), indent=2)
-        print(f"inputs: {f32}, {bf16}")
+        windows = subprocess.run([qforge, "tokenize", src, "--json"] + C.QF_CALIB,
+                                 capture_output=True, text=True, check=True).stdout
+        with open(C.calib_windows_path(model), "w") as f:
+            f.write(windows)
+        print(f"inputs: {f32}, {bf16}; calibration windows: {C.calib_windows_path(model)}")
 
 
 if __name__ == "__main__":

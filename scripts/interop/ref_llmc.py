@@ -4,7 +4,6 @@ save_pretrained(save_compressed=True). Runs in the llm-compressor venv. One proc
 
 usage: ref_llmc.py [--only SUBSTRING ...]
 """
-import json
 import os
 import shutil
 import sys
@@ -34,12 +33,19 @@ def modifier(model, fmt):
     ignore = ["lm_head"] + C.excluded(model, fmt, "ct")
     if fmt == "nvfp4":
         return QuantizationModifier(targets="Linear", scheme="NVFP4A16", ignore=ignore)
+    if fmt == "nvfp4_w4a4":
+        return QuantizationModifier(targets="Linear", scheme="NVFP4", ignore=ignore)
     if fmt == "mxfp4":
         return QuantizationModifier(targets="Linear", scheme="MXFP4A16", ignore=ignore)
     if fmt == "fp8_channel":
         return QuantizationModifier(targets="Linear", scheme="FP8_DYNAMIC", ignore=ignore)
     if fmt == "fp8_tensor":  # static per-tensor W8A8, as qforge --activations fp8
         return QuantizationModifier(targets="Linear", scheme="FP8", ignore=ignore)
+    if fmt == "fp8_kv":  # and a static per-tensor FP8 KV cache, as qforge --kv-cache fp8
+        return QuantizationModifier(targets="Linear", scheme="FP8", ignore=ignore,
+                                    kv_cache_scheme=QuantizationArgs(
+                                        num_bits=8, type="float", strategy="tensor", symmetric=True,
+                                        dynamic=False))
     if fmt == "int4_g128":
         return QuantizationModifier(targets="Linear", scheme="W4A16", ignore=ignore)
     if fmt == "int4_g32":
@@ -52,10 +58,8 @@ def modifier(model, fmt):
 
 
 def calib_dataset(model_name):
-    g = torch.Generator().manual_seed(0)
-    vocab = json.load(open(os.path.join(C.MODELS[model_name], "config.json")))["vocab_size"]
-    ids = torch.randint(0, vocab, (C.CALIB_SAMPLES, C.CALIB_SEQ), generator=g)
-    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": [[1] * C.CALIB_SEQ] * C.CALIB_SAMPLES})
+    ids = C.calib_windows(model_name)
+    return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(w) for w in ids]})
 
 
 def run(model, dtype, fmt, out):

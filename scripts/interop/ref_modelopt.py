@@ -1,10 +1,9 @@
-"""Quantize the fixtures with NVIDIA ModelOpt on the CPU (round to nearest, `max` calibration) and
-export them with export_hf_checkpoint. Runs in the ModelOpt venv. One process for all cases.
+"""Quantize the fixtures with NVIDIA ModelOpt on the CPU (round to nearest, `max` calibration on
+qforge's own calibration windows) and export them with export_hf_checkpoint. Runs in the ModelOpt venv. One process for all cases.
 
 usage: ref_modelopt.py [--only SUBSTRING ...]
 """
 import copy
-import json
 import os
 import shutil
 import sys
@@ -29,6 +28,8 @@ def config(model, fmt):
     shapes = C.linear_shapes(model)
     if fmt == "nvfp4":
         cfg = copy.deepcopy(mtq.W4A16_NVFP4_CFG)
+    elif fmt == "nvfp4_w4a4":
+        cfg = copy.deepcopy(mtq.NVFP4_DEFAULT_CFG)
     elif fmt == "mxfp4":  # MXFP4 weights only: the preset's input quantizer switched off
         cfg = copy.deepcopy(mtq.MXFP4_DEFAULT_CFG)
         cfg["quant_cfg"].append(OFF_INPUT)
@@ -37,6 +38,9 @@ def config(model, fmt):
         cfg = copy.deepcopy(mtq.FP8_PER_CHANNEL_PER_TOKEN_CFG)
     elif fmt == "fp8_tensor":
         cfg = copy.deepcopy(mtq.FP8_DEFAULT_CFG)
+    elif fmt == "fp8_kv":
+        cfg = copy.deepcopy(mtq.FP8_DEFAULT_CFG)
+        cfg["quant_cfg"] += copy.deepcopy(mtq.FP8_KV_CFG["quant_cfg"])
     elif fmt in ("int4_g128", "int4_g32"):
         cfg = copy.deepcopy(mtq.INT4_BLOCKWISE_WEIGHT_ONLY_CFG)
         g = int(fmt.split("_g")[1])
@@ -61,9 +65,7 @@ def config(model, fmt):
 
 
 def forward_loop_for(model_name):
-    g = torch.Generator().manual_seed(0)
-    vocab = json.load(open(os.path.join(C.MODELS[model_name], "config.json")))["vocab_size"]
-    ids = torch.randint(0, vocab, (C.CALIB_SAMPLES, C.CALIB_SEQ), generator=g)
+    ids = torch.tensor(C.calib_windows(model_name))
 
     def loop(m):
         with torch.no_grad():

@@ -7,7 +7,8 @@
 #   $VENV_LLMC     (default /work/interop-venv-llmc): llmcompressor, which pins its own torch,
 #                  transformers and compressed-tensors (the versions it resolved are pinned below)
 # Then, under $QF_INTEROP_WORK (default /tmp/qforge-interop; the fixtures are never copied into the
-# repo): make_inputs.py (each fixture in F32 and a BF16 copy), ref_modelopt.py and ref_llmc.py
+# repo): make_inputs.py (each fixture in F32 and a BF16 copy, and the calibration token windows
+# qforge selects, which the reference tools then calibrate on), ref_modelopt.py and ref_llmc.py
 # (round-to-nearest weight quantization on the CPU in every format both sides have, exported with
 # export_hf_checkpoint / save_pretrained(save_compressed=True)), compare.py (runs qforge with the
 # matching flags and compares tensor by tensor and config field by field: summary.md, details.md,
@@ -61,7 +62,7 @@ start=$(date +%s)
 mkdir -p "$QF_INTEROP_WORK"
 rm -f "$QF_INTEROP_WORK"/status-*.json
 cd "$QF_INTEROP_WORK"  # the tools write caches and logs into the working directory
-"$VENV_MODELOPT/bin/python" "$SCRIPT_DIR/make_inputs.py"
+"$VENV_MODELOPT/bin/python" "$SCRIPT_DIR/make_inputs.py" "$QFORGE"
 "$VENV_MODELOPT/bin/python" "$SCRIPT_DIR/ref_modelopt.py" >"$QF_INTEROP_WORK/modelopt.log" 2>&1 \
   || { tail -n 20 "$QF_INTEROP_WORK/modelopt.log"; exit 1; }
 grep -E '^modelopt ' "$QF_INTEROP_WORK/modelopt.log"
@@ -70,5 +71,5 @@ grep -E '^modelopt ' "$QF_INTEROP_WORK/modelopt.log"
 grep -E '^llmc ' "$QF_INTEROP_WORK/llmc.log"
 "$VENV_MODELOPT/bin/python" "$SCRIPT_DIR/compare.py" "$QFORGE"
 "$VENV_MODELOPT/bin/python" "$SCRIPT_DIR/explain.py" >/dev/null 2>"$QF_INTEROP_WORK/explain.log"
-"$VENV_LLMC/bin/python" "$SCRIPT_DIR/load_ct.py" 2>"$QF_INTEROP_WORK/load.log"
+"$VENV_LLMC/bin/python" "$SCRIPT_DIR/load_ct.py" "$QFORGE" 2>"$QF_INTEROP_WORK/load.log"
 echo "interop run: $(( $(date +%s) - start )) s (without venv setup); outputs in $QF_INTEROP_WORK"

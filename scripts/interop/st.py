@@ -54,6 +54,17 @@ def is_scale(name):
                     "input_global_scale", "k_scale", "v_scale", "weight_zero_point", "pre_quant_scale")
 
 
+def floats(raw, dtype):
+    """float64 values of a float tensor's raw integer view."""
+    if dtype == "F32":
+        return raw.view(np.float32).astype(np.float64)
+    if dtype == "F16":
+        return raw.view(np.float16).astype(np.float64)
+    if dtype == "BF16":
+        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    raise ValueError(dtype)
+
+
 def nibbles(raw, dtype):
     b = raw.view(np.uint8)
     return np.stack([b & 0xF, b >> 4], axis=-1).reshape(-1)
@@ -78,6 +89,9 @@ def compare_tensor(name, ta, tb):
     row["ndiff"] = int((ra != rb).sum())
     if row["ndiff"] and da in _SIGN:
         row["max_ulp"] = int(np.abs(_ordered(ra, da) - _ordered(rb, db)).max())
+        if da in ("F32", "F16", "BF16"):
+            fa, fb = floats(ra, da), floats(rb, db)
+            row["max_rel"] = float((np.abs(fa - fb) / np.maximum(np.abs(fa), 1e-38)).max())
     elif row["ndiff"] and da in ("U8", "F8_E8M0", "I8"):
         ia, ib = ra.astype(np.int64), rb.astype(np.int64)
         if da == "I8":
@@ -126,9 +140,10 @@ def compare_json(pa, pb):
     return diffs
 
 
-def compare_dirs(ref, qf, ignore=()):
-    """Compare a reference export with qforge's. ignore: leaf names (e.g. input_scale) reported but
-    not counted, because they come from calibration data that differs by construction."""
+def compare_dirs(ref, qf, calibrated=()):
+    """Compare a reference export with qforge's. calibrated: leaf names (input_scale, k_scale, ...)
+    of scales that come from a forward pass, summarised apart (distance in ulps) from the weight
+    tensors, which must be identical."""
     A, _ = read_dir(ref)
     B, _ = read_dir(qf)
     rows = []
@@ -139,7 +154,7 @@ def compare_dirs(ref, qf, ignore=()):
             rows.append({"name": name, "kind": "extra", "dtype": B[name][0], "shape": B[name][1]})
         else:
             r = compare_tensor(name, A[name], B[name])
-            r["ignored"] = name.rsplit(".", 1)[-1] in ignore
+            r["calibrated"] = name.rsplit(".", 1)[-1] in calibrated
             rows.append(r)
     cfg = compare_json(os.path.join(ref, "config.json"), os.path.join(qf, "config.json"))
     hq = compare_json(os.path.join(ref, "hf_quant_config.json"), os.path.join(qf, "hf_quant_config.json"))
@@ -150,16 +165,25 @@ def summarize(rows, cfg, hq):
     qcfg = [x for x in cfg if x.startswith("quantization_config")]
     s = {"tensors": 0, "identical": 0, "codes_diff": 0, "codes_n": 0, "codes_total": 0,
          "scales_diff": 0, "scales_n": 0, "scale_max_ulp": 0, "other_diff": 0, "missing": [], "extra": [],
-         "dtype_shape": [], "ignored": [], "cfg_diffs": len(cfg), "qcfg_diffs": len(qcfg), "hq_diffs": len(hq)}
+         "dtype_shape": [], "calibrated": [], "calib_identical": 0, "calib_max_ulp": 0, "calib_max_rel": 0.0,
+         "cfg_diffs": len(cfg), "qcfg_diffs": len(qcfg), "hq_diffs": len(hq)}
     for r in rows:
         if r["kind"] == "missing":
             s["missing"].append(r["name"]); continue
         if r["kind"] == "extra":
             s["extra"].append(r["name"]); continue
-        s["tensors"] += 1
-        if r.get("ignored"):
-            s["ignored"].append(r["name"] + ("" if not r.get("ndiff") else f" (differs, {r.get('max_ulp', '?')} ulp)"))
+        if r.get("calibrated"):
+            s["calibrated"].append(r["name"] + ("" if not r.get("ndiff") else
+                                                f" (differs: {r.get('max_ulp', '?')} ulp, rel {r.get('max_rel', 0):.2e})"))
+            if r["kind"] == "dtype/shape":
+                s["dtype_shape"].append(f"{r['name']}: {r['note']}")
+            elif r["ndiff"] == 0:
+                s["calib_identical"] += 1
+            else:
+                s["calib_max_ulp"] = max(s["calib_max_ulp"], r.get("max_ulp", 0))
+                s["calib_max_rel"] = max(s["calib_max_rel"], r.get("max_rel", 0.0))
             continue
+        s["tensors"] += 1
         if r["kind"] == "dtype/shape":
             s["dtype_shape"].append(f"{r['name']}: {r['note']}"); continue
         if r["ndiff"] == 0:

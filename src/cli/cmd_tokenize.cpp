@@ -1,4 +1,6 @@
-// `qforge tokenize`: the token ids of a text under a model's tokenizer.
+// `qforge tokenize`: the token ids of a text under a model's tokenizer, or the calibration windows
+// that `quantize --calib` would use.
+#include "calib/calibration_data.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -17,11 +19,14 @@ void register_tokenize(CLI::App& app, Action& run) {
   struct Args {
     std::string dir, text, file;
     bool no_bos = false, json = false;
+    std::vector<std::string> calib_files;
+    CalibrationOptions calib;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "tokenize", "Print the token ids of a text under a model's tokenizer (tokenizer.json, "
-                  "tokenizer.model, or vocab.json + merges.txt).");
+                  "tokenizer.model, or vocab.json + merges.txt), or with --calib the calibration "
+                  "windows that quantize and sensitivity would use with the same flags.");
   cmd->add_option("model", args->dir, "Model directory (or a directory of tokenizer files)")
       ->required();
   CLI::Option* prompt = cmd->add_option("-p,--prompt", args->text, "Text to tokenize");
@@ -30,9 +35,28 @@ void register_tokenize(CLI::App& app, Action& run) {
                 "Do not prepend BOS (by default it is prepended when the model's tokenizer "
                 "config asks for it)");
   cmd->add_flag("--json", args->json,
-                "Print JSON on stdout: ids, their vocabulary pieces, count, bos");
+                "Print JSON on stdout: ids, their vocabulary pieces, count, bos (with --calib: "
+                "windows, tokens_available, warnings)");
+  add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/false);
   cmd->callback([args, prompt, &run] {
     run = [args, given = prompt->count() > 0] {
+      if (!args->calib_files.empty()) {
+        if (given || !args->file.empty()) fail("tokenize: --calib replaces -p / --file");
+        args->calib.files.assign(args->calib_files.begin(), args->calib_files.end());
+        const CalibrationData data = load_calibration_data(args->calib, *Tokenizer::load(args->dir));
+        if (args->json) {
+          nlohmann::ordered_json j;
+          j["model"] = args->dir;
+          j["tokens_available"] = data.tokens_available;
+          j["warnings"] = data.warnings;
+          j["windows"] = data.windows;
+          fmt::print("{}\n", j.dump());
+          return 0;
+        }
+        for (const auto& w : data.warnings) fmt::print(stderr, "warning: {}\n", w);
+        for (const auto& w : data.windows) fmt::print("{}\n", fmt::join(w, " "));
+        return 0;
+      }
       std::string text = args->text;
       if (!args->file.empty()) {
         std::error_code ec;

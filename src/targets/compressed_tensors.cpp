@@ -282,7 +282,7 @@ class CompressedTensorsExporter final : public Exporter {
       kv["dynamic"] = false;
       kv["group_size"] = nullptr;
       kv["num_bits"] = 8;
-      kv["observer"] = "minmax";
+      kv["observer"] = nullptr;  // as llm-compressor 0.14 writes it
       kv["observer_kwargs"] = nlohmann::json::object();
       kv["scale_dtype"] = nullptr;
       kv["strategy"] = "tensor";

@@ -5,6 +5,9 @@
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 namespace fs = std::filesystem;
 
@@ -33,6 +36,30 @@ TEST(CalibrationData, WindowsFromPlainTextAreSeededAndStartWithBos) {
   EXPECT_EQ(load_calibration_data(o, *tok).windows, a.windows);  // same seed, same windows
   o.seed = 1;
   EXPECT_NE(load_calibration_data(o, *tok).windows, a.windows);
+}
+
+// `qforge tokenize --calib` prints exactly the windows quantize calibrates on (the interop
+// harness feeds them to the reference tools).
+TEST(CalibrationData, TokenizeCommandPrintsTheWindows) {
+  QF_REQUIRE_FIXTURES();
+  const auto tok = stories_tokenizer();
+  CalibrationOptions o;
+  o.files = {test::fixtures_dir() / "corpora" / "tinyshakespeare.txt"};
+  o.samples = 3;
+  o.seq_len = 16;
+  o.seed = 7;
+  const CalibrationData want = load_calibration_data(o, *tok);
+  const std::string args = test::quote(test::model_dir("stories260K-hf")) + " --calib " +
+                           test::quote(o.files[0]) + " --calib-samples 3 --calib-seq 16 --seed 7";
+  const test::CommandResult json = test::run_qforge("tokenize " + args + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["windows"].get<std::vector<std::vector<int32_t>>>(), want.windows);
+  EXPECT_EQ(j["tokens_available"].get<int64_t>(), want.tokens_available);
+  const test::CommandResult plain = test::run_qforge("tokenize " + args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(std::count(plain.out.begin(), plain.out.end(), '\n'), 3);
+  EXPECT_NE(test::run_qforge("tokenize " + args + " -p hello").exit_code, 0);
 }
 
 TEST(CalibrationData, JsonLinesAndFewerWindowsThanAsked) {
