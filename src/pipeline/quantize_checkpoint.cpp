@@ -84,7 +84,10 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
   report.modules_quantized = int(plan.linear_by_weight.size());
 
   ThreadPool pool(options.threads > 0 ? options.threads : ThreadPool::hardware_threads());
-  StagedDirectory staged(out_dir, options.force);
+  std::vector<fs::path> inputs = {source.dir};
+  inputs.insert(inputs.end(), options.calib.files.begin(), options.calib.files.end());
+  StagedDirectory staged(out_dir, options.force, inputs);
+  report.warnings.insert(report.warnings.end(), staged.notes().begin(), staged.notes().end());
   LinearQuantizer quantizer(source, plan, options, *exporter, pool);
 
   // 2. Calibrate and run the data-driven algorithms, one decoder layer at a time.

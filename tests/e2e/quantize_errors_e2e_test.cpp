@@ -101,6 +101,30 @@ TEST(QuantizeCli, TinyModelQuantizesAndExistingOutputNeedsForce) {
             "FP8_PER_CHANNEL_PER_TOKEN");
 }
 
+// `quantize P/model -o P --force` once deleted the input with everything else under P.
+TEST(QuantizeCli, ForceNeverDeletesTheInput) {
+  test::ScratchDir dir;
+  TinyModel().write(dir / "p" / "model");
+  const auto r = test::run_qforge("quantize " + quote(dir / "p" / "model") + " -o " +
+                                  quote(dir / "p") + " -q --force");
+  expect_one_line_error(r, "--force would delete the input");
+  EXPECT_TRUE(fs::exists(dir / "p" / "model" / "config.json"));
+}
+
+// A staging directory left by a killed run is removed by the next run and reported.
+TEST(QuantizeCli, StaleStagingDirectoryIsRemovedAndReported) {
+  test::ScratchDir dir;
+  TinyModel().write(dir / "model");
+  const fs::path stale = dir / ".out.qforge-tmp-2147483646";  // no such process
+  fs::create_directories(stale);
+  test::write_file(stale / "model.safetensors", "partial");
+  const auto r = test::run_qforge("quantize " + quote(dir / "model") + " -o " + quote(dir / "out"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_NE((r.out + r.err).find("removed, left by an interrupted run"), std::string::npos)
+      << r.out << r.err;
+}
+
 TEST(QuantizeCli, NanWeightIsNamed) {
   test::ScratchDir dir;
   TinyModel m;
