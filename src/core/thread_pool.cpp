@@ -1,9 +1,29 @@
 #include "core/thread_pool.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <system_error>
+
 namespace qf {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  // Far beyond any machine's cores; a larger request is a typo, not a reason to fail.
+  constexpr int kMaxThreads = 4096;
+  if (threads > kMaxThreads) {
+    start_failure_ = fmt::format("{} threads asked, {} used", threads, kMaxThreads);
+    threads = kMaxThreads;
+  }
+  workers_.reserve(size_t(std::max(threads - 1, 0)));
+  for (int i = 1; i < threads; ++i) {
+    try {
+      workers_.emplace_back([this] { worker_loop(); });
+    } catch (const std::system_error& e) {
+      // Workers already started wait on wake_ and are joined by the destructor as usual.
+      start_failure_ = fmt::format("started {} of {} threads: {}", i, threads, e.what());
+      break;
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -7,6 +7,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,13 +15,18 @@ namespace qf {
 
 class ThreadPool {
  public:
-  // `threads` >= 1 counts the calling thread, which takes part in every parallel_for.
+  // `threads` >= 1 counts the calling thread, which takes part in every parallel_for. If the
+  // system refuses to start some of the worker threads (thread or memory limits), the pool runs
+  // with those that started (size() says how many; at worst the calling thread alone) and
+  // start_failure() says why: results do not depend on the thread count.
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
+  // Empty, or the system's reason for starting fewer threads than asked.
+  const std::string& start_failure() const { return start_failure_; }
 
   // Runs fn(i) once for every i in [0, n) and returns when all calls are done. Tasks are taken
   // dynamically; the first exception thrown by any task is rethrown here after the rest finish.
@@ -46,6 +52,7 @@ class ThreadPool {
   int busy_workers_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
+  std::string start_failure_;
 };
 
 }  // namespace qf

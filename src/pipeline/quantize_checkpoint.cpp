@@ -84,6 +84,7 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
   report.modules_quantized = int(plan.linear_by_weight.size());
 
   ThreadPool pool(options.threads > 0 ? options.threads : ThreadPool::hardware_threads());
+  if (!pool.start_failure().empty()) report.warnings.push_back("thread pool: " + pool.start_failure());
   std::vector<fs::path> inputs = {source.dir};
   inputs.insert(inputs.end(), options.calib.files.begin(), options.calib.files.end());
   StagedDirectory staged(out_dir, options.force, inputs);
