@@ -7,11 +7,95 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <string>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 namespace qf {
+namespace {
+
+// A file that shrinks while it is mapped (truncated or rewritten by another program) makes the
+// next read of a page past its new end raise SIGBUS. The handler turns that into qforge's
+// one-line error naming the file: it finds the mapping in this table with async-signal-safe
+// reads only, writes the message and exits.
+struct MappedRange {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};
+  char path[480] = {};
+};
+constexpr size_t kRanges = 256;
+MappedRange g_ranges[kRanges];
+
+void write_all(const char* s, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= size_t(w);
+  }
+}
+
+void on_sigbus(int sig, siginfo_t* info, void*) {
+  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (const MappedRange& r : g_ranges) {
+    const uintptr_t b = r.begin.load(std::memory_order_acquire);
+    if (b != 0 && addr >= b && addr < r.end.load(std::memory_order_relaxed)) {
+      const char head[] = "qforge: error: ";
+      const char tail[] = ": the file changed size while it was being read (truncated or "
+                          "rewritten by another program?)\n";
+      write_all(head, sizeof(head) - 1);
+      write_all(r.path, ::strnlen(r.path, sizeof(r.path)));
+      write_all(tail, sizeof(tail) - 1);
+      ::_exit(1);
+    }
+  }
+  // Not one of our mappings: the default action (a crash with a core), as if unhandled.
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void register_range(const std::byte* data, size_t size, const std::filesystem::path& path) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);
+  });
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  for (MappedRange& r : g_ranges) {
+    if (r.begin.load(std::memory_order_relaxed) != 0) continue;
+    const std::string p = path.string();
+    const size_t n = std::min(p.size(), sizeof(r.path) - 1);
+    std::memcpy(r.path, p.data(), n);
+    r.path[n] = '\0';
+    r.end.store(reinterpret_cast<uintptr_t>(data) + size, std::memory_order_relaxed);
+    r.begin.store(reinterpret_cast<uintptr_t>(data), std::memory_order_release);
+    return;
+  }
+  // More live mappings than slots: such a file still reads correctly; only a truncation of it
+  // would end in a plain SIGBUS.
+}
+
+void unregister_range(const std::byte* data) {
+  for (MappedRange& r : g_ranges)
+    if (r.begin.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(data))
+      r.begin.store(0, std::memory_order_release);
+}
+
+void unmap(std::byte* data, size_t size) {
+  unregister_range(data);
+  ::munmap(data, size);
+}
+
+}  // namespace
 
 MappedFile MappedFile::open(const std::filesystem::path& path) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; regular
@@ -39,6 +123,7 @@ MappedFile MappedFile::open(const std::filesystem::path& path) {
       fail("{}: cannot map: {}", path.string(), std::strerror(e));
     }
     f.data_ = static_cast<std::byte*>(p);
+    register_range(f.data_, f.size_, path);
   }
   ::close(fd);
   return f;
@@ -48,7 +133,7 @@ MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); 
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    if (data_) ::munmap(data_, size_);
+    if (data_) unmap(data_, size_);
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
@@ -57,7 +142,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(data_, size_);
+  if (data_) unmap(data_, size_);
 }
 
 void MappedFile::release(size_t offset, size_t length) const {
