@@ -84,7 +84,8 @@ void register_quantize(CLI::App& app, Action& run) {
     int threads = 0;
     KernelMode kernels = KernelMode::exact;
     std::string scale_division = "gpu";
-    bool force = false, json = false, quiet = false, calib_quantized_inputs = false;
+    bool force = false, json = false, quiet = false, calib_quantized_inputs = false,
+         allow_nonfinite = false;
     float smoothquant_alpha = 1.0f;
     bool quantize_lm_head = false;
   };
@@ -168,7 +169,13 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_option("--max-shard-size", args->max_shard,
                   "Largest output shard, e.g. 5GB, 500MB, 2GiB; more shards get an index file")
       ->capture_default_str();
-  cmd->add_flag("--force", args->force, "Replace the output directory if it exists");
+  cmd->add_flag("--force", args->force,
+                "Replace the output directory if it exists: a previous output (a directory of "
+                "files, never one holding the input), swapped in atomically once the new one is "
+                "complete");
+  cmd->add_flag("--allow-nonfinite", args->allow_nonfinite,
+                "Copy unquantized tensors (embeddings, norms, skipped Linears) that hold NaN or "
+                "Inf with a warning instead of failing; tensors to quantize must be finite");
   cmd->add_flag("--json", args->json, "Print the summary as JSON on stdout");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or warnings on stderr");
   auto plan = std::make_shared<PlanArgs>();
@@ -189,6 +196,7 @@ void register_quantize(CLI::App& app, Action& run) {
           args->scale_division == "cpu" ? ConstantDivision::cpu : ConstantDivision::gpu;
       o.max_shard_bytes = parse_size(args->max_shard);
       o.force = args->force;
+      o.allow_nonfinite = args->allow_nonfinite;
       o.progress = !args->quiet && !args->json;
       o.algo = *parse_weight_algo(args->algo);
       o.activations = args->activations == "nvfp4" ? ActQuant::nvfp4

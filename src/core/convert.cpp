@@ -65,4 +65,32 @@ void round_through(DType dtype, float* x, size_t n) {
   convert_to_f32(dtype, stored.data(), x, n);
 }
 
+namespace {
+
+// Exponent all ones: Inf or NaN, whatever the mantissa.
+template <typename U>
+uint64_t count_exponent_all_ones(const void* data, size_t nbytes, U mask) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t n = 0;
+  for (size_t i = 0; i + sizeof(U) <= nbytes; i += sizeof(U)) {
+    U u;
+    std::memcpy(&u, p + i, sizeof(U));
+    n += (u & mask) == mask;
+  }
+  return n;
+}
+
+}  // namespace
+
+uint64_t count_nonfinite(DType dtype, const void* data, size_t nbytes) {
+  switch (dtype) {
+    case DType::F32: return count_exponent_all_ones<uint32_t>(data, nbytes, 0x7F800000u);
+    case DType::F16: return count_exponent_all_ones<uint16_t>(data, nbytes, 0x7C00u);
+    case DType::BF16: return count_exponent_all_ones<uint16_t>(data, nbytes, 0x7F80u);
+    case DType::F64:
+      return count_exponent_all_ones<uint64_t>(data, nbytes, 0x7FF0000000000000ull);
+    default: return 0;
+  }
+}
+
 }  // namespace qf

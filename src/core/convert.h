@@ -4,6 +4,7 @@
 #include "core/dtype.h"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace qf {
 
@@ -20,5 +21,10 @@ void convert_from_f32(DType dtype, const float* src, void* dst, size_t n);
 void round_through(DType dtype, float* x, size_t n);
 // One value: what a torch op computing in float32 and storing `dtype` gives.
 float round_through(DType dtype, float x);
+
+// Number of NaN and Inf elements in `nbytes` bytes of `dtype` data (F32, F16, BF16, F64; 0 for
+// integer and FP8 dtypes, whose files cannot hold them in a way the math reads). `nbytes` need
+// not be a whole number of elements: a trailing partial element is ignored.
+uint64_t count_nonfinite(DType dtype, const void* data, size_t nbytes);
 
 }  // namespace qf

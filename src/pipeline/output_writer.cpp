@@ -2,6 +2,7 @@
 
 #include "algo/mse.h"
 #include "algo/round_to_nearest.h"
+#include "core/convert.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/json_file.h"
@@ -31,6 +32,16 @@ struct OutputItem {
     return n;
   }
 };
+
+// Whether every code of q has magnitude zero (sign bits aside): the layer dequantizes to zero.
+bool all_codes_zero(const QuantizedTensor& q) {
+  uint8_t magnitude = 0xFF;  // int4 / int8: one two's complement code per byte
+  if (q.format == Format::nvfp4 || q.format == Format::mxfp4) magnitude = 0x77;  // two E2M1
+  else if (q.format == Format::fp8) magnitude = 0x7F;
+  for (const uint8_t c : q.codes)
+    if (c & magnitude) return false;
+  return !q.codes.empty();
+}
 
 }  // namespace
 
@@ -140,10 +151,20 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         writer.write(item.specs[0].name, bytes);
         ++report.tensors_copied;
       } else if (item.linear < 0) {
-        // Large tensors (embeddings) are streamed so their pages never all stay resident.
+        // Large tensors (embeddings) are streamed so their pages never all stay resident; the
+        // NaN/Inf check reads each chunk as it goes by.
+        uint64_t nonfinite = 0;
         writer.write(item.specs[0].name, {view.data, view.nbytes}, [&](size_t offset, size_t length) {
+          nonfinite += count_nonfinite(view.dtype, view.data + offset, length);
           t.file->release(*t.entry, offset, length);
         });
+        if (nonfinite > 0) {
+          const std::string what = fmt::format("{}: tensor '{}' has {} NaN or Inf values",
+                                                t.file->path().string(), t.name, nonfinite);
+          if (!options.allow_nonfinite)
+            fail("{} (--allow-nonfinite copies such unquantized tensors as they are)", what);
+          report.warnings.push_back(what + ", copied as it is (--allow-nonfinite)");
+        }
         ++report.tensors_copied;
       } else {
         const size_t li = size_t(item.linear);
@@ -156,6 +177,11 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         } else {
           q = quantizer.max_or_mse(li);
         }
+        if (all_codes_zero(q))
+          report.warnings.push_back(fmt::format(
+              "{}: every weight quantizes to zero in {} (all zero, or too small for the format's "
+              "scales): the layer's output will be zero",
+              plan.exported[li].module, format_info(l.format).name));
         if (l.act != ActQuant::none)
           extras.input_scale = calibration.input_scale(li, arch, options.activations, model_dir);
         if (l.pre_quant_scale && extras.pre_quant_scale.empty())

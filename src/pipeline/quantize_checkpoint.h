@@ -60,6 +60,9 @@ struct QuantizeOptions {
   KernelMode kernels = KernelMode::exact;  // Linear products of the calibration forward
   uint64_t max_shard_bytes = 5'000'000'000;
   bool force = false;     // replace an existing output directory
+  // Copy unquantized tensors holding NaN/Inf (embeddings, norms, skipped Linears) with a
+  // warning instead of failing; tensors to be quantized must be finite regardless.
+  bool allow_nonfinite = false;
   bool progress = true;   // progress bar on stderr when it is a terminal
   // Mixed precision (--auto, --recipe): each Linear's own format and block (fused groups must
   // agree; a module absent or "keep" stays unquantized); `format` and `block` are then unused.

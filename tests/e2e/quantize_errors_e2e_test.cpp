@@ -137,13 +137,37 @@ TEST(QuantizeCli, NanWeightIsNamed) {
   expect_nothing_left(dir / "out");
 }
 
+// NaN/Inf in a tensor that is copied, not quantized (here the embedding), is an error naming
+// it, or with --allow-nonfinite a warning naming it.
+TEST(QuantizeCli, NanInACopiedTensorIsAnErrorOrANamedWarning) {
+  test::ScratchDir dir;
+  TinyModel m;
+  m.value = [](const std::string& name, int64_t i) {
+    return name.find("embed_tokens") != std::string::npos && i == 5 ? INFINITY : 0.01f;
+  };
+  m.write(dir / "model");
+  const std::string cmd = "quantize " + quote(dir / "model") + " -o " + quote(dir / "out");
+  auto r = test::run_qforge(cmd + " -q");
+  expect_one_line_error(r, "tensor 'model.embed_tokens.weight' has 1 NaN or Inf values");
+  expect_nothing_left(dir / "out");
+  r = test::run_qforge(cmd + " --allow-nonfinite");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("'model.embed_tokens.weight' has 1 NaN or Inf values, copied as it is"),
+            std::string::npos)
+      << r.err;
+}
+
+// An all-zero Linear quantizes (to zero codes, finite scales) and is reported.
 TEST(QuantizeCli, AllZeroWeightEncodesWithoutNan) {
   test::ScratchDir dir;
   TinyModel m;
   m.value = [](const std::string&, int64_t) { return 0.f; };
   m.write(dir / "model");
-  const auto r = test::run_qforge("quantize " + quote(dir / "model") + " -o " + quote(dir / "out") + " -q");
+  const auto r = test::run_qforge("quantize " + quote(dir / "model") + " -o " + quote(dir / "out"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("model.layers.0.mlp.down_proj: every weight quantizes to zero"),
+            std::string::npos)
+      << r.err;
   const Checkpoint c = Checkpoint::open(dir / "out");
   const CheckpointTensor* ws2 = c.find("model.layers.0.mlp.down_proj.weight_scale_2");
   ASSERT_NE(ws2, nullptr);
