@@ -82,8 +82,9 @@ std::vector<tok::AddedToken> config_added_tokens(const json& tokenizer_config, c
   for (const auto& [key, value] : it->items()) {
     char* end = nullptr;
     const long id = std::strtol(key.c_str(), &end, 10);
-    if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX)
-      fail("{}: added_tokens_decoder key {} is not a token id", file.string(), quote_name(key));
+    if (key.empty() || *end != '\0' || id < 0 || id > tok::kMaxTokenId)
+      fail("{}: added_tokens_decoder key {} is not a token id (0 to {})", file.string(),
+           quote_name(key), tok::kMaxTokenId);
     out.push_back(tok::parse_added_token(value, static_cast<int32_t>(id), file.string()));
   }
   return out;

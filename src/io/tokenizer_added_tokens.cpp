@@ -39,8 +39,9 @@ AddedToken parse_added_token(const nlohmann::json& j, int32_t id, const std::str
   if (id < 0) {
     const auto it = j.find("id");
     if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 0 ||
-        it->get<int64_t>() > INT32_MAX)
-      fail("{}: added token {} has no valid \"id\"", context, quote_name(t.content));
+        it->get<int64_t>() > kMaxTokenId)
+      fail("{}: added token {} has no valid \"id\" (0 to {})", context, quote_name(t.content),
+           kMaxTokenId);
     id = static_cast<int32_t>(it->get<int64_t>());
   }
   t.id = id;

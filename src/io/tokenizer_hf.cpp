@@ -636,9 +636,9 @@ class JsonReader {
     if (!j.is_object()) error("model.vocab is not an object");
     out.reserve(j.size());
     for (const auto& [token, id] : j.items()) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= INT32_MAX)
-        error(fmt::format("vocabulary id of {} is not a non-negative 32-bit integer",
-                          quote_name(token)));
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId)
+        error(fmt::format("vocabulary id of {} is not an integer from 0 to {}", quote_name(token),
+                          kMaxTokenId));
       if (invalid_utf8_offset(token) != kValidUtf8)
         error(fmt::format("vocabulary token {} is not valid UTF-8", quote_name(token)));
       out.emplace(token, static_cast<int32_t>(id.get<int64_t>()));

@@ -15,6 +15,10 @@
 
 namespace qf::tok {
 
+// The largest token id a tokenizer file may use. Real vocabularies stay below 2^18; the cap
+// keeps a hostile id (2^31 - 1) from overflowing `id + 1` or sizing a table of billions.
+inline constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
+
 // A token matched in the text before pre-tokenization (tokenizer.json `added_tokens`).
 struct AddedToken {
   std::string content;
