@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
   libhwy-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libsentencepiece-dev libpcre2-dev libutf8proc-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev libyaml-cpp-dev
   libgtest-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 bc time

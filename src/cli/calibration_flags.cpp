@@ -19,3 +19,14 @@ void add_calibration_flags(CLI::App* cmd, CalibrationOptions& calib, std::vector
 }
 
 }  // namespace qf::cli
+
+namespace qf::cli {
+
+void add_tokenizer_option(CLI::App* cmd, std::string& dir) {
+  cmd->add_option("--tokenizer", dir,
+                  "Read the tokenizer (tokenizer.json, tokenizer.model or vocab.json + merges.txt, "
+                  "with tokenizer_config.json) from this directory instead of the model "
+                  "directory (default: the model directory)");
+}
+
+}  // namespace qf::cli

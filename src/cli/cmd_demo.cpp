@@ -28,7 +28,7 @@ void register_demo(CLI::App& app, Action& run) {
       "demo", "Synthesize a small Llama checkpoint, quantize it, print the summary, and measure "
               "the result against the original (KL divergence, top-1 agreement, decode speed).");
   cmd->add_option("--format", args->format, "Weight format")
-      ->check(CLI::IsMember(format_name_choices(/*weight_only=*/true)))
+      ->check(name_choice("format", format_name_choices(/*weight_only=*/true)))
       ->capture_default_str();
   cmd->add_option("--shape", args->shape, "Synthetic model shape (see `qforge synth --help`)")
       ->capture_default_str();

@@ -14,7 +14,7 @@ namespace qf::cli {
 namespace {
 
 struct EvalArgs {
-  std::string text;
+  std::string text, tokenizer;
   int64_t ctx = 256;
   int64_t max_chars = 0;
   int threads = 0;
@@ -35,12 +35,13 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", a.json, "Print JSON on stdout");
   add_kernels_option(cmd, a.kernels);
+  add_tokenizer_option(cmd, a.tokenizer);
 }
 
 // The token stream of the protocol: BOS once at the start (when the tokenizer has one).
 std::vector<int32_t> stream_ids(const std::string& model_dir, const EvalArgs& a) {
   const std::string text = read_eval_text(a.text, a.max_chars);
-  const auto tok = Tokenizer::load(model_dir);
+  const auto tok = Tokenizer::load_for_model(model_dir, a.tokenizer);
   return tok->encode(text, tok->bos_id() >= 0);
 }
 
@@ -98,7 +99,8 @@ void register_eval(CLI::App& app, Action& run) {
   CLI::App* kl = eval->add_subcommand(
       "kl", "Per-token KL(BASE || QUANT) of the next-token distributions on --text (mean and "
             "99th percentile, nats), top-1 agreement, and both perplexities. The text is "
-            "tokenized with BASE's tokenizer.");
+            "tokenized with BASE's tokenizer (or --tokenizer's). A quantized BASE with an "
+            "unquantized QUANT is taken for swapped arguments and warned about.");
   kl->add_option("base", k_models->first, "Reference model directory")->required();
   kl->add_option("quant", k_models->second, "Quantized model directory")->required();
   add_common(kl, *ka);
@@ -109,6 +111,16 @@ void register_eval(CLI::App& app, Action& run) {
       mo.kernels = ka->kernels;
       auto base = Model::load(k_models->first, mo);
       auto quant = Model::load(k_models->second, mo);
+      std::vector<std::string> warnings;
+      // KL is not symmetric: with the arguments swapped the numbers look plausible but measure
+      // the original against the quantized model.
+      if (base->weights().quantization != "none" && quant->weights().quantization == "none")
+        warnings.push_back(fmt::format(
+            "BASE {} is quantized ({}) and QUANT {} is not: the arguments look swapped; "
+            "eval kl takes the original model first (eval kl {} {})",
+            k_models->first, base->weights().quantization, k_models->second, k_models->second,
+            k_models->first));
+      for (const auto& w : warnings) fmt::print(stderr, "qforge: warning: {}\n", w);
       const auto ids = stream_ids(k_models->first, *ka);
       std::unique_ptr<Progress> bar;
       const auto r = kl_divergence(*base, *quant, ids, ka->ctx,
@@ -122,6 +134,7 @@ void register_eval(CLI::App& app, Action& run) {
         j["ppl_base"] = r.ppl_base;
         j["ppl_quant"] = r.ppl_quant;
         j["tokens"] = r.tokens;
+        j["warnings"] = warnings;
         fmt::print("{}\n", j.dump(2));
       } else {
         fmt::print("{:<22} {:.6f}\n", "KL mean (nats)", r.kl_mean);

@@ -12,7 +12,7 @@ namespace qf::cli {
 
 void register_generate(CLI::App& app, Action& run) {
   struct Args {
-    std::string dir, prompt;
+    std::string dir, prompt, tokenizer;
     int64_t n = 128;
     float temp = 0.f, top_p = 1.f;
     uint64_t seed = 0;
@@ -40,9 +40,10 @@ void register_generate(CLI::App& app, Action& run) {
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
   add_kernels_option(cmd, args->kernels);
+  add_tokenizer_option(cmd, args->tokenizer);
   cmd->callback([args, &run] {
     run = [args] {
-      const auto tok = Tokenizer::load(args->dir);
+      const auto tok = Tokenizer::load_for_model(args->dir, args->tokenizer);
       ModelOptions mo;
       mo.threads = args->threads;
       mo.kernels = args->kernels;

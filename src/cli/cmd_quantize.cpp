@@ -13,8 +13,16 @@ namespace qf::cli {
 
 void print_quantize_summary(const QuantizeReport& r) {
   const double mbps = r.seconds > 0 ? double(r.bytes_in) / r.seconds / 1e6 : 0;
-  fmt::print("qforge quantize -> {} ({}, {} export)\n", r.output.string(), r.format,
-             r.export_format);
+  if (r.dry_run) {
+    fmt::print("qforge quantize --dry-run{} ({}, {} export): nothing written\n",
+               r.output.empty() ? "" : " -> " + r.output.string(), r.format, r.export_format);
+    fmt::print("  {:<44} {:<14} {:>6}  {}\n", "module", "format", "bits", "kept because");
+    for (const ModuleDecision& m : r.modules)
+      fmt::print("  {:<44} {:<14} {:>6.3f}  {}\n", m.name, m.format, m.bits, m.reason);
+  } else {
+    fmt::print("qforge quantize -> {} ({}, {} export)\n", r.output.string(), r.format,
+               r.export_format);
+  }
   fmt::print("  {:<28} {}\n", "modules quantized", r.modules_quantized);
   fmt::print("  {:<28} {}\n", "modules left unquantized", r.modules_excluded);
   fmt::print("  {:<28} {}\n", "lm_head",
@@ -23,15 +31,20 @@ void print_quantize_summary(const QuantizeReport& r) {
                                  : std::string("kept in its dtype"));
   fmt::print("  {:<28} {}\n", "tensors copied unchanged", r.tensors_copied);
   fmt::print("  {:<28} {} ({} bytes)\n", "bytes in", human_bytes(double(r.bytes_in)), r.bytes_in);
-  fmt::print("  {:<28} {} ({} bytes)\n", "bytes out", human_bytes(double(r.bytes_out)), r.bytes_out);
+  fmt::print("  {:<28} {} ({} bytes)\n", r.dry_run ? "bytes out (predicted)" : "bytes out",
+             human_bytes(double(r.bytes_out)), r.bytes_out);
   fmt::print("  {:<28} {:.2f}x\n", "size ratio in/out",
              r.bytes_out ? double(r.bytes_in) / double(r.bytes_out) : 0.0);
   fmt::print("  {:<28} {:.3f}\n", "bits per quantized weight", r.bits_per_quantized_weight());
   fmt::print("  {:<28} {}\n", "output shards", r.shards);
+  fmt::print("  {:<28} {}\n", "algorithm", r.algo);
+  if (r.dry_run) {
+    fmt::print("  {:<28} {} / kv cache {}\n", "activations", r.activations, r.kv_cache);
+    return;  // the module table above already says what is kept and why
+  }
   fmt::print("  {:<28} {:.2f} s\n", "time", r.seconds);
   fmt::print("  {:<28} {:.1f} MB/s\n", "throughput (input)", mbps);
   fmt::print("  {:<28} {}\n", "peak memory (RSS)", human_bytes(double(r.peak_rss_bytes)));
-  fmt::print("  {:<28} {}\n", "algorithm", r.algo);
   if (r.calib_tokens > 0) {
     fmt::print("  {:<28} {} / kv cache {}\n", "activations", r.activations, r.kv_cache);
     fmt::print("  {:<28} {} tokens, {:.2f} s, {:.0f} tokens/s\n", "calibration", r.calib_tokens,
@@ -47,6 +60,7 @@ void print_quantize_summary(const QuantizeReport& r) {
 
 std::string quantize_report_json(const QuantizeReport& r) {
   nlohmann::ordered_json j;
+  if (r.dry_run) j["dry_run"] = true;
   j["output"] = r.output.string();
   j["format"] = r.format;
   j["export"] = r.export_format;
@@ -72,6 +86,13 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["excluded"] = nlohmann::ordered_json::array();
   for (const auto& e : r.excluded) j["excluded"].push_back({{"name", e.name}, {"reason", e.reason}});
   j["warnings"] = r.warnings;
+  if (r.dry_run) {
+    j["size_ratio"] = r.bytes_out ? double(r.bytes_in) / double(r.bytes_out) : 0.0;
+    j["modules"] = nlohmann::ordered_json::array();
+    for (const ModuleDecision& m : r.modules)
+      j["modules"].push_back(
+          {{"name", m.name}, {"format", m.format}, {"bits", m.bits}, {"reason", m.reason}});
+  }
   return j.dump(2);
 }
 
@@ -88,6 +109,8 @@ void register_quantize(CLI::App& app, Action& run) {
          allow_nonfinite = false;
     float smoothquant_alpha = 1.0f;
     bool quantize_lm_head = false;
+    std::string qformat, tokenizer;
+    bool dry_run = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -98,20 +121,19 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_option("model", args->model, "Input model directory (config.json + safetensors)")
       ->required();
   cmd->add_option("-o,--output", args->out, "Output directory (written under a temporary name, "
-                                            "renamed when complete)")
-      ->required();
+                                            "renamed when complete); required unless --dry-run");
   std::string format_help = "Weight format: ";
   for (const FormatInfo& f : all_formats()) {
     if (f.id != all_formats().front().id) format_help += ", ";
     format_help += fmt::format("{} ({})", f.name, f.cli_summary);
   }
-  cmd->add_option("--format", args->format, format_help)
-      ->check(CLI::IsMember(format_name_choices(/*weight_only=*/false)))
+  CLI::Option* format_opt = cmd->add_option("--format", args->format, format_help)
+      ->check(name_choice("format", format_name_choices(/*weight_only=*/false)))
       ->capture_default_str();
   cmd->add_option("--export", args->export_format,
                   "Checkpoint format: modelopt (ModelOpt HF: vLLM, SGLang, TensorRT-LLM) or "
                   "compressed-tensors (vLLM, SGLang, transformers)")
-      ->check(CLI::IsMember(target_names()))
+      ->check(name_choice("export format", target_names()))
       ->capture_default_str();
   cmd->add_option("--exclude", args->exclude,
                   "Leave modules matching this glob unquantized (repeatable), e.g. "
@@ -122,12 +144,12 @@ void register_quantize(CLI::App& app, Action& run) {
                 "some accuracy cost. Tied embeddings are untied (model.embed_tokens keeps its "
                 "dtype). Weight-only (max, or mse with --algo mse). Engine support varies: "
                 "vLLM loads an NVFP4 ModelOpt lm_head only in recent builds, SGLang not");
-  cmd->add_option("--group-size", args->group_size,
+  CLI::Option* group_opt = cmd->add_option("--group-size", args->group_size,
                   "INT4 group size (elements per scale along the input dimension): 32, 64, 128, "
                   "or channel (one scale per output channel: the group is the whole input row); "
                   "default 128")
-      ->check(CLI::IsMember({"32", "64", "128", "channel"}));
-  cmd->add_option("--algo", args->algo,
+      ->check(name_choice("group size", {"32", "64", "128", "channel"}));
+  CLI::Option* algo_opt = cmd->add_option("--algo", args->algo,
                   "Weight algorithm: max (round to nearest, no data), mse (amax search, no data), "
                   "awq (activation-aware scales + clip search; needs --calib), gptq (inverse-Hessian "
                   "error feedback; needs --calib), awq+gptq, local_hessian (NVFP4: per-block FP8 "
@@ -135,25 +157,47 @@ void register_quantize(CLI::App& app, Action& run) {
                   "local_hessian+gptq (GPTQ with those block scales frozen), smoothquant (INT8 "
                   "W8A8 with --format int8 --activations int8: per-channel scales that move "
                   "activation outliers into the weights; needs --calib)")
-      ->check(CLI::IsMember({"max", "mse", "awq", "gptq", "awq+gptq", "local_hessian",
-                             "local_hessian+gptq", "smoothquant"}))
+      ->check(name_choice("algorithm", {"max", "mse", "awq", "gptq", "awq+gptq", "local_hessian",
+                                        "local_hessian+gptq", "smoothquant"}))
       ->capture_default_str();
   cmd->add_option("--smoothquant-alpha", args->smoothquant_alpha,
                   "SmoothQuant migration strength alpha in [0, 1]: s = w_max^(1-alpha) / "
                   "a_max^alpha (1.0 is ModelOpt's default, 0.5 llm-compressor's and the paper's)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  cmd->add_option("--activations", args->activations,
+  CLI::Option* act_opt = cmd->add_option("--activations", args->activations,
                   "Activation quantization: none (weight-only), nvfp4 (W4A4 with --format nvfp4: "
                   "input_scale from calibration), fp8 (W8A8 per-tensor with --format fp8), int8 "
                   "(W8A8 per-tensor with --format int8). Anything but none needs --calib")
-      ->check(CLI::IsMember({"none", "nvfp4", "fp8", "int8"}))
+      ->check(name_choice("activation format", {"none", "nvfp4", "fp8", "int8"}))
       ->capture_default_str();
   cmd->add_option("--kv-cache", args->kv_cache,
                   "KV-cache quantization: none or fp8 (k_scale / v_scale from calibration)")
-      ->check(CLI::IsMember({"none", "fp8"}))
+      ->check(name_choice("kv-cache format", {"none", "fp8"}))
       ->capture_default_str();
+  std::string qformat_help =
+      "ModelOpt's name for a quantization (hf_ptq.py --qformat; case-insensitive), standing for "
+      "--format/--activations/--algo/--group-size:";
+  for (const QFormat& q : qformats())
+    qformat_help += fmt::format(" {} = {}{};", q.name, q.summary,
+                                q.refusal.empty()
+                                    ? fmt::format(" (--format {} --activations {} --algo {}{})",
+                                                  q.format, q.activations, q.algo,
+                                                  q.group_size.empty()
+                                                      ? ""
+                                                      : " --group-size " + std::string(q.group_size))
+                                    : " (refused: " + std::string(q.refusal) + ")");
+  qformat_help += " An explicit --format/--activations/--algo that differs is an error; default: "
+                  "none (the flags decide)";
+  cmd->add_option("--qformat", args->qformat, qformat_help)
+      ->check(name_choice("qformat", qformat_names(), /*ignore_case=*/true));
+  cmd->add_flag("--dry-run", args->dry_run,
+                "Print the plan (per module: format, bits per weight, what is kept and why), the "
+                "predicted output size, bits per weight and ratio; write nothing and run no "
+                "calibration (except --auto's scoring) (with --json: the same as JSON). Off by "
+                "default");
   add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/false);
+  add_tokenizer_option(cmd, args->tokenizer);
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
                 "Calibrate each layer on the outputs of the already-quantized previous layers "
                 "(as GPTQ recipes do) instead of the original model's");
@@ -161,7 +205,7 @@ void register_quantize(CLI::App& app, Action& run) {
                   "Which ModelOpt build the scale divisions (amax/2688, /448, /127, /7, /6) "
                   "reproduce: gpu (amax * fl32(1/c), as PyTorch on CUDA: checkpoints ModelOpt "
                   "writes on a GPU) or cpu (exact division: ModelOpt run on a CPU)")
-      ->check(CLI::IsMember({"gpu", "cpu"}))
+      ->check(name_choice("scale division", {"gpu", "cpu"}))
       ->capture_default_str();
   add_kernels_option(cmd, args->kernels);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
@@ -180,8 +224,17 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or warnings on stderr");
   auto plan = std::make_shared<PlanArgs>();
   add_plan_options(cmd, *plan);
-  cmd->callback([args, plan, &run] {
-    run = [args, plan] {
+  cmd->callback([=, &run] {
+    const bool format_given = format_opt->count() > 0, act_given = act_opt->count() > 0,
+               algo_given = algo_opt->count() > 0, group_given = group_opt->count() > 0;
+    run = [=] {
+      if (!args->qformat.empty())
+        apply_qformat(args->qformat, {{"--format", &args->format, format_given},
+                                      {"--activations", &args->activations, act_given},
+                                      {"--algo", &args->algo, algo_given},
+                                      {"--group-size", &args->group_size, group_given}});
+      if (args->out.empty() && !args->dry_run)
+        fail("quantize: -o/--output is required (unless --dry-run)");
       QuantizeOptions o;
       o.format = *parse_format(args->format);
       o.export_format = *parse_export_format(args->export_format);
@@ -207,9 +260,16 @@ void register_quantize(CLI::App& app, Action& run) {
       o.calib.files.assign(args->calib_files.begin(), args->calib_files.end());
       o.calib_quantized_inputs = args->calib_quantized_inputs;
       o.smoothquant_alpha = args->smoothquant_alpha;
-      const SourceModel source = SourceModel::open(args->model);
+      const SourceModel source = SourceModel::open(args->model, args->tokenizer);
+      source.require_unquantized("quantize");
       apply_plan(*plan, o, source, args->quiet);
-      const QuantizeReport r = quantize_checkpoint(source, args->out, o);
+      QuantizeReport r;
+      if (args->dry_run) {
+        r = plan_quantization(source, o);
+        r.output = args->out;
+      } else {
+        r = quantize_checkpoint(source, args->out, o);
+      }
       if (!args->quiet)
         for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);
       if (args->json) fmt::print("{}\n", quantize_report_json(r));

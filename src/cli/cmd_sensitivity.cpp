@@ -2,6 +2,7 @@
 // model's output in each candidate format, as a sorted table, JSON and an HTML report.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/suggest.h"
 #include "pipeline/sensitivity_run.h"
 
 #include <fmt/format.h>
@@ -19,8 +20,7 @@ std::vector<FormatChoice> parse_format_list(const std::string& list) {
     if (item.empty()) continue;
     const auto c = parse_format_choice(item);
     if (!c || c->is_keep())
-      fail("--formats: unknown format '{}' ({}, {})", item, format_names(", ", true),
-           free_block_choice_names(", "));
+      fail("--formats: {}", unknown_name_message("format", item, format_choice_names(false)));
     out.push_back(*c);
   }
   if (out.empty()) fail("--formats: no format given");
@@ -46,7 +46,7 @@ std::string free_block_choice_names(std::string_view separator) {
 
 void register_sensitivity(CLI::App& app, Action& run) {
   struct Args {
-    std::string model, formats = "nvfp4,fp8", html;
+    std::string model, formats = "nvfp4,fp8", html, tokenizer;
     std::vector<std::string> calib_files;
     CalibrationOptions calib{{}, 32, 256, 0};  // smaller default than quantize: one pass per unit
     int threads = 0;
@@ -64,6 +64,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
   cmd->add_option("model", args->model, "Model directory (unquantized Hugging Face checkpoint)")
       ->required();
   add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/true);
+  add_tokenizer_option(cmd, args->tokenizer);
   cmd->add_option("--formats", args->formats,
                   "Candidate formats, comma-separated: " + format_names(", ", true) +
                       " (int4:G for group G, int4:channel for one scale per output channel where no other int4 choice fits)")
@@ -96,7 +97,7 @@ void register_sensitivity(CLI::App& app, Action& run) {
       o.threads = args->threads;
       o.kernels = args->kernels;
       o.progress = !args->quiet && !args->json;
-      const SensitivityResult r = run_sensitivity(SourceModel::open(args->model), o);
+      const SensitivityResult r = run_sensitivity(SourceModel::open(args->model, args->tokenizer), o);
       if (!args->html.empty()) write_text_file(args->html, sensitivity_report_html(r.report));
       if (args->json) {
         auto j = sensitivity_report_json(r.report);

@@ -27,7 +27,7 @@ void register_synth(CLI::App& app, Action& run) {
   cmd->add_option("--layers", args->layers, "Number of decoder layers (default: the shape's)")
       ->check(CLI::Range(int64_t(1), int64_t(1000)));
   cmd->add_option("--dtype", args->dtype, "Weight dtype")
-      ->check(CLI::IsMember({"bf16", "f16", "f32"}))
+      ->check(name_choice("dtype", {"bf16", "f16", "f32"}))
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Random seed (same seed, same bytes)")->capture_default_str();
   cmd->add_option("--max-shard-size", args->max_shard, "Largest shard (e.g. 5GB)")->capture_default_str();

@@ -17,7 +17,7 @@ namespace qf::cli {
 
 void register_tokenize(CLI::App& app, Action& run) {
   struct Args {
-    std::string dir, text, file;
+    std::string dir, text, file, tokenizer;
     bool no_bos = false, json = false;
     std::vector<std::string> calib_files;
     CalibrationOptions calib;
@@ -38,12 +38,13 @@ void register_tokenize(CLI::App& app, Action& run) {
                 "Print JSON on stdout: ids, their vocabulary pieces, count, bos (with --calib: "
                 "windows, tokens_available, warnings)");
   add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/false);
+  add_tokenizer_option(cmd, args->tokenizer);
   cmd->callback([args, prompt, &run] {
     run = [args, given = prompt->count() > 0] {
       if (!args->calib_files.empty()) {
         if (given || !args->file.empty()) fail("tokenize: --calib replaces -p / --file");
         args->calib.files.assign(args->calib_files.begin(), args->calib_files.end());
-        const CalibrationData data = load_calibration_data(args->calib, *Tokenizer::load(args->dir));
+        const CalibrationData data = load_calibration_data(args->calib, *Tokenizer::load_for_model(args->dir, args->tokenizer));
         if (args->json) {
           nlohmann::ordered_json j;
           j["model"] = args->dir;
@@ -70,7 +71,7 @@ void register_tokenize(CLI::App& app, Action& run) {
       } else {
         Tokenizer::require_utf8(text, "--prompt");
       }
-      const auto tok = Tokenizer::load(args->dir);
+      const auto tok = Tokenizer::load_for_model(args->dir, args->tokenizer);
       const bool bos = !args->no_bos && tok->add_bos_by_default();
       const std::vector<int32_t> ids = tok->encode(text, bos);
       if (args->json) {

@@ -10,6 +10,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,16 @@ uint64_t parse_size(const std::string& text);
 // --kernels exact|fast (kernels/linear.h KernelMode), `mode` holding the command's default.
 void add_kernels_option(CLI::App* cmd, KernelMode& mode);
 
+// A flag's check that its value is one of `choices`; anything else is refused with
+// "unknown WHAT 'x'; did you mean 'y'? (choices: ...)". With `ignore_case` the value is
+// compared lower-cased (the choices are lower case; the flag's value itself is not changed).
+// --help lists the choices.
+CLI::Validator name_choice(std::string what, std::vector<std::string> choices,
+                           bool ignore_case = false);
+// For a command line whose command words (argv[1], then a subcommand's own subcommand) do not
+// name a command: the did-you-mean message; "" when they do.
+std::string unknown_subcommand(const CLI::App& app, int argc, const char* const* argv);
+
 }  // namespace qf::cli
 
 #include "plan/candidates.h"
@@ -63,6 +76,32 @@ struct PlanArgs {
   int64_t context = 0, batch = 1;
 };
 void add_plan_options(CLI::App* cmd, PlanArgs& args);
+}  // namespace qf::cli
+
+namespace qf::cli {
+// ModelOpt's --qformat names (hf_ptq.py), each standing for qforge flags.
+struct QFormat {
+  std::string_view name;         // lower case, as ModelOpt spells it
+  std::string_view format, activations, algo, group_size;  // "" = not set by this name
+  std::string_view summary;      // what it is, for --help and messages
+  std::string_view refusal;      // non-empty: qforge cannot express it, and why
+};
+std::span<const QFormat> qformats();
+std::vector<std::string> qformat_names();
+// One flag --qformat may set: its spelling, its current value, whether the user gave it.
+struct QFormatFlag {
+  std::string_view flag;  // "--format", "--activations", "--algo" or "--group-size"
+  std::string* value;
+  bool given;
+};
+// Sets each flag to what --qformat `name` (a known name, any case) stands for. Throws
+// qf::Error for a name qforge cannot express (saying what is missing), and when a flag the user
+// gave has another value ("--qformat fp8 sets --format fp8, which conflicts with --format
+// nvfp4"); an explicit --group-size is kept.
+void apply_qformat(const std::string& name, std::initializer_list<QFormatFlag> flags);
+
+// --tokenizer DIR: read the tokenizer files from DIR instead of the model directory.
+void add_tokenizer_option(CLI::App* cmd, std::string& dir);
 }  // namespace qf::cli
 
 namespace qf {

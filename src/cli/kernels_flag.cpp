@@ -11,7 +11,7 @@ void add_kernels_option(CLI::App* cmd, KernelMode& mode) {
       "Linear products: exact (float32 activations and accumulation: the checkpoint's own math) "
       "or fast (int8 activations in 4-bit decode products, BF16 activations in prefill, on "
       "CPUs with AVX-512 VNNI / BF16; see README \"Exact and fast kernels\")");
-  opt->check(CLI::IsMember({"exact", "fast"}));
+  opt->check(name_choice("kernels", {"exact", "fast"}));
   opt->default_str(std::string(kernel_mode_name(mode)));
 }
 

@@ -15,7 +15,8 @@ namespace qf::cli {
 
 void add_plan_options(CLI::App* cmd, PlanArgs& a) {
   cmd->add_option("--recipe", a.recipe,
-                  "Per-module formats from a JSON recipe: {\"rules\": [{\"match\": GLOB or "
+                  "Per-module formats from a recipe file, JSON or (.yaml / .yml) the same in "
+                  "YAML: {\"rules\": [{\"match\": GLOB or "
                   "\"re:REGEX\", \"format\": " + format_names("|", true) +
                       "|keep}, ...]}; the first matching rule wins, unmatched modules take "
                       "--format");

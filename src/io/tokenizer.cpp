@@ -135,3 +135,36 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const fs::path& dir, const json* pars
 }
 
 }  // namespace qf
+
+namespace qf {
+
+std::unique_ptr<Tokenizer> Tokenizer::load_for_model(const fs::path& model_dir,
+                                                     const fs::path& tokenizer_dir,
+                                                     const json* model_config) {
+  if (tokenizer_dir.empty()) return load(model_dir, model_config);
+  std::error_code ec;
+  if (fs::exists(tokenizer_dir / "config.json", ec)) return load(tokenizer_dir);
+  // A bare tokenizer folder: the model's own config supplies bos_token_id / eos_token_id.
+  const json config = model_config ? *model_config : read_optional_config(model_dir / "config.json");
+  return load(tokenizer_dir, &config);
+}
+
+bool Tokenizer::present(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / "tokenizer.json", ec) || fs::exists(dir / "tokenizer.model", ec) ||
+         (fs::exists(dir / "vocab.json", ec) && fs::exists(dir / "merges.txt", ec));
+}
+
+std::vector<std::string> Tokenizer::files_in(const fs::path& dir) {
+  static constexpr const char* kFiles[] = {
+      "tokenizer.json",          "tokenizer.model",  "tokenizer_config.json",
+      "special_tokens_map.json", "added_tokens.json", "vocab.json",
+      "merges.txt",              "chat_template.jinja"};
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const char* f : kFiles)
+    if (fs::is_regular_file(dir / f, ec)) out.emplace_back(f);
+  return out;
+}
+
+}  // namespace qf

@@ -36,6 +36,19 @@ class Tokenizer {
   // not read again).
   static std::unique_ptr<Tokenizer> load(const std::filesystem::path& dir,
                                          const nlohmann::json* config = nullptr);
+  // The tokenizer of the model in `model_dir`, read from `tokenizer_dir` instead when that is
+  // not empty (--tokenizer): its BOS/EOS come from tokenizer_dir's own configs, and the
+  // model's config.json (`model_config` when already parsed) stands in for a config.json
+  // tokenizer_dir does not have. Throws qf::Error as load().
+  static std::unique_ptr<Tokenizer> load_for_model(const std::filesystem::path& model_dir,
+                                                   const std::filesystem::path& tokenizer_dir,
+                                                   const nlohmann::json* model_config = nullptr);
+  // Whether `dir` holds a tokenizer load() can read (tokenizer.json, tokenizer.model, or
+  // vocab.json + merges.txt).
+  static bool present(const std::filesystem::path& dir);
+  // The names of the tokenizer files in `dir` that travel with a model (the tokenizer itself
+  // and its configs: tokenizer_config.json, special_tokens_map.json, added_tokens.json, ...).
+  static std::vector<std::string> files_in(const std::filesystem::path& dir);
 
   // Token ids of `text` (UTF-8; throws qf::Error if it is not valid UTF-8). BOS is prepended
   // when `add_bos` and the tokenizer has one. Added/special tokens written in the text

@@ -3,11 +3,13 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/suggest.h"
 #include "core/thread_pool.h"
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"
 #include "io/shard_layout.h"
 #include "io/staged_directory.h"
+#include "io/synthetic_tokenizer.h"
 #include "model/architecture.h"
 
 #include <fmt/format.h>
@@ -77,12 +79,12 @@ const std::vector<NamedShape>& named_shapes() {
 }
 
 const NamedShape& find_named_shape(const std::string& name) {
-  std::string known;
+  std::vector<std::string> known;
   for (const auto& s : named_shapes()) {
     if (s.name == name) return s;
-    known += (known.empty() ? "" : ", ") + s.name;
+    known.push_back(s.name);
   }
-  fail("unknown shape '{}' (known: {})", name, known);
+  fail("{}", unknown_name_message("shape", name, known));
 }
 
 SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptions& o) {
@@ -201,6 +203,8 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   if (shards.size() > 1) write_shard_index(staged.path(), total_bytes, weight_map);
 
   write_json_file(staged.path() / "config.json", config);
+  // Calibration, generate and eval need text in and out, even on random weights.
+  write_synthetic_tokenizer(staged.path(), shape.vocab);
   staged.commit();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;

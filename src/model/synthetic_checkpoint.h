@@ -42,7 +42,8 @@ struct SynthReport {
   double seconds = 0;
 };
 
-// Writes config.json and safetensors shards (with an index when there is more than one) to
+// Writes config.json, safetensors shards (with an index when there is more than one) and a
+// made-up byte-level tokenizer covering the vocabulary (io/synthetic_tokenizer.h) to
 // `out_dir`, via a temporary directory. The same options always give the same bytes.
 SynthReport write_synthetic_checkpoint(const std::filesystem::path& out_dir,
                                        const SynthOptions& options);

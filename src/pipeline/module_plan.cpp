@@ -89,6 +89,7 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   const std::filesystem::path& model_dir = source.dir;
   const Checkpoint& ckpt = *source.checkpoint;
   const Architecture& arch = source.arch;
+  source.require_unquantized("quantize");
   const FormatInfo& info = format_info(options.format);
   ModulePlan plan;
   // INT4 per channel (kInt4ChannelGroup): each module's block is its in_features.

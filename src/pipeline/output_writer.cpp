@@ -11,27 +11,90 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
 namespace qf {
-namespace {
-
 namespace fs = std::filesystem;
 
-// One tensor of the output, in file order: either copied from the input or produced by
-// quantizing a Linear (which yields several output tensors).
-struct OutputItem {
-  const CheckpointTensor* source = nullptr;
-  int linear = -1;  // index into Architecture::linears when quantized
-  bool head = false;  // the quantized output head (--quantize-lm-head)
-  std::vector<TensorSpec> specs;
-  uint64_t nbytes() const {
-    uint64_t n = 0;
-    for (const auto& s : specs) n += s.nbytes();
-    return n;
+uint64_t OutputItem::nbytes() const {
+  uint64_t n = 0;
+  for (const auto& s : specs) n += s.nbytes();
+  return n;
+}
+
+OutputLayout plan_output(const SourceModel& source, const ModulePlan& plan,
+                         const Exporter& exporter, uint64_t max_shard_bytes) {
+  const Checkpoint& ckpt = *source.checkpoint;
+  const Architecture& arch = source.arch;
+  const CheckpointTensor* head_src = plan.head_src;
+  const bool head_tied = plan.head_tied;
+  OutputLayout layout;
+
+  // A tied embedding stored once under the head's name (an __metadata__ alias gives the
+  // embedding's) is written under the embedding's name with no alias, as transformers, ModelOpt
+  // and llm-compressor save tied weights.
+  const bool rename_tied =
+      arch.tie_word_embeddings && !head_src && ckpt.aliases().count(arch.embed_name) &&
+      ckpt.aliases().at(arch.embed_name) == arch.head_name;
+  auto copied_name = [&](const CheckpointTensor& t) {
+    return rename_tied && t.name == arch.head_name ? arch.embed_name : t.name;
+  };
+
+  // The output tensors in input order, then cut into shards.
+  std::vector<OutputItem>& items = layout.items;
+  for (const auto& t : ckpt.tensors()) {
+    OutputItem item;
+    item.source = &t;
+    if (auto it = plan.linear_by_weight.find(t.name); it != plan.linear_by_weight.end()) {
+      item.linear = it->second;
+      item.specs = exporter.linear_specs(plan.exported[size_t(it->second)]);
+    } else if (head_src && !head_tied && t.name == arch.head_name) {
+      item.head = true;
+      item.specs = exporter.linear_specs(plan.head);
+    } else {
+      item.specs = {{copied_name(t), t.entry->dtype, t.entry->shape}};
+    }
+    items.push_back(std::move(item));
+    if (head_src && head_tied && t.entry == head_src->entry) {
+      OutputItem h;  // the quantized copy of the tied embedding, right after it
+      h.source = &t;
+      h.head = true;
+      h.specs = exporter.linear_specs(plan.head);
+      items.push_back(std::move(h));
+    }
   }
-};
+  std::vector<uint64_t> item_bytes;
+  for (const auto& item : items) item_bytes.push_back(item.nbytes());
+  layout.total_bytes = std::accumulate(item_bytes.begin(), item_bytes.end(), uint64_t(0));
+  const auto shards = plan_shards(item_bytes, max_shard_bytes);
+
+  for (size_t s = 0; s < shards.size(); ++s) {
+    OutputShard shard;
+    shard.file_name = shard_file_name(s, shards.size());
+    shard.items = shards[s];
+    std::set<std::string> names;
+    for (size_t i : shards[s])
+      for (const auto& spec : items[i].specs) {
+        shard.specs.push_back(spec);
+        names.insert(spec.name);
+        layout.weight_map[spec.name] = shard.file_name;
+      }
+    // Keep __metadata__ aliases whose stored tensor lands in this shard.
+    shard.metadata = {{"format", "pt"}};
+    for (const auto& [alias, stored] : ckpt.aliases())
+      if (names.count(stored) && !(head_src && alias == arch.head_name) &&
+          !(rename_tied && alias == arch.embed_name)) {
+        shard.metadata[alias] = stored;
+        layout.weight_map[alias] = shard.file_name;
+      }
+    layout.shards.push_back(std::move(shard));
+  }
+  return layout;
+}
+
+namespace {
 
 // Whether every code of q has magnitude zero (sign bits aside): the layer dequantizes to zero.
 bool all_codes_zero(const QuantizedTensor& q) {
@@ -55,68 +118,16 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
   const CheckpointTensor* head_src = plan.head_src;
   const bool head_tied = plan.head_tied;
   const ExportedLinear& head = plan.head;
-
-  // A tied embedding stored once under the head's name (an __metadata__ alias gives the
-  // embedding's) is written under the embedding's name with no alias, as transformers, ModelOpt
-  // and llm-compressor save tied weights.
-  const bool rename_tied =
-      arch.tie_word_embeddings && !head_src && ckpt.aliases().count(arch.embed_name) &&
-      ckpt.aliases().at(arch.embed_name) == arch.head_name;
-  auto copied_name = [&](const CheckpointTensor& t) {
-    return rename_tied && t.name == arch.head_name ? arch.embed_name : t.name;
-  };
-
-  // Plan the output tensors in input order, then cut them into shards.
-  std::vector<OutputItem> items;
-  for (const auto& t : ckpt.tensors()) {
-    OutputItem item;
-    item.source = &t;
-    if (auto it = plan.linear_by_weight.find(t.name); it != plan.linear_by_weight.end()) {
-      item.linear = it->second;
-      item.specs = exporter.linear_specs(plan.exported[size_t(it->second)]);
-    } else if (head_src && !head_tied && t.name == arch.head_name) {
-      item.head = true;
-      item.specs = exporter.linear_specs(head);
-    } else {
-      item.specs = {{copied_name(t), t.entry->dtype, t.entry->shape}};
-    }
-    items.push_back(std::move(item));
-    if (head_src && head_tied && t.entry == head_src->entry) {
-      OutputItem h;  // the quantized copy of the tied embedding, right after it
-      h.source = &t;
-      h.head = true;
-      h.specs = exporter.linear_specs(head);
-      items.push_back(std::move(h));
-    }
-  }
-  std::vector<uint64_t> item_bytes;
-  for (const auto& item : items) item_bytes.push_back(item.nbytes());
-  const auto shards = plan_shards(item_bytes, options.max_shard_bytes);
+  const OutputLayout layout = plan_output(source, plan, exporter, options.max_shard_bytes);
+  const std::vector<OutputItem>& items = layout.items;
 
   for (const auto& s : ckpt.shards()) report.bytes_in += s->file_size();
   Progress progress("quantize", ckpt.tensor_bytes(), options.progress);
 
-  std::map<std::string, std::string> weight_map;
-  for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string file_name = shard_file_name(s, shards.size());
-    std::vector<TensorSpec> specs;
-    std::set<std::string> names;
-    for (size_t i : shards[s])
-      for (const auto& spec : items[i].specs) {
-        specs.push_back(spec);
-        names.insert(spec.name);
-        weight_map[spec.name] = file_name;
-      }
-    // Keep __metadata__ aliases whose stored tensor lands in this shard.
-    std::map<std::string, std::string> metadata = {{"format", "pt"}};
-    for (const auto& [alias, stored] : ckpt.aliases())
-      if (names.count(stored) && !(head_src && alias == arch.head_name) &&
-          !(rename_tied && alias == arch.embed_name)) {
-        metadata[alias] = stored;
-        weight_map[alias] = file_name;
-      }
-    SafetensorsWriter writer(staging_dir / file_name, specs, metadata);
-    for (size_t i : shards[s]) {
+  for (const OutputShard& shard : layout.shards) {
+    const std::string& file_name = shard.file_name;
+    SafetensorsWriter writer(staging_dir / file_name, shard.specs, shard.metadata);
+    for (size_t i : shard.items) {
       const OutputItem& item = items[i];
       const CheckpointTensor& t = *item.source;
       const TensorView view = t.file->view(*t.entry);
@@ -204,12 +215,9 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
     report.bytes_out += fs::file_size(staging_dir / file_name);
   }
   progress.finish();
-  report.shards = int(shards.size());
+  report.shards = int(layout.shards.size());
 
-  if (shards.size() > 1)
-    write_shard_index(staging_dir,
-                      std::accumulate(item_bytes.begin(), item_bytes.end(), uint64_t(0)),
-                      weight_map);
+  if (layout.shards.size() > 1) write_shard_index(staging_dir, layout.total_bytes, layout.weight_map);
 
   // config.json as read at open (key order kept), not re-read: it must describe these weights.
   nlohmann::ordered_json config = ckpt.ordered_config();
@@ -246,10 +254,18 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
   config["quantization_config"] = exporter.quantization_config(summary);
   write_json_file(staging_dir / "config.json", config);
   exporter.write_extra_files(summary, staging_dir);
-  for (const auto& name : ckpt.extra_files()) {
+  auto copy = [&](const fs::path& from, const std::string& name) {
     std::error_code ec;
-    fs::copy_file(model_dir / name, staging_dir / name, ec);
-    if (ec) fail("{}: cannot copy to the output: {}", (model_dir / name).string(), ec.message());
+    fs::copy_file(from, staging_dir / name, ec);
+    if (ec) fail("{}: cannot copy to the output: {}", from.string(), ec.message());
+  };
+  for (const auto& name : ckpt.extra_files()) copy(model_dir / name, name);
+  // --tokenizer for a model without one: the output should be usable on its own.
+  if (!source.tokenizer_dir.empty() && !Tokenizer::present(model_dir)) {
+    const auto& extra = ckpt.extra_files();
+    for (const std::string& name : Tokenizer::files_in(source.tokenizer_dir))
+      if (std::find(extra.begin(), extra.end(), name) == extra.end())
+        copy(source.tokenizer_dir / name, name);
   }
 }
 

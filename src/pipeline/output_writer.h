@@ -7,9 +7,42 @@
 
 #include "pipeline/calibrated_weights.h"
 
+#include "io/safetensors_writer.h"
+
 #include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace qf {
+
+// One tensor of the input as it appears in the output, in file order: copied, or a quantized
+// Linear (several output tensors: codes and scales).
+struct OutputItem {
+  const CheckpointTensor* source = nullptr;
+  int linear = -1;    // index into Architecture::linears when quantized
+  bool head = false;  // the quantized output head (--quantize-lm-head)
+  std::vector<TensorSpec> specs;
+  uint64_t nbytes() const;
+};
+
+struct OutputShard {
+  std::string file_name;                        // model.safetensors or model-0000i-of-0000n...
+  std::vector<size_t> items;                    // indices into OutputLayout::items
+  std::vector<TensorSpec> specs;                // in write order
+  std::map<std::string, std::string> metadata;  // __metadata__ ("format" and kept aliases)
+};
+
+// Every output tensor and the shard it goes to, decided before a byte is written; the same
+// layout serves the write and `quantize --dry-run`'s predicted sizes.
+struct OutputLayout {
+  std::vector<OutputItem> items;
+  std::vector<OutputShard> shards;
+  std::map<std::string, std::string> weight_map;  // tensor name -> shard file (for the index)
+  uint64_t total_bytes = 0;                       // tensor data, headers excluded
+};
+OutputLayout plan_output(const SourceModel& model, const ModulePlan& plan,
+                         const Exporter& exporter, uint64_t max_shard_bytes);
 
 // Writes into `staging_dir` (the caller renames it into place). Fills report's byte counts.
 // Throws qf::Error naming the file on NaN/Inf weights or a failed write.

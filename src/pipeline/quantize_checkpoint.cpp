@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 namespace fs = std::filesystem;
 
@@ -59,17 +60,11 @@ bool excluded_by_patterns(const std::string& name, const std::vector<std::string
   return matches_any(name, patterns, &matched);
 }
 
-QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& out_dir,
-                                   const QuantizeOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  std::error_code ec;
-  if (fs::equivalent(source.dir, out_dir, ec))
-    fail("{}: output directory is the input directory", out_dir.string());
-  const auto exporter = make_exporter(options.export_format);
-  set_constant_division(options.scale_division);
+namespace {
 
-  // 1. Decide what becomes of each Linear and of the output head.
-  const ModulePlan plan = plan_modules(source, options, *exporter);
+// The report's fields that follow from the plan alone (shared by the run and the dry run).
+QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& options,
+                              const fs::path& out_dir) {
   QuantizeReport report;
   report.algo = std::string(weight_algo_name(options.algo));
   report.activations = std::string(act_quant_name(options.activations));
@@ -82,6 +77,80 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
   report.lm_head_quantized = plan.head_src != nullptr;
   report.modules_excluded = int(plan.excluded.size());
   report.modules_quantized = int(plan.linear_by_weight.size());
+  return report;
+}
+
+void warn_unfit_modules(QuantizeReport& report) {
+  for (const auto& e : report.excluded)
+    if (e.reason.find("not a multiple") != std::string::npos)
+      report.warnings.push_back(fmt::format("{} left unquantized: {}", e.name, e.reason));
+}
+
+std::string stored_format_name(const ExportedLinear& l) {
+  const FormatInfo& info = format_info(l.format);
+  if (info.block_rule != BlockRule::free) return std::string(info.name);
+  if (l.block == l.cols && l.block != info.block) return std::string(info.name) + ":channel";
+  return fmt::format("{}:{}", info.name, l.block);
+}
+
+ModuleDecision quantized_module(const std::string& name, const ExportedLinear& l,
+                                const Exporter& exporter) {
+  uint64_t bytes = 0;
+  for (const TensorSpec& t : exporter.linear_specs(l)) bytes += t.nbytes();
+  return {name, stored_format_name(l), double(bytes) * 8.0 / double(l.rows * l.cols), ""};
+}
+
+}  // namespace
+
+QuantizeReport plan_quantization(const SourceModel& source, const QuantizeOptions& options) {
+  const auto exporter = make_exporter(options.export_format);
+  const ModulePlan plan = plan_modules(source, options, *exporter);
+  QuantizeReport report = planned_report(plan, options, {});
+  report.dry_run = true;
+  const Checkpoint& ckpt = *source.checkpoint;
+  const Architecture& arch = source.arch;
+  for (const auto& s : ckpt.shards()) report.bytes_in += s->file_size();
+  const OutputLayout layout = plan_output(source, plan, *exporter, options.max_shard_bytes);
+  for (const OutputShard& shard : layout.shards)
+    report.bytes_out += safetensors_file_size(shard.specs, shard.metadata);
+  report.shards = int(layout.shards.size());
+  std::set<std::string> formats;
+  for (const OutputItem& item : layout.items) {
+    if (item.linear < 0 && !item.head) continue;
+    const ExportedLinear& l = item.head ? plan.head : plan.exported[size_t(item.linear)];
+    report.quantized_bytes += item.nbytes();
+    report.quantized_weights += l.rows * l.cols;
+  }
+  for (size_t i = 0; i < arch.linears.size(); ++i) {
+    const LinearModule& m = arch.linears[i];
+    if (plan.quantized(i)) {
+      report.modules.push_back(quantized_module(m.name, plan.exported[i], *exporter));
+      formats.insert(report.modules.back().format.substr(0, report.modules.back().format.find(':')));
+    } else {
+      const CheckpointTensor* w = plan.weights[i];
+      report.modules.push_back(
+          {m.name, "keep", w ? double(dtype_size(w->entry->dtype)) * 8.0 : 0.0, plan.reason[i]});
+    }
+  }
+  if (plan.head_src) report.modules.push_back(quantized_module(arch.head_name, plan.head, *exporter));
+  if (options.assignment)
+    report.format = formats.size() > 1 ? "mixed" : formats.empty() ? "none" : *formats.begin();
+  warn_unfit_modules(report);
+  return report;
+}
+
+QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& out_dir,
+                                   const QuantizeOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  if (fs::equivalent(source.dir, out_dir, ec))
+    fail("{}: output directory is the input directory", out_dir.string());
+  const auto exporter = make_exporter(options.export_format);
+  set_constant_division(options.scale_division);
+
+  // 1. Decide what becomes of each Linear and of the output head.
+  const ModulePlan plan = plan_modules(source, options, *exporter);
+  QuantizeReport report = planned_report(plan, options, out_dir);
 
   ThreadPool pool(options.threads > 0 ? options.threads : ThreadPool::hardware_threads());
   if (!pool.start_failure().empty()) report.warnings.push_back("thread pool: " + pool.start_failure());
@@ -102,9 +171,7 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
 
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.peak_rss_bytes = peak_rss_bytes();
-  for (const auto& e : report.excluded)
-    if (e.reason.find("not a multiple") != std::string::npos)
-      report.warnings.push_back(fmt::format("{} left unquantized: {}", e.name, e.reason));
+  warn_unfit_modules(report);
   return report;
 }
 

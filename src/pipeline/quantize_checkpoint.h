@@ -79,7 +79,17 @@ struct ExcludedModule {
   std::string reason;
 };
 
+// What becomes of one Linear (or the output head) in a plan: its stored format and bits per
+// weight (scales included), or "keep" with its dtype's bits and the reason it is kept.
+struct ModuleDecision {
+  std::string name;
+  std::string format;  // "nvfp4", "int4:128", "int4:channel", ... or "keep"
+  double bits = 0;
+  std::string reason;  // empty when quantized
+};
+
 struct QuantizeReport {
+  bool dry_run = false;  // a plan only (plan_quantization): nothing was written
   std::filesystem::path output;
   std::string format;
   std::string export_format;
@@ -104,6 +114,7 @@ struct QuantizeReport {
   uint64_t activation_bytes = 0;  // hidden states held during calibration
   std::vector<ExcludedModule> excluded;
   std::vector<std::string> warnings;
+  std::vector<ModuleDecision> modules;  // per Linear in architecture order, then lm_head (dry run)
 
   double bits_per_quantized_weight() const {
     return quantized_weights ? double(quantized_bytes) * 8.0 / double(quantized_weights) : 0.0;
@@ -116,5 +127,11 @@ struct QuantizeReport {
 // an existing output without `force`, or a failed write.
 QuantizeReport quantize_checkpoint(const SourceModel& model, const std::filesystem::path& out_dir,
                                    const QuantizeOptions& options);
+
+// What quantize_checkpoint would do, without calibrating or writing anything: the same
+// decisions (and the same errors for options that do not combine or tensors that do not match),
+// the per-module table, and the output's safetensors bytes exactly as the writer lays them out
+// (bytes_out, quantized_bytes, quantized_weights, shards). Times and memory are zero.
+QuantizeReport plan_quantization(const SourceModel& model, const QuantizeOptions& options);
 
 }  // namespace qf

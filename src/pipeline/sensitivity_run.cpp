@@ -122,6 +122,7 @@ double AssignmentKl::operator()(const Assignment& assignment) {
 
 SensitivityResult run_sensitivity(const SourceModel& source, const SensitivityOptions& options) {
   if (options.formats.empty()) fail("sensitivity: no candidate formats given");
+  source.require_unquantized("sensitivity");
   const std::filesystem::path& model_dir = source.dir;
   const CalibrationData data = load_calibration_data(options.calib, source.tokenizer());
   ModelOptions mo;

@@ -1,17 +1,54 @@
 #include "pipeline/source_model.h"
 
+#include "core/error.h"
+#include "targets/target.h"
+
+#include <algorithm>
+
 namespace qf {
 
-SourceModel SourceModel::open(const std::filesystem::path& dir) {
+SourceModel SourceModel::open(const std::filesystem::path& dir,
+                              const std::filesystem::path& tokenizer_dir) {
   SourceModel m;
   m.dir = dir;
+  m.tokenizer_dir = tokenizer_dir;
   m.checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   m.arch = Architecture::from_config(m.checkpoint->config(), (dir / "config.json").string());
   return m;
 }
 
+void SourceModel::require_unquantized(std::string_view command) const {
+  const Checkpoint& ck = *checkpoint;
+  auto refuse = [&](const std::filesystem::path& file, const std::string& what) {
+    fail("{}: already quantized ({}); {} takes an unquantized BF16/F16/F32 checkpoint",
+         file.string(), what, command);
+  };
+  const nlohmann::json declared = declared_quantization_config(ck);
+  if (!declared.is_null()) {
+    const bool in_config = ck.config().contains("quantization_config");
+    std::string what = declared.is_object() && declared.contains("quant_method") &&
+                               declared["quant_method"].is_string()
+                           ? declared["quant_method"].get<std::string>()
+                           : in_config ? "quantization_config" : "modelopt";
+    if (const std::string algo = declared_algo_name(declared); !algo.empty()) what += " " + algo;
+    refuse(dir / (in_config ? "config.json" : "hf_quant_config.json"), what);
+  }
+  // A config may have been dropped while the tensors stayed quantized.
+  std::vector<std::string> leaves = packed_weight_leaves();
+  for (const std::string& l : quantized_marker_leaves()) leaves.push_back(l);
+  for (const CheckpointTensor& t : ck.tensors()) {
+    const std::string leaf = t.name.substr(t.name.rfind('.') + 1);
+    if (std::find(leaves.begin(), leaves.end(), leaf) != leaves.end())
+      refuse(t.file->path(), fmt::format("tensor '{}' is part of a quantized weight", t.name));
+    const DType d = t.entry->dtype;
+    if (leaf == "weight" && (d == DType::F8_E4M3 || d == DType::F8_E5M2))
+      refuse(t.file->path(), fmt::format("tensor '{}' is {}", t.name, dtype_name(d)));
+  }
+}
+
 const Tokenizer& SourceModel::tokenizer() const {
-  if (!tokenizer_) tokenizer_ = Tokenizer::load(dir, &checkpoint->config());
+  if (!tokenizer_)
+    tokenizer_ = Tokenizer::load_for_model(dir, tokenizer_dir, &checkpoint->config());
   return *tokenizer_;
 }
 

@@ -9,20 +9,29 @@
 
 #include <filesystem>
 #include <memory>
+#include <string_view>
 
 namespace qf {
 
 struct SourceModel {
   std::filesystem::path dir;
+  // --tokenizer: where the tokenizer files are read from instead of `dir` (empty: `dir`).
+  std::filesystem::path tokenizer_dir;
   std::shared_ptr<const Checkpoint> checkpoint;  // shared with the engine's views
   Architecture arch;
 
   // Opens `dir` (Checkpoint::open, then Architecture::from_config). Throws qf::Error naming
   // the file and problem.
-  static SourceModel open(const std::filesystem::path& dir);
+  static SourceModel open(const std::filesystem::path& dir,
+                          const std::filesystem::path& tokenizer_dir = {});
+  // Throws qf::Error "<file>: already quantized (<what was found>); <command> takes an
+  // unquantized BF16/F16/F32 checkpoint" when the checkpoint declares a quantization config
+  // (config.json's quantization_config, ModelOpt's hf_quant_config.json) or holds quantized
+  // tensors (scales, packed codes, FP8 weights) -- before any shape check can fail on them.
+  void require_unquantized(std::string_view command) const;
 
-  // The tokenizer, loaded on first use (calibration needs it; weight-only jobs do not).
-  // Throws qf::Error naming the directory when it has none.
+  // The tokenizer (of tokenizer_dir when set), loaded on first use (calibration needs it;
+  // weight-only jobs do not). Throws qf::Error naming the directory when it has none.
   const Tokenizer& tokenizer() const;
 
  private:

@@ -50,6 +50,17 @@ std::optional<FormatChoice> parse_format_choice(std::string_view text) {
   return FormatChoice::of(*f, g);
 }
 
+std::vector<std::string> format_choice_names(bool with_keep) {
+  std::vector<std::string> out;
+  for (const FormatInfo& f : all_formats())
+    if (f.weight_only) out.emplace_back(f.name);
+  for (const FormatInfo& f : all_formats())
+    if (f.weight_only && f.block_rule == BlockRule::free)
+      for (const char* g : {":32", ":64", ":128", ":channel"}) out.push_back(std::string(f.name) + g);
+  if (with_keep) out.emplace_back("keep");
+  return out;
+}
+
 bool choice_fits(const FormatChoice& choice, int64_t in_features) {
   if (choice.is_keep()) return true;
   const int b = choice.block_for(in_features);

@@ -46,6 +46,10 @@ struct FormatChoice {
 // Parses "keep", a registry format name ("nvfp4", case-insensitive), "int4:G" or
 // "int4:channel". nullopt if unknown or G is not a positive multiple of 2.
 std::optional<FormatChoice> parse_format_choice(std::string_view text);
+// The spellings parse_format_choice accepts, for messages and suggestions: the weight-only
+// registry names, "int4:G" examples and "int4:channel" for free-block formats, then "keep"
+// when `with_keep`.
+std::vector<std::string> format_choice_names(bool with_keep);
 
 // Whether a Linear with `in_features` inputs can be stored in `choice` (keep: always; a block
 // format: in_features is a multiple of its block).

@@ -3,7 +3,9 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/suggest.h"
 #include "io/json_file.h"
+#include "io/yaml_file.h"
 
 #include <fnmatch.h>
 
@@ -27,9 +29,15 @@ bool RecipeRule::matches(const std::string& module_name) const {
   return fnmatch(match.c_str(), module_name.c_str(), 0) == 0;
 }
 
-Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& source) {
+Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& source,
+                    const std::vector<int>& rule_lines) {
   Recipe recipe;
   recipe.source = source;
+  auto line_of = [&](size_t i) { return i < rule_lines.size() ? rule_lines[i] : 0; };
+  auto at = [&](size_t i) {
+    return line_of(i) > 0 ? fmt::format("{}:{}: rule {}", source, line_of(i), i)
+                          : fmt::format("{}: rule {}", source, i);
+  };
   if (!json.is_object()) fail("{}: a recipe is a JSON object with a \"rules\" list", source);
   for (const auto& [key, value] : json.items())
     if (key != "rules") fail("{}: unknown key \"{}\" (a recipe has only \"rules\")", source, key);
@@ -38,43 +46,47 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
     fail("{}: a recipe needs a \"rules\" list", source);
   for (size_t i = 0; i < rules->size(); ++i) {
     const nlohmann::ordered_json& r = (*rules)[i];
-    if (!r.is_object()) fail("{}: rule {}: not an object", source, i);
+    if (!r.is_object()) fail("{}: not an object", at(i));
     RecipeRule rule;
+    rule.line = line_of(i);
     for (const auto& [key, value] : r.items()) {
       if (key == "match") {
         if (!value.is_string() || value.get<std::string>().empty())
-          fail("{}: rule {}: \"match\" must be a non-empty string", source, i);
+          fail("{}: \"match\" must be a non-empty string", at(i));
         rule.match = value.get<std::string>();
       } else if (key == "format") {
-        if (!value.is_string()) fail("{}: rule {}: \"format\" must be a string", source, i);
+        if (!value.is_string()) fail("{}: \"format\" must be a string", at(i));
         const auto f = parse_format_choice(value.get<std::string>());
         if (!f)
-          fail("{}: rule {}: unknown format \"{}\" (nvfp4, mxfp4, fp8, int4, int4:G, int4:channel or keep)",
-               source, i, value.get<std::string>());
+          fail("{}: {}", at(i),
+               unknown_name_message("format", value.get<std::string>(), format_choice_names(true)));
         rule.format = *f;
       } else if (key == "algo") {
-        if (!value.is_string() || !known_algo(value.get<std::string>()))
-          fail("{}: rule {}: unknown algo {} (max, mse, awq, gptq or smoothquant)", source, i,
-               value.dump());
+        if (!value.is_string())
+          fail("{}: \"algo\" must be a string", at(i));
+        if (!known_algo(value.get<std::string>()))
+          fail("{}: {}", at(i),
+               unknown_name_message("algo", value.get<std::string>(),
+                                    std::vector<std::string>(kAlgos.begin(), kAlgos.end())));
         rule.algo = value.get<std::string>();
       } else if (key == "options") {
-        if (!value.is_object()) fail("{}: rule {}: \"options\" must be an object", source, i);
+        if (!value.is_object()) fail("{}: \"options\" must be an object", at(i));
         rule.options = value;
       } else {
-        fail("{}: rule {}: unknown key \"{}\" (match, format, algo, options)", source, i, key);
+        fail("{}: unknown key \"{}\" (match, format, algo, options)", at(i), key);
       }
     }
-    if (rule.match.empty()) fail("{}: rule {}: missing \"match\"", source, i);
-    if (!r.contains("format")) fail("{}: rule {}: missing \"format\"", source, i);
+    if (rule.match.empty()) fail("{}: missing \"match\"", at(i));
+    if (!r.contains("format")) fail("{}: missing \"format\"", at(i));
     if (const auto g = rule.options.find("group_size"); g != rule.options.end()) {
       if (!rule.format.format || format_info(*rule.format.format).block_rule != BlockRule::free)
-        fail("{}: rule {}: options.group_size applies to int4 only", source, i);
+        fail("{}: options.group_size applies to int4 only", at(i));
       if (!g->is_number_integer() || g->get<int64_t>() <= 0 || g->get<int64_t>() % 2 != 0 ||
           g->get<int64_t>() > (1 << 20))
-        fail("{}: rule {}: options.group_size must be a positive even integer", source, i);
+        fail("{}: options.group_size must be a positive even integer", at(i));
       const int gs = int(g->get<int64_t>());
       if (rule.format.block > 0 && rule.format.effective_block() != gs)
-        fail("{}: rule {}: group size {} in the format and {} in options", source, i,
+        fail("{}: group size {} in the format and {} in options", at(i),
              rule.format.block, gs);
       rule.format.block = gs;
     }
@@ -82,7 +94,7 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
       try {
         rule.regex.emplace(rule.match.substr(3), std::regex::ECMAScript);
       } catch (const std::regex_error& e) {
-        fail("{}: rule {}: invalid regex \"{}\": {}", source, i, rule.match.substr(3), e.what());
+        fail("{}: invalid regex \"{}\": {}", at(i), rule.match.substr(3), e.what());
       }
     }
     recipe.rules.push_back(std::move(rule));
@@ -92,6 +104,17 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
 
 Recipe load_recipe(const std::filesystem::path& path) {
   const std::string text = read_regular_file(path, "the recipe", uint64_t(16) << 20);
+  const std::string ext = path.extension().string();
+  if (ext == ".yaml" || ext == ".yml") {
+    const YamlDocument doc = parse_yaml(text, path.string());
+    std::vector<int> rule_lines;
+    for (size_t i = 0;; ++i) {
+      const auto it = doc.lines.find("/rules/" + std::to_string(i));
+      if (it == doc.lines.end()) break;
+      rule_lines.push_back(it->second);
+    }
+    return parse_recipe(doc.json, path.string(), rule_lines);
+  }
   nlohmann::ordered_json json;
   try {
     json = nlohmann::ordered_json::parse(text);
@@ -102,6 +125,11 @@ Recipe load_recipe(const std::filesystem::path& path) {
     fail("{}: invalid JSON: {}", path.string(), what);
   }
   return parse_recipe(json, path.string());
+}
+
+std::string Recipe::rule_label(size_t i) const {
+  const int line = i < rules.size() ? rules[i].line : 0;
+  return line > 0 ? fmt::format("rule {} (line {})", i, line) : fmt::format("rule {}", i);
 }
 
 Assignment apply_recipe(const Recipe& recipe, const Architecture& arch,
@@ -121,14 +149,14 @@ Assignment apply_recipe(const Recipe& recipe, const Architecture& arch,
       break;
     }
     if (!choice_fits(mc.format, lm.in_features)) {
-      const std::string by = rule_of[m] >= 0 ? fmt::format("rule {}", rule_of[m]) : "the default";
+      const std::string by = rule_of[m] >= 0 ? recipe.rule_label(size_t(rule_of[m])) : "the default";
       fail("{}: {} gives {} {}, whose block of {} does not divide its {} inputs", recipe.source, by,
            lm.name, mc.format.name(), mc.format.effective_block(), lm.in_features);
     }
     a.modules[lm.name] = mc;
   }
   auto origin = [&](size_t m) {
-    return rule_of[m] >= 0 ? fmt::format("rule {}", rule_of[m]) : std::string("the default");
+    return rule_of[m] >= 0 ? recipe.rule_label(size_t(rule_of[m])) : std::string("the default");
   };
   for (const std::vector<size_t>& group : arch.fused_groups) {
     const size_t first = group.front();

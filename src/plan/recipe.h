@@ -2,7 +2,7 @@
 // file, applied to an architecture to give a per-module Assignment; and the reverse, writing an
 // Assignment as exact per-module rules so a search's choice can be reviewed and replayed.
 //
-// File format (JSON):
+// File format (JSON, or the same structure in YAML for .yaml / .yml files):
 //   {"rules": [{"match": "*.mlp.down_proj", "format": "fp8", "algo": "mse", "options": {...}},
 //              {"match": "re:model\\.layers\\.(0|31)\\..*", "format": "keep"}, ...]}
 // match: a shell glob (fnmatch, '*' crosses dots) over the full module name
@@ -10,6 +10,11 @@
 //   whole name. format: nvfp4 | mxfp4 | fp8 | int4 | keep (int4's group size: "int4:64" or
 //   options.group_size). algo (optional): max | mse | awq | gptq | smoothquant. options
 //   (optional): an object passed to the algorithm unchanged. The first matching rule wins.
+// YAML:
+//   rules:
+//     - {match: "*.mlp.down_proj", format: fp8}
+//     - match: "re:model\.layers\.0\..*"
+//       format: keep
 #pragma once
 
 #include "model/architecture.h"
@@ -33,17 +38,24 @@ struct RecipeRule {
   bool matches(const std::string& module_name) const;
 
   std::optional<std::regex> regex;  // compiled "re:" pattern
+  int line = 0;                     // where the rule starts in a YAML file (1-based), else 0
 };
 
 struct Recipe {
   std::string source;  // file name (or a label) for messages
   std::vector<RecipeRule> rules;
+  // "rule N", with " (line L)" when the rule's line is known, for messages.
+  std::string rule_label(size_t i) const;
 };
 
-// Parses a recipe. Throws a one-line qf::Error "SOURCE: rule N: ..." (N from 0) for a missing or
-// invalid field, an unknown format / algorithm, an unknown key or a bad regex.
-Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& source);
-// Reads and parses a JSON recipe file. Throws qf::Error naming the file.
+// Parses a recipe. Throws a one-line qf::Error "SOURCE: rule N: ..." (N from 0; "SOURCE:LINE:
+// rule N: ..." when `rule_lines` gives rule N's 1-based line) for a missing or invalid field,
+// an unknown format / algorithm (with the closest known name), an unknown key or a bad regex.
+Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& source,
+                    const std::vector<int>& rule_lines = {});
+// Reads and parses a recipe file: YAML when the name ends in .yaml or .yml, else JSON; both
+// give the same Recipe. Throws qf::Error naming the file (and the line: JSON and YAML syntax
+// errors, and a YAML rule's own errors).
 Recipe load_recipe(const std::filesystem::path& path);
 
 // Resolves every Linear of `arch`: the first matching rule's format / algo / options (algo

@@ -70,12 +70,16 @@ TEST(Recipe, FusedGroupMustShareAFormat) {
 }
 
 TEST(Recipe, ErrorsNameTheFileAndRule) {
-  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "nvfp4"}, {"match": "*", "format": "fp5"}]})"); }),
-            "r.json: rule 1: unknown format \"fp5\" (nvfp4, mxfp4, fp8, int4, int4:G, int4:channel or keep)");
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "nvfp4"}, {"match": "*", "format": "fp5"}]})"); })
+                .rfind("r.json: rule 1: unknown format 'fp5'; did you mean 'fp8'? (choices: nvfp4, ", 0),
+            0u);
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"format": "fp8"}]})"); }), "r.json: rule 0: missing \"match\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*"}]})"); }), "r.json: rule 0: missing \"format\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "algo": "magic"}]})"); }),
-            "r.json: rule 0: unknown algo \"magic\" (max, mse, awq, gptq or smoothquant)");
+            "r.json: rule 0: unknown algo 'magic' (choices: max, mse, awq, gptq, smoothquant)");
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "algo": "gtpq"}]})"); }),
+            "r.json: rule 0: unknown algo 'gtpq'; did you mean 'gptq'? (choices: max, mse, awq, "
+            "gptq, smoothquant)");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "colour": 1}]})"); }),
             "r.json: rule 0: unknown key \"colour\" (match, format, algo, options)");
   EXPECT_NE(error_of([] { parse(R"({"rules": [{"match": "re:(", "format": "fp8"}]})"); })
@@ -129,6 +133,78 @@ TEST(Recipe, SaveLoadRoundTrip) {
   std::ifstream f1(dir / "saved.json"), f2(dir / "again.json");
   const std::string s1((std::istreambuf_iterator<char>(f1)), {}), s2((std::istreambuf_iterator<char>(f2)), {});
   EXPECT_EQ(s1, s2);
+}
+
+}  // namespace
+}  // namespace qf
+
+namespace qf {
+namespace {
+
+TEST(RecipeYaml, SameRecipeAsJson) {
+  test::ScratchDir dir;
+  test::write_file(dir / "r.json", R"({"rules": [
+      {"match": "model.layers.0.*", "format": "keep"},
+      {"match": "re:model\\.layers\\.[0-9]+\\.mlp\\.down_proj", "format": "int4", "algo": "gptq",
+       "options": {"group_size": 64, "damp": 0.02, "note": "x", "flag": true, "none": null}},
+      {"match": "*", "format": "int4:32"}]})");
+  test::write_file(dir / "r.yaml", R"(# the same rules
+rules:
+  - {match: "model.layers.0.*", format: keep}
+  - match: 're:model\.layers\.[0-9]+\.mlp\.down_proj'
+    format: int4
+    algo: gptq
+    options:
+      group_size: 64
+      damp: 0.02
+      note: x
+      flag: true
+      none: ~
+  - match: "*"
+    format: "int4:32"
+)");
+  const Recipe j = load_recipe(dir / "r.json");
+  const Recipe y = load_recipe(dir / "r.yaml");
+  ASSERT_EQ(y.rules.size(), j.rules.size());
+  for (size_t i = 0; i < j.rules.size(); ++i) {
+    EXPECT_EQ(y.rules[i].match, j.rules[i].match) << i;
+    EXPECT_EQ(y.rules[i].format, j.rules[i].format) << i;
+    EXPECT_EQ(y.rules[i].algo, j.rules[i].algo) << i;
+    EXPECT_EQ(y.rules[i].options, j.rules[i].options) << i;
+  }
+  EXPECT_EQ(y.rules[1].line, 4);
+  EXPECT_EQ(j.rules[1].line, 0);
+  const Architecture arch = test::tiny_llama(2, 64, 128);
+  EXPECT_EQ(apply_recipe(y, arch, ModuleChoice{}).modules, apply_recipe(j, arch, ModuleChoice{}).modules);
+  // A .yml file is YAML too; a quoted number stays a string (and is refused as a format).
+  test::write_file(dir / "r.yml", "rules:\n  - match: '*'\n    format: '8'\n");
+  EXPECT_NE(error_of([&] { load_recipe(dir / "r.yml"); }).find("unknown format '8'"), std::string::npos);
+}
+
+TEST(RecipeYaml, ErrorsNameTheFileAndLine) {
+  test::ScratchDir dir;
+  const std::string f = (dir / "r.yaml").string();
+  test::write_file(dir / "r.yaml", "rules:\n  - match: '*.k_proj'\n    format: fp8\n"
+                                   "  - match: '*'\n    format: fp5\n");
+  EXPECT_EQ(error_of([&] { load_recipe(dir / "r.yaml"); })
+                .rfind(f + ":4: rule 1: unknown format 'fp5'; did you mean 'fp8'?", 0),
+            0u);
+  test::write_file(dir / "r.yaml", "rules:\n  - match: '*'\n    format: [fp8\n");
+  const std::string syntax = error_of([&] { load_recipe(dir / "r.yaml"); });
+  EXPECT_EQ(syntax.rfind(f + ":4: invalid YAML: ", 0), 0u) << syntax;
+  EXPECT_EQ(syntax.find('\n'), std::string::npos);
+  test::write_file(dir / "r.yaml", "rules:\n  - match: '*'\n    colour: red\n    format: fp8\n");
+  EXPECT_EQ(error_of([&] { load_recipe(dir / "r.yaml"); }),
+            f + ":2: rule 0: unknown key \"colour\" (match, format, algo, options)");
+  test::write_file(dir / "r.yaml", "- a\n- b\n");
+  EXPECT_EQ(error_of([&] { load_recipe(dir / "r.yaml"); }),
+            f + ": a recipe is a JSON object with a \"rules\" list");
+  // Fused modules given different formats name the rules' lines.
+  test::write_file(dir / "r.yaml", "rules:\n  - {match: '*.k_proj', format: fp8}\n"
+                                   "  - {match: '*', format: nvfp4}\n");
+  const std::string fused =
+      error_of([&] { apply_recipe(load_recipe(dir / "r.yaml"), test::tiny_llama(1), ModuleChoice{}); });
+  EXPECT_NE(fused.find("nvfp4 by rule 1 (line 3), fp8 by rule 0 (line 2)"), std::string::npos) << fused;
 }
 
 }  // namespace
