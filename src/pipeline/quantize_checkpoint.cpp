@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "engine/weights.h"
 #include "io/staged_directory.h"
 #include "pipeline/calibrated_weights.h"
 #include "pipeline/linear_quantizer.h"
@@ -139,6 +140,25 @@ QuantizeReport plan_quantization(const SourceModel& source, const QuantizeOption
   return report;
 }
 
+namespace {
+
+// The engine's loader is the first reader of every output: an output it rejects (a missing head,
+// a vocab_size that does not match the embedding) must fail here, before it takes the final
+// name. Loading maps the files and checks every tensor's name, dtype and shape; only small
+// vectors are copied, except INT8 (W8A8) weights, which the engine dequantizes in memory, so
+// those outputs are not loaded again here.
+void check_loads(const fs::path& staging, const fs::path& out_dir, const QuantizeOptions& options) {
+  if (options.format == Format::int8 && !options.assignment) return;
+  try {
+    (void)ModelWeights::load(staging);
+  } catch (const Error& e) {
+    fail("{}: the written checkpoint does not load in qforge's engine, so it was not kept: {}",
+         out_dir.string(), e.what());
+  }
+}
+
+}  // namespace
+
 QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& out_dir,
                                    const QuantizeOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -167,6 +187,7 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
   // 3. Write the output in the target's layout, then move it into place.
   write_output(source, plan, calibration, quantizer, options, *exporter, pool, staged.path(),
                report);
+  check_loads(staged.path(), out_dir, options);
   staged.commit();
 
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

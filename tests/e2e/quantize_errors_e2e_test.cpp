@@ -157,6 +157,25 @@ TEST(QuantizeCli, NanInACopiedTensorIsAnErrorOrANamedWarning) {
       << r.err;
 }
 
+// Outputs the engine would reject were once written and kept: a config whose vocab_size does
+// not match the embedding, or an untied model without its head. They now fail before the
+// rename, naming the reason, and leave nothing behind.
+TEST(QuantizeCli, OutputThatWouldNotLoadIsNotKept) {
+  test::ScratchDir dir;
+  TinyModel m;
+  m.config["vocab_size"] = 20;
+  m.write(dir / "model");
+  auto r = test::run_qforge("quantize " + quote(dir / "model") + " -o " + quote(dir / "out") + " -q");
+  expect_one_line_error(r, "does not load in qforge's engine");
+  expect_nothing_left(dir / "out");
+  TinyModel untied;
+  untied.config["tie_word_embeddings"] = false;
+  untied.write(dir / "untied");
+  r = test::run_qforge("quantize " + quote(dir / "untied") + " -o " + quote(dir / "out") + " -q");
+  expect_one_line_error(r, "does not load in qforge's engine");
+  expect_nothing_left(dir / "out");
+}
+
 // An all-zero Linear quantizes (to zero codes, finite scales) and is reported.
 TEST(QuantizeCli, AllZeroWeightEncodesWithoutNan) {
   test::ScratchDir dir;
