@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "io/json_file.h"
 #include "io/tokenizer.h"
 
 #include <fmt/format.h>
@@ -59,12 +60,7 @@ std::vector<std::string> documents_of(const fs::path& path) {
   std::string line;
   for (int64_t n = 1; std::getline(lines, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}:{}: not a JSON line: {}", path.string(), n, e.what());
-    }
+    const nlohmann::json j = parse_json_text(line, fmt::format("{}:{}", path.string(), n));
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
       fail("{}:{}: JSON line has no string field \"text\"", path.string(), n);
     docs.push_back(j["text"].get<std::string>());

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/io_util.h"
+#include "io/json_file.h"
 
 #include <algorithm>
 #include <optional>
@@ -63,22 +64,21 @@ Index read_index(const fs::path& path) {
 }
 
 
-template <typename Json>
-Json parse_json_file(const fs::path& path) {
+// Config, index and tokenizer files: a few MB at most for real models (tokenizer.json of a 256k
+// vocabulary ~ 30 MB); the cap keeps a huge or endless file from being read whole.
+constexpr uint64_t kMaxJsonFileBytes = uint64_t(1) << 30;
+
+std::string json_file_text(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("{}: not found", path.string());
-  const MappedFile file = MappedFile::open(path);
-  const char* p = reinterpret_cast<const char*>(file.data());
-  try {
-    return Json::parse(p, p + file.size());
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", path.string(), json_error_reason(e));
-  }
+  return read_regular_file(path, "the JSON file", kMaxJsonFileBytes);
 }
 
 }  // namespace
 
-nlohmann::json read_json_file(const fs::path& path) { return parse_json_file<nlohmann::json>(path); }
+nlohmann::json read_json_file(const fs::path& path) {
+  return parse_json_text(json_file_text(path), path.string());
+}
 
 Checkpoint Checkpoint::open(const fs::path& dir) {
   std::error_code ec;
@@ -87,7 +87,7 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
 
   Checkpoint c;
   c.dir_ = dir;
-  c.ordered_config_ = parse_json_file<nlohmann::ordered_json>(dir / kConfig);
+  c.ordered_config_ = parse_ordered_json_text(json_file_text(dir / kConfig), (dir / kConfig).string());
   if (!c.ordered_config_.is_object()) fail("{}: not a JSON object", (dir / kConfig).string());
   c.config_ = nlohmann::json::parse(c.ordered_config_.dump());
 

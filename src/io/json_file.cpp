@@ -1,12 +1,42 @@
 #include "io/json_file.h"
 
 #include "core/error.h"
+#include "io/io_util.h"
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 namespace qf {
+namespace {
+
+struct TooDeep {};
+
+template <typename Json>
+Json parse_bounded(std::string_view text, const std::string& label, int max_depth) {
+  try {
+    return Json::parse(text.begin(), text.end(),
+                       [max_depth](int depth, nlohmann::json::parse_event_t, Json&) {
+                         if (depth > max_depth) throw TooDeep{};
+                         return true;
+                       });
+  } catch (const TooDeep&) {
+    fail("{}: JSON nests deeper than {} levels", label, max_depth);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", label, json_error_reason(e));
+  }
+}
+
+}  // namespace
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& label, int max_depth) {
+  return parse_bounded<nlohmann::json>(text, label, max_depth);
+}
+
+nlohmann::ordered_json parse_ordered_json_text(std::string_view text, const std::string& label,
+                                               int max_depth) {
+  return parse_bounded<nlohmann::ordered_json>(text, label, max_depth);
+}
 
 void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& json) {
   const std::string text = json.dump(4) + "\n";

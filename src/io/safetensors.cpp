@@ -19,13 +19,18 @@ using json = nlohmann::json;
 
 // What a parser callback found while the DOM was built: nlohmann keeps the last of duplicate
 // keys silently, so duplicates have to be caught as the keys stream past.
+struct TooDeep {};
+constexpr int kMaxHeaderDepth = 8;
+
 struct DuplicateTracker {
   std::vector<std::set<std::string>> seen;  // one per open object, innermost last
   std::string top_key;                      // the current key of the outermost object
   bool found = false;
   std::string message;
 
-  bool on_event(int /*depth*/, json::parse_event_t event, json& parsed) {
+  bool on_event(int depth, json::parse_event_t event, json& parsed) {
+    // A header nests three levels (header, entry, shape); stop a flood of '[' before it is built.
+    if (depth > kMaxHeaderDepth) throw TooDeep{};
     switch (event) {
       case json::parse_event_t::object_start:
         seen.emplace_back();
@@ -161,6 +166,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t data_
         [&dups](int depth, json::parse_event_t event, json& parsed) {
           return dups.on_event(depth, event, parsed);
         });
+  } catch (const TooDeep&) {
+    fail("{}: header nests deeper than {} levels", label, kMaxHeaderDepth);
   } catch (const json::exception& e) {
     fail("{}: header is not valid JSON: {}", label, json_error_reason(e));
   }

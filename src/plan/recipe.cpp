@@ -115,16 +115,7 @@ Recipe load_recipe(const std::filesystem::path& path) {
     }
     return parse_recipe(doc.json, path.string(), rule_lines);
   }
-  nlohmann::ordered_json json;
-  try {
-    json = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    for (char& c : what)
-      if (c == '\n') c = ' ';
-    fail("{}: invalid JSON: {}", path.string(), what);
-  }
-  return parse_recipe(json, path.string());
+  return parse_recipe(parse_ordered_json_text(text, path.string()), path.string());
 }
 
 std::string Recipe::rule_label(size_t i) const {

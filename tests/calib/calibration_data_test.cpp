@@ -98,7 +98,7 @@ TEST(CalibrationData, BadInputIsNamed) {
   };
   expect_error("latin1.txt", "caf\xe9 au lait and more text here to fill a window", "not UTF-8");
   expect_error("bad.jsonl", "{\"text\": 3}\n", "no string field \"text\"");
-  expect_error("broken.jsonl", "{\"text\": \n", "not a JSON line");
+  expect_error("broken.jsonl", "{\"text\": \n", "broken.jsonl:1: invalid JSON");
   expect_error("short.txt", "Hi.", "fewer than one window");
 }
 

@@ -172,6 +172,19 @@ TEST(Checkpoint, IndexWinsOverSingleFile) {
             (std::vector<std::string>{"tokenizer.model", "tokenizer_config.json"}));
 }
 
+TEST(Checkpoint, DeeplyNestedConfigIsRefusedQuickly) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  make_sharded(fixture("stories260K-hf"), dir.path());
+  test::write_file(dir / "config.json", "{\"a\": " + std::string(5'000'000, '[') + "}");
+  expect_open_error(dir.path(), (dir / "config.json").string() + ": ",
+                    "JSON nests deeper than 64 levels");
+  test::write_file(dir / "model.safetensors.index.json", std::string(100, '{'));
+  test::write_file(dir / "config.json", "{}");
+  expect_open_error(dir.path(), (dir / "model.safetensors.index.json").string() + ": ",
+                    "invalid JSON");
+}
+
 TEST(Checkpoint, MissingShard) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir dir;
