@@ -31,11 +31,11 @@ void register_generate(CLI::App& app, Action& run) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--temp", args->temp,
                   "Sampling temperature; 0 picks the most likely token (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_range(0.0, 1000.0));
   cmd->add_option("--top-p", args->top_p,
                   "Nucleus sampling: keep the most likely tokens up to this probability mass "
                   "(default 1.0 = all; only with --temp > 0)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(finite_range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "Random seed of the sampler (default 0)");
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);

@@ -163,7 +163,7 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_option("--smoothquant-alpha", args->smoothquant_alpha,
                   "SmoothQuant migration strength alpha in [0, 1]: s = w_max^(1-alpha) / "
                   "a_max^alpha (1.0 is ModelOpt's default, 0.5 llm-compressor's and the paper's)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(finite_range(0.0, 1.0))
       ->capture_default_str();
   CLI::Option* act_opt = cmd->add_option("--activations", args->activations,
                   "Activation quantization: none (weight-only), nvfp4 (W4A4 with --format nvfp4: "

@@ -48,6 +48,9 @@ void add_kernels_option(CLI::App* cmd, KernelMode& mode);
 // --help lists the choices.
 CLI::Validator name_choice(std::string what, std::vector<std::string> choices,
                            bool ignore_case = false);
+// A flag's check that its value is a finite number in [lo, hi] (NaN and Inf refused).
+CLI::Validator finite_range(double lo, double hi);
+
 // For a command line whose command words (argv[1], then a subcommand's own subcommand) do not
 // name a command: the did-you-mean message; "" when they do.
 std::string unknown_subcommand(const CLI::App& app, int argc, const char* const* argv);

@@ -38,7 +38,8 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                   "target is below what nvfp4,fp8 reach");
   cmd->add_option("--target-bits", a.target_bits,
                   "--auto: average bits per weight over the quantizable Linear weights, scales "
-                  "included (kept modules count at their dtype)");
+                  "included (kept modules count at their dtype)")
+      ->check(finite_range(1.0, 32.0));
   cmd->add_option("--target-size", a.target_size,
                   "--auto: largest size of the output's safetensors files, e.g. 1.5GB");
   cmd->add_option("--fit-memory", a.fit_memory,
@@ -46,7 +47,8 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
   cmd->add_option("--context", a.context, "--fit-memory: tokens of KV cache per sequence");
   cmd->add_option("--batch", a.batch, "--fit-memory: sequences")->capture_default_str();
   cmd->add_option("--min-speedup", a.min_speedup,
-                  "--auto: estimated decode speedup over BF16 from bytes read per token");
+                  "--auto: estimated decode speedup over BF16 from bytes read per token")
+      ->check(finite_range(1.0, 16.0));
 }
 
 bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model, bool quiet) {
