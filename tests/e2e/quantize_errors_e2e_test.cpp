@@ -320,8 +320,21 @@ TEST(QuantizeCli, SynthThenQuantizeAndDemo) {
   EXPECT_NE(r.out.find("W4A16_NVFP4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("top-1 agreement"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode speed"), std::string::npos) << r.out;
+  // On random weights the demo says what its low top-1 agreement means.
+  EXPECT_NE(r.out.find("a property of the random model"), std::string::npos) << r.out;
   r = test::run_qforge("synth --shape llama-9000 -o " + quote(dir / "x"));
   expect_one_line_error(r, "unknown shape 'llama-9000'");
+}
+
+// With a real model the demo measures English text and shows the text before and after.
+TEST(QuantizeCli, DemoOnARealModelShowsTextBeforeAndAfter) {
+  QF_REQUIRE_FIXTURES();
+  const auto r = test::run_qforge("demo --model " + quote(test::model_dir("stories260K-hf")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("tokens of English text"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("original:  , there was a little girl"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("quantized: "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("property of the random model"), std::string::npos) << r.out;
 }
 
 TEST(QuantizeCli, HelpExplainsEveryFlag) {
