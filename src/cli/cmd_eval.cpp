@@ -1,9 +1,12 @@
-// `qforge eval ppl` and `qforge eval kl`: perplexity of a model, and how far a quantized model's
-// next-token distributions are from the original's, over a text file.
+// `qforge eval ppl`, `qforge eval kl` and `qforge compare`: perplexity of a model, how far a
+// quantized model's next-token distributions are from the original's, and the same for several
+// variants at once, over a text file.
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "eval/compare.h"
 #include "eval/perplexity.h"
+#include "io/json_file.h"
 #include "eval/text.h"
 #include "io/tokenizer.h"
 
@@ -143,6 +146,45 @@ void register_eval(CLI::App& app, Action& run) {
         fmt::print("{:<22} {:.5f}\n", "perplexity (base)", r.ppl_base);
         fmt::print("{:<22} {:.5f}\n", "perplexity (quant)", r.ppl_quant);
         fmt::print("{:<22} {}\n", "tokens", r.tokens);
+      }
+      return 0;
+    };
+  });
+}
+
+void register_compare(CLI::App& app, Action& run) {
+  struct Args : EvalArgs {
+    std::string base, html;
+    std::vector<std::string> variants;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Measure several quantized variants of one model against it on the same text in "
+                 "one run: size, bits per weight, perplexity, KL mean and p99, top-1 agreement "
+                 "(the base model's logits are computed once per window). Table, --json, --html.");
+  cmd->add_option("base", a->base, "Original (reference) model directory")->required();
+  cmd->add_option("variants", a->variants, "Quantized model directories")->required();
+  add_common(cmd, *a);
+  cmd->add_option("--html", a->html,
+                  "Also write a self-contained HTML page (table and a plot of KL against size)");
+  cmd->callback([a, &run] {
+    run = [a] {
+      ModelOptions mo;
+      mo.threads = a->threads;
+      mo.kernels = a->kernels;
+      const auto ids = stream_ids(a->base, *a);
+      std::vector<std::filesystem::path> variants(a->variants.begin(), a->variants.end());
+      std::unique_ptr<Progress> bar;
+      CompareResult r = compare_models(a->base, variants, ids, a->ctx, mo,
+                                       progress_bar(bar, "compare", int64_t(ids.size()) - 1));
+      bar->finish();
+      r.text = a->text;
+      if (!a->html.empty()) write_text_file(a->html, compare_html(r));
+      if (a->json) {
+        fmt::print("{}\n", compare_json(r).dump(2));
+      } else {
+        fmt::print("{}", compare_table(r));
+        if (!a->html.empty()) fmt::print("HTML report: {}\n", a->html);
       }
       return 0;
     };

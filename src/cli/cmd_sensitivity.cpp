@@ -1,6 +1,7 @@
 // `qforge sensitivity`: how much each quantizable module (fused groups together) changes the
 // model's output in each candidate format, as a sorted table, JSON and an HTML report.
 #include "cli/commands.h"
+#include "io/json_file.h"
 #include "core/error.h"
 #include "core/suggest.h"
 #include "pipeline/sensitivity_run.h"

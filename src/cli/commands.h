@@ -26,6 +26,7 @@ void register_synth(CLI::App& app, Action& run);
 void register_demo(CLI::App& app, Action& run);
 void register_generate(CLI::App& app, Action& run);
 void register_eval(CLI::App& app, Action& run);
+void register_compare(CLI::App& app, Action& run);
 void register_bench(CLI::App& app, Action& run);
 void register_tokenize(CLI::App& app, Action& run);
 void register_sensitivity(CLI::App& app, Action& run);

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   qf::cli::register_demo(app, run);
   qf::cli::register_generate(app, run);
   qf::cli::register_eval(app, run);
+  qf::cli::register_compare(app, run);
   qf::cli::register_bench(app, run);
   qf::cli::register_tokenize(app, run);
   qf::cli::register_sensitivity(app, run);

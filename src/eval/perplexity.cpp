@@ -64,52 +64,78 @@ PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t 
   return r;
 }
 
-KlResult kl_divergence(Model& base, Model& quant, std::span<const int32_t> ids, int64_t ctx,
-                       const EvalProgress& progress) {
+std::vector<KlResult> kl_divergence(Model& base, std::span<Model* const> quants,
+                                    std::span<const int32_t> ids, int64_t ctx,
+                                    const EvalProgress& progress) {
   check(base, ids, ctx);
-  check(quant, ids, ctx);
-  if (base.vocab_size() != quant.vocab_size())
-    fail("the models' vocabularies differ ({} vs {} tokens)", base.vocab_size(),
-         quant.vocab_size());
+  for (Model* q : quants) {
+    check(*q, ids, ctx);
+    if (base.vocab_size() != q->vocab_size())
+      fail("the models' vocabularies differ ({} vs {} tokens)", base.vocab_size(),
+           q->vocab_size());
+  }
   const int64_t V = base.vocab_size();
   const int64_t total = int64_t(ids.size()) - 1;
+  const size_t nq = quants.size();
   std::vector<float> lb(size_t(std::min(ctx, total) * V)), lq(lb.size());
-  std::vector<double> pb, pq, kls;
-  double nll_b = 0, nll_q = 0;
-  int64_t agree = 0;
+  std::vector<double> pb, pq;
+  std::vector<std::vector<double>> kls(nq);
+  std::vector<double> nll_q(nq, 0.0);
+  std::vector<int64_t> agree(nq, 0);
+  std::vector<int32_t> top_b;
+  double nll_b = 0;
+  int64_t scored = 0;
   for_windows(int64_t(ids.size()), ctx, [&](int64_t s, int64_t n) {
     const auto window = ids.subspan(size_t(s), size_t(n));
+    // The base's logits of a window are kept while each variant runs on it, so the base model
+    // runs once whatever the number of variants (its log-softmax is recomputed per variant:
+    // cheap next to a forward pass, and no V-sized double array per position is held).
     base.forward(window, 0, lb.data(), true);
-    quant.forward(window, 0, lq.data(), true);
+    top_b.resize(size_t(n));
     for (int64_t t = 0; t < n; ++t) {
-      const float* b = lb.data() + t * V;
-      const float* q = lq.data() + t * V;
-      log_softmax(b, V, pb);
-      log_softmax(q, V, pq);
-      double kl = 0;
-      for (int64_t i = 0; i < V; ++i)
-        if (pb[size_t(i)] > -745) kl += std::exp(pb[size_t(i)]) * (pb[size_t(i)] - pq[size_t(i)]);
-      kls.push_back(std::max(0.0, kl));
-      const int32_t next = ids[size_t(s + t + 1)];
-      nll_b -= pb[size_t(next)];
-      nll_q -= pq[size_t(next)];
-      agree += argmax(b, V) == argmax(q, V);
+      log_softmax(lb.data() + t * V, V, pb);
+      top_b[size_t(t)] = argmax(lb.data() + t * V, V);
+      nll_b -= pb[size_t(ids[size_t(s + t + 1)])];
     }
-    if (progress) progress(int64_t(kls.size()), total);
+    for (size_t k = 0; k < nq; ++k) {
+      quants[k]->forward(window, 0, lq.data(), true);
+      for (int64_t t = 0; t < n; ++t) {
+        const float* q = lq.data() + t * V;
+        log_softmax(lb.data() + t * V, V, pb);
+        log_softmax(q, V, pq);
+        double kl = 0;
+        for (int64_t i = 0; i < V; ++i)
+          if (pb[size_t(i)] > -745) kl += std::exp(pb[size_t(i)]) * (pb[size_t(i)] - pq[size_t(i)]);
+        kls[k].push_back(std::max(0.0, kl));
+        nll_q[k] -= pq[size_t(ids[size_t(s + t + 1)])];
+        agree[k] += top_b[size_t(t)] == argmax(q, V);
+      }
+    }
+    scored += n;
+    if (progress) progress(scored, total);
   });
-  KlResult r;
-  r.tokens = int64_t(kls.size());
-  double sum = 0;
-  for (double k : kls) sum += k;
-  r.kl_mean = sum / double(r.tokens);
-  std::vector<double> sorted = kls;
-  std::sort(sorted.begin(), sorted.end());
-  const auto rank = size_t(std::ceil(0.99 * double(r.tokens)));
-  r.kl_p99 = sorted[std::max<size_t>(rank, 1) - 1];
-  r.top1 = double(agree) / double(r.tokens);
-  r.ppl_base = std::exp(nll_b / double(r.tokens));
-  r.ppl_quant = std::exp(nll_q / double(r.tokens));
-  return r;
+  std::vector<KlResult> out(nq);
+  for (size_t k = 0; k < nq; ++k) {
+    KlResult& r = out[k];
+    r.tokens = scored;
+    double sum = 0;
+    for (double v : kls[k]) sum += v;
+    r.kl_mean = sum / double(r.tokens);
+    std::vector<double> sorted = kls[k];
+    std::sort(sorted.begin(), sorted.end());
+    const auto rank = size_t(std::ceil(0.99 * double(r.tokens)));
+    r.kl_p99 = sorted[std::max<size_t>(rank, 1) - 1];
+    r.top1 = double(agree[k]) / double(r.tokens);
+    r.ppl_base = std::exp(nll_b / double(r.tokens));
+    r.ppl_quant = std::exp(nll_q[k] / double(r.tokens));
+  }
+  return out;
+}
+
+KlResult kl_divergence(Model& base, Model& quant, std::span<const int32_t> ids, int64_t ctx,
+                       const EvalProgress& progress) {
+  Model* const q[] = {&quant};
+  return kl_divergence(base, q, ids, ctx, progress).front();
 }
 
 }  // namespace qf

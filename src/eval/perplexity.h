@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 namespace qf {
 
@@ -38,5 +39,11 @@ PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t 
 // differ. KL of a model against itself is exactly 0 with top1 1.
 KlResult kl_divergence(Model& base, Model& quant, std::span<const int32_t> ids, int64_t ctx,
                        const EvalProgress& progress = {});
+// The same for several variants against one base, whose logits are computed once per window
+// (result k is quants[k]'s, identical to the two-model call). progress counts windows of the
+// base, after all variants ran on them.
+std::vector<KlResult> kl_divergence(Model& base, std::span<Model* const> quants,
+                                    std::span<const int32_t> ids, int64_t ctx,
+                                    const EvalProgress& progress = {});
 
 }  // namespace qf

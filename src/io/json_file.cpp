@@ -56,4 +56,19 @@ void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_
   if (ec) fail("{}: cannot rename into place: {}", path.string(), ec.message());
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail("{}: cannot create: {}", tmp, std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    std::remove(tmp.c_str());
+    fail("{}: write failed", path);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) fail("{}: cannot rename into place: {}", path, ec.message());
+}
+
 }  // namespace qf

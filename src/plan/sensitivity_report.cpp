@@ -1,6 +1,8 @@
 // Rendering of the sensitivity report: table, JSON and standalone HTML with inline SVG.
 #include "plan/sensitivity_report.h"
 
+#include "core/html.h"
+
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -59,20 +61,6 @@ nlohmann::ordered_json number_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
 }
 
-std::string escape_html(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string exact_text(const std::optional<double>& e) { return e ? fmt::format("{:.4g}", *e) : "-"; }
 
@@ -218,21 +206,6 @@ std::string sensitivity_report_html(const SensitivityReport& report) {
   html += rows;
   html += "</tbody>\n</table>\n</body>\n</html>\n";
   return html;
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("{}: cannot create: {}", tmp, std::strerror(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed) {
-    std::remove(tmp.c_str());
-    fail("{}: write failed", path);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("{}: cannot rename into place: {}", path, ec.message());
 }
 
 }  // namespace qf

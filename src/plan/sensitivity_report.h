@@ -46,7 +46,5 @@ std::string sensitivity_report_table(const SensitivityReport& report);
 // A complete HTML document (UTF-8); names are HTML-escaped.
 std::string sensitivity_report_html(const SensitivityReport& report);
 
-// Writes text to path (through a temporary file). Throws qf::Error naming the file.
-void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace qf
