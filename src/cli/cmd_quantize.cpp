@@ -32,7 +32,8 @@ std::string time_breakdown(const QuantizeReport& r) {
   const double other =
       r.seconds - r.plan_seconds - r.calib_seconds - r.algo_seconds - r.write_seconds;
   if (other >= 0.05) parts.push_back(fmt::format("other {:.1f} s", other));
-  return fmt::format("{} ({:.2f} s: {})", format_duration(r.seconds), r.seconds,
+  if (r.seconds < 60) return fmt::format("{:.2f} s ({})", r.seconds, fmt::join(parts, ", "));
+  return fmt::format("{} ({:.1f} s: {})", format_duration(r.seconds), r.seconds,
                      fmt::join(parts, ", "));
 }
 
