@@ -145,8 +145,12 @@ LayerCalibrationReport calibrate_layers(Model& model,
   report.activation_bytes = (hidden.size() + scratch.size()) * sizeof(float);
   for (size_t w = 0; w < windows.size(); ++w) model.embed(windows[w], hidden.data() + int64_t(w) * per);
 
-  Progress progress("calibrate", uint64_t(a.num_layers * int64_t(windows.size())), options.progress);
+  // Counted in calibration tokens through the whole model (each window adds 1/layers of its
+  // tokens per layer), so the rate is the summary's tokens/s.
+  Progress progress("calibrate", ProgressUnit::tokens, double(report.tokens), options.progress);
+  const double per_window_layer = double(seq) / double(std::max<int64_t>(a.num_layers, 1));
   for (int64_t l = 0; l < a.num_layers; ++l) {
+    progress.set_detail(fmt::format("layer {}/{}", l + 1, a.num_layers));
     CaptureObserver obs(a, options.capture, l, &model.pool());
     double out_square = 0;
     for (size_t w = 0; w < windows.size(); ++w) {
@@ -158,12 +162,15 @@ LayerCalibrationReport calibrate_layers(Model& model,
       }
       model.forward_layer(l, out, seq, &obs);
       for (int64_t i = 0; i < per; ++i) out_square += double(out[i]) * double(out[i]);
-      progress.advance(1);
+      progress.advance(per_window_layer);
     }
     LayerCapture capture = obs.finish();
     capture.output_mean_square = out_square / double(report.tokens);
     const auto c0 = clock::now();
+    // The callback's algorithms draw their own bar; this phase's clock stops meanwhile.
+    progress.pause();
     const LayerWeights* replaced = callback ? callback(l, capture) : nullptr;
+    progress.resume();
     report.callback_seconds += std::chrono::duration<double>(clock::now() - c0).count();
     if (options.quantized_inputs)
       for (size_t w = 0; w < windows.size(); ++w)

@@ -50,9 +50,10 @@ std::vector<int32_t> stream_ids(const std::string& model_dir, const EvalArgs& a)
 
 EvalProgress progress_bar(std::unique_ptr<Progress>& bar, const std::string& label,
                           int64_t total) {
-  bar = std::make_unique<Progress>(label, uint64_t(total), Progress::stderr_is_terminal());
+  bar = std::make_unique<Progress>(label, ProgressUnit::tokens, double(total),
+                                   Progress::stderr_is_terminal());
   return [&bar, last = int64_t(0)](int64_t done, int64_t) mutable {
-    bar->advance(uint64_t(done - last));
+    bar->advance(double(done - last));
     last = done;
   };
 }

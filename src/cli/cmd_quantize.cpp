@@ -7,9 +7,66 @@
 #include "targets/target.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+
 namespace qf::cli {
+
+namespace {
+
+// What quantizes the output head, said where the summary says it was kept.
+constexpr const char* kLmHeadKept =
+    "kept in its dtype (--quantize-lm-head quantizes it: faster decode, some accuracy cost, "
+    "engine support varies)";
+
+std::string time_breakdown(const QuantizeReport& r) {
+  std::vector<std::string> parts;
+  if (r.plan_seconds > 0) parts.push_back(fmt::format("--auto plan {:.1f} s", r.plan_seconds));
+  if (r.calib_tokens > 0) {
+    parts.push_back(fmt::format("calibration {:.1f} s", r.calib_seconds));
+    parts.push_back(fmt::format("algorithms {:.1f} s", r.algo_seconds));
+  }
+  parts.push_back(fmt::format("writing {:.1f} s", r.write_seconds));
+  const double other =
+      r.seconds - r.plan_seconds - r.calib_seconds - r.algo_seconds - r.write_seconds;
+  if (other >= 0.05) parts.push_back(fmt::format("other {:.1f} s", other));
+  if (r.seconds < 60) return fmt::format("{:.2f} s ({})", r.seconds, fmt::join(parts, ", "));
+  return fmt::format("{} ({:.1f} s: {})", format_duration(r.seconds), r.seconds,
+                     fmt::join(parts, ", "));
+}
+
+// The parts every summary ends with: unquantized modules and what would quantize them, the
+// --auto choice, and how to serve the output.
+void print_summary_tail(const QuantizeReport& r) {
+  if (!r.excluded.empty()) {
+    fmt::print("  unquantized modules:\n");
+    for (const auto& e : r.excluded) {
+      fmt::print("    {:<44} {}\n", e.name, e.reason);
+      if (!e.hint.empty()) fmt::print("    {:<44} to quantize: {}\n", "", e.hint);
+    }
+  }
+  if (r.auto_plan) {
+    const AutoPlanSummary& a = *r.auto_plan;
+    fmt::print("  --auto {}: {}\n", a.target, a.solved);
+    fmt::print("    {:<52} {:<13} {:>6}  {:>15}\n", "unit", "format", "bits", "predicted error");
+    for (const AutoPlanUnit& u : a.units)
+      fmt::print("    {:<52} {:<13} {:>6.3f}  {:>15.4g}\n", u.unit, u.format, u.bits,
+                 u.predicted_error);
+    fmt::print("    predicted error: {}\n", a.measure);
+  }
+  if (!r.serve.empty()) {
+    fmt::print("  serve it (per ../shared/specs/engine-formats.md; not run here):\n");
+    for (const ServeCommand& c : r.serve) {
+      fmt::print("    {:<13} {:<14} {}\n", c.engine, engine_support_name(c.support),
+                 c.command.empty() ? "-" : c.command);
+      if (!c.note.empty()) fmt::print("    {:<13} {:<14} {}\n", "", "", c.note);
+    }
+  }
+}
+
+}  // namespace
 
 void print_quantize_summary(const QuantizeReport& r) {
   const double mbps = r.seconds > 0 ? double(r.bytes_in) / r.seconds / 1e6 : 0;
@@ -26,9 +83,10 @@ void print_quantize_summary(const QuantizeReport& r) {
   fmt::print("  {:<28} {}\n", "modules quantized", r.modules_quantized);
   fmt::print("  {:<28} {}\n", "modules left unquantized", r.modules_excluded);
   fmt::print("  {:<28} {}\n", "lm_head",
-             r.lm_head_quantized ? fmt::format("quantized ({}; engine support varies, see README)",
+             r.lm_head_quantized ? fmt::format("quantized ({}; engine support varies, see the "
+                                               "serve lines below)",
                                                r.format)
-                                 : std::string("kept in its dtype"));
+                                 : std::string(kLmHeadKept));
   fmt::print("  {:<28} {}\n", "tensors copied unchanged", r.tensors_copied);
   fmt::print("  {:<28} {} ({} bytes)\n", "bytes in", human_bytes(double(r.bytes_in)), r.bytes_in);
   fmt::print("  {:<28} {} ({} bytes)\n", r.dry_run ? "bytes out (predicted)" : "bytes out",
@@ -40,9 +98,10 @@ void print_quantize_summary(const QuantizeReport& r) {
   fmt::print("  {:<28} {}\n", "algorithm", r.algo);
   if (r.dry_run) {
     fmt::print("  {:<28} {} / kv cache {}\n", "activations", r.activations, r.kv_cache);
-    return;  // the module table above already says what is kept and why
+    print_summary_tail(r);
+    return;
   }
-  fmt::print("  {:<28} {:.2f} s\n", "time", r.seconds);
+  fmt::print("  {:<28} {}\n", "time (wall, everything)", time_breakdown(r));
   fmt::print("  {:<28} {:.1f} MB/s\n", "throughput (input)", mbps);
   fmt::print("  {:<28} {}\n", "peak memory (RSS)", human_bytes(double(r.peak_rss_bytes)));
   if (r.calib_tokens > 0) {
@@ -52,10 +111,7 @@ void print_quantize_summary(const QuantizeReport& r) {
     fmt::print("  {:<28} {:.2f} s\n", "algorithm time", r.algo_seconds);
     fmt::print("  {:<28} {}\n", "calibration activations", human_bytes(double(r.activation_bytes)));
   }
-  if (!r.excluded.empty()) {
-    fmt::print("  unquantized modules:\n");
-    for (const auto& e : r.excluded) fmt::print("    {:<44} {}\n", e.name, e.reason);
-  }
+  print_summary_tail(r);
 }
 
 std::string quantize_report_json(const QuantizeReport& r) {
@@ -67,9 +123,12 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["bytes_in"] = r.bytes_in;
   j["bytes_out"] = r.bytes_out;
   j["seconds"] = r.seconds;
+  j["plan_seconds"] = r.plan_seconds;
+  j["write_seconds"] = r.write_seconds;
   j["modules_quantized"] = r.modules_quantized;
   j["modules_excluded"] = r.modules_excluded;
   j["lm_head_quantized"] = r.lm_head_quantized;
+  if (!r.lm_head_quantized) j["lm_head_hint"] = kLmHeadKept;
   j["tensors_copied"] = r.tensors_copied;
   j["quantized_weights"] = r.quantized_weights;
   j["bits_per_quantized_weight"] = r.bits_per_quantized_weight();
@@ -84,8 +143,35 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["algo_seconds"] = r.algo_seconds;
   j["activation_bytes"] = r.activation_bytes;
   j["excluded"] = nlohmann::ordered_json::array();
-  for (const auto& e : r.excluded) j["excluded"].push_back({{"name", e.name}, {"reason", e.reason}});
+  for (const auto& e : r.excluded)
+    j["excluded"].push_back({{"name", e.name}, {"reason", e.reason}, {"hint", e.hint}});
   j["warnings"] = r.warnings;
+  if (r.auto_plan) {
+    const AutoPlanSummary& a = *r.auto_plan;
+    nlohmann::ordered_json ja;
+    ja["target"] = a.target;
+    ja["solved"] = a.solved;
+    ja["achieved"] = a.achieved;
+    ja["bits_per_weight"] = a.bits_per_weight;
+    ja["linear_bytes"] = a.linear_bytes;
+    ja["budget_bytes"] = a.budget_bytes;
+    ja["exact_solve"] = a.exact_solve;
+    ja["measure"] = a.measure;
+    ja["units"] = nlohmann::ordered_json::array();
+    for (const AutoPlanUnit& u : a.units)
+      ja["units"].push_back({{"unit", u.unit},
+                             {"format", u.format},
+                             {"bits", u.bits},
+                             {"predicted_error", u.predicted_error},
+                             {"bytes", u.bytes}});
+    j["auto"] = ja;
+  }
+  j["serve"] = nlohmann::ordered_json::array();
+  for (const ServeCommand& c : r.serve)
+    j["serve"].push_back({{"engine", c.engine},
+                          {"support", engine_support_name(c.support)},
+                          {"command", c.command},
+                          {"note", c.note}});
   if (r.dry_run) {
     j["size_ratio"] = r.bytes_out ? double(r.bytes_in) / double(r.bytes_out) : 0.0;
     j["modules"] = nlohmann::ordered_json::array();
@@ -262,13 +348,25 @@ void register_quantize(CLI::App& app, Action& run) {
       o.smoothquant_alpha = args->smoothquant_alpha;
       const SourceModel source = SourceModel::open(args->model, args->tokenizer);
       source.require_unquantized("quantize");
-      apply_plan(*plan, o, source, args->quiet);
+      // --auto scores the model before quantize_checkpoint starts: a long part of the run
+      // that the summary's wall time must include.
+      const auto plan_start = std::chrono::steady_clock::now();
+      AutoPlanSummary auto_summary;
+      apply_plan(*plan, o, source, args->quiet, &auto_summary);
+      const double plan_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
       QuantizeReport r;
       if (args->dry_run) {
-        r = plan_quantization(source, o);
+        r = plan_quantization(source, o, args->out);
         r.output = args->out;
       } else {
         r = quantize_checkpoint(source, args->out, o);
+        if (plan->auto_plan) r.plan_seconds = plan_seconds;
+        r.seconds += plan_seconds;
+      }
+      if (plan->auto_plan) {
+        auto_summary.seconds = plan_seconds;
+        r.auto_plan = auto_summary;
       }
       if (!args->quiet)
         for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);

@@ -110,14 +110,16 @@ void add_tokenizer_option(CLI::App* cmd, std::string& dir);
 
 namespace qf {
 struct QuantizeOptions;
+struct AutoPlanSummary;
 }
 
 namespace qf::cli {
 // Sets options.assignment from --recipe or --auto (printing the choice on stderr unless quiet)
 // and writes --save-recipe. False when no plan was asked for. Throws qf::Error for conflicting
 // flags, a missing --calib, or an unreachable target (naming the closest achievable value).
+// With --auto, `summary` (when given) receives what was solved and chosen, for the summary.
 bool apply_plan(const PlanArgs& args, QuantizeOptions& options, const SourceModel& model,
-                bool quiet);
+                bool quiet, AutoPlanSummary* summary = nullptr);
 
 }  // namespace qf::cli
 

@@ -51,7 +51,8 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
       ->check(finite_range(1.0, 16.0));
 }
 
-bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model, bool quiet) {
+bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model, bool quiet,
+                AutoPlanSummary* summary) {
   const int targets = (a.target_bits > 0) + !a.target_size.empty() + !a.fit_memory.empty() +
                       (a.min_speedup > 0);
   if (!a.auto_plan && (targets > 0 || a.auto_exact))
@@ -130,14 +131,14 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
     if (!quiet && p.formats.size() > ao.sensitivity.formats.size())
       fmt::print(stderr, "qforge: --auto: nvfp4,fp8 cannot reach the target; candidates "
                          "extended with mxfp4,int4,int4:channel\n");
+    const AutoPlanSummary s = auto_plan_summary(p);
+    // Quantizing takes a while after this: say now what was chosen (the unit table follows in
+    // the summary at the end).
     if (!quiet) {
-      fmt::print(stderr, "qforge: --auto {}: {:.3f} bits per weight, {} of Linears ({} bytes), "
-                         "target value {:.4g}{}\n",
-                 describe_target(ao.target), p.bits_per_weight,
-                 human_bytes(double(p.result.total_bytes)), p.result.total_bytes, p.achieved,
-                 p.result.exact() ? "" : " (approximate solve)");
+      fmt::print(stderr, "qforge: --auto {}: {}\n", s.target, s.solved);
       fmt::print(stderr, "{}", p.summary);
     }
+    if (summary) *summary = s;
     o.assignment = p.assignment;
   }
   if (!a.save_recipe.empty()) save_recipe(a.save_recipe, *o.assignment, arch);

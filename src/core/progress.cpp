@@ -3,51 +3,141 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 namespace qf {
 
-Progress::Progress(std::string label, uint64_t total, bool enabled)
-    : label_(std::move(label)), total_(total), enabled_(enabled && stderr_is_terminal()) {
-  start_ = last_draw_ = std::chrono::steady_clock::now();
+std::string_view progress_unit_name(ProgressUnit unit) {
+  switch (unit) {
+    case ProgressUnit::bytes: return "bytes";
+    case ProgressUnit::tokens: return "tokens";
+    case ProgressUnit::modules: return "modules";
+    case ProgressUnit::layers: return "layers";
+    case ProgressUnit::runs: return "runs";
+  }
+  return "items";
+}
+
+std::string format_rate(double per_second, ProgressUnit unit) {
+  if (!(per_second > 0)) per_second = 0;
+  if (unit == ProgressUnit::bytes) return human_bytes(per_second) + "/s";
+  // Slow phases (a GPTQ module every few seconds) need decimals to say anything.
+  const std::string n = per_second >= 100  ? fmt::format("{:.0f}", per_second)
+                        : per_second >= 10 ? fmt::format("{:.1f}", per_second)
+                                           : fmt::format("{:.2f}", per_second);
+  return fmt::format("{} {}/s", n, progress_unit_name(unit));
+}
+
+std::string format_duration(double seconds) {
+  if (!(seconds > 0)) return "0s";
+  const auto s = int64_t(std::llround(seconds));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+}
+
+std::string format_eta(const ProgressState& s) {
+  if (s.total > 0 && s.done >= s.total) return "done";
+  if (!(s.done > 0) || !(s.seconds > 0)) return "ETA --";
+  const double rate = s.done / s.seconds;
+  return "ETA " + format_duration((s.total - s.done) / rate);
+}
+
+std::string format_progress_line(const ProgressState& s, int bar_width) {
+  const double frac = s.total > 0 ? std::clamp(s.done / s.total, 0.0, 1.0) : 1.0;
+  std::string bar(size_t(frac * bar_width), '#');
+  bar.resize(size_t(bar_width), '.');
+  std::string line = fmt::format("{} [{}] {:5.1f}%", s.phase, bar, frac * 100);
+  if (!s.detail.empty()) line += "  " + s.detail;
+  // Whole things (modules, layers, runs) read best as a count; bytes and tokens as a rate.
+  if (s.unit == ProgressUnit::modules || s.unit == ProgressUnit::layers ||
+      s.unit == ProgressUnit::runs)
+    line += fmt::format("  {:.0f}/{:.0f} {}", std::floor(s.done), s.total,
+                        progress_unit_name(s.unit));
+  line += "  " + format_rate(s.seconds > 0 ? s.done / s.seconds : 0, s.unit);
+  line += "  " + format_eta(s);
+  return line;
+}
+
+namespace {
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Progress::Progress(std::string phase, ProgressUnit unit, double total, bool enabled, Clock clock)
+    : clock_(clock ? std::move(clock) : Clock(steady_seconds)),
+      enabled_(enabled && stderr_is_terminal()) {
+  s_.phase = std::move(phase);
+  s_.unit = unit;
+  s_.total = total;
+  run_start_ = clock_();
 }
 
 Progress::~Progress() { finish(); }
 
 bool Progress::stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
-void Progress::advance(uint64_t amount) {
-  if (!enabled_) return;
+double Progress::elapsed_locked() const {
+  return run_before_ + (running_ ? clock_() - run_start_ : 0.0);
+}
+
+void Progress::advance(double amount) {
   std::lock_guard<std::mutex> lock(mu_);
-  done_ += amount;
-  draw(false);
+  s_.done += amount;
+  draw_locked(false);
+}
+
+void Progress::set_detail(std::string detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.detail = std::move(detail);
+}
+
+void Progress::pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!running_) return;
+  run_before_ += clock_() - run_start_;
+  running_ = false;
+}
+
+void Progress::resume() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_) return;
+  run_start_ = clock_();
+  running_ = true;
+  draw_locked(true);
+}
+
+ProgressState Progress::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ProgressState s = s_;
+  s.seconds = elapsed_locked();
+  return s;
 }
 
 void Progress::finish() {
-  if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (!enabled_) return;
   if (drawn_) std::fputs("\r\033[2K", stderr);
   std::fflush(stderr);
   drawn_ = false;
   enabled_ = false;
 }
 
-void Progress::draw(bool force) {
-  const auto now = std::chrono::steady_clock::now();
-  if (!force && now - last_draw_ < std::chrono::milliseconds(100)) return;
+void Progress::draw_locked(bool force) {
+  if (!enabled_) return;
+  const double now = clock_();
+  if (!force && now - last_draw_ < 0.1) return;
   last_draw_ = now;
-  const double elapsed = std::chrono::duration<double>(now - start_).count();
-  const double frac = total_ ? std::min(1.0, double(done_) / double(total_)) : 1.0;
-  const int width = 30;
-  const int filled = int(frac * width);
-  std::string bar(size_t(filled), '#');
-  bar.resize(width, '.');
-  const double rate = elapsed > 0 ? double(done_) / elapsed : 0;
-  const double eta = rate > 0 ? double(total_ - std::min(done_, total_)) / rate : 0;
-  fmt::print(stderr, "\r\033[2K{} [{}] {:5.1f}%  {}/s  ETA {:.0f}s", label_, bar, frac * 100,
-             human_bytes(rate), eta);
+  ProgressState s = s_;
+  s.seconds = elapsed_locked();
+  fmt::print(stderr, "\r\033[2K{}", format_progress_line(s));
   std::fflush(stderr);
   drawn_ = true;
 }

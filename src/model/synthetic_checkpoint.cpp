@@ -167,7 +167,7 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
 
   StagedDirectory staged(out_dir, o.force);
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
-  Progress progress("synth", total_bytes, o.progress);
+  Progress progress("synth: write", ProgressUnit::bytes, double(total_bytes), o.progress);
   constexpr int64_t kChunk = 1 << 20;  // elements per generator stream
   std::map<std::string, std::string> weight_map;
   std::vector<std::byte> buffer;

@@ -3,6 +3,7 @@
 #include "pipeline/auto_plan.h"
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/checkpoint.h"
 
 #include <fmt/format.h>
@@ -149,6 +150,15 @@ AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options) {
   p.bits_per_weight = p.info.quantizable_numel
                           ? double(p.result.total_bytes) * 8.0 / double(p.info.quantizable_numel)
                           : 0.0;
+  p.exact_measure = o.sensitivity.exact;
+  p.target = options.target;
+  const UnitScores& raw = o.sensitivity.exact ? s.exact : s.proxy;
+  for (size_t u = 0; u < s.units.size(); ++u) {
+    const size_t c = size_t(p.result.choice[u]);
+    p.chosen_error.push_back(s.units[u].candidates[c].choice.is_keep() || c >= raw[u].size()
+                                 ? 0.0
+                                 : raw[u][c]);
+  }
   // Per chosen format: units, weights, bytes.
   std::map<std::string, std::array<uint64_t, 3>> by_format;
   for (size_t u = 0; u < s.units.size(); ++u) {
@@ -162,6 +172,69 @@ AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options) {
     p.summary += fmt::format("  {:<8} {:>4} units {:>12} weights {:>12} bytes\n", name, e[0], e[1],
                              e[2]);
   return p;
+}
+
+namespace {
+
+// The target as a constraint in words, and the value reached, e.g. "the Linears at most 5 bits
+// per weight" / "4.996 bits per weight".
+std::pair<std::string, std::string> target_words(const Target& t, double achieved) {
+  switch (t.kind) {
+    case TargetKind::bits:
+      return {fmt::format("the Linear weights averaging at most {} bits per weight", t.value),
+              fmt::format("{:.3f} bits per weight", achieved)};
+    case TargetKind::size:
+      return {fmt::format("the output's safetensors files at most {}", human_bytes(t.value)),
+              fmt::format("a predicted {}", human_bytes(achieved))};
+    case TargetKind::memory:
+      return {fmt::format("weights plus a {} KV cache of {} tokens x {} at most {}",
+                          t.kv_dtype_size == 1 ? "FP8" : "BF16", t.context, t.batch,
+                          human_bytes(t.value)),
+              fmt::format("a predicted {}", human_bytes(achieved))};
+    case TargetKind::speedup:
+      return {fmt::format("an estimated decode speedup over BF16 of at least {}x", t.value),
+              fmt::format("an estimated {:.2f}x", achieved)};
+  }
+  return {describe_target(t), fmt::format("{:.4g}", achieved)};
+}
+
+}  // namespace
+
+AutoPlanSummary auto_plan_summary(const AutoPlan& p) {
+  AutoPlanSummary a;
+  a.target = describe_target(p.target);
+  a.measure = p.exact_measure
+                  ? "KL divergence of the final logits with only that unit quantized "
+                    "(--auto-exact)"
+                  : "the unit's output error on calibration rows relative to the residual "
+                    "stream (proxy; compare within a run)";
+  a.achieved = p.achieved;
+  a.bits_per_weight = p.bits_per_weight;
+  a.linear_bytes = p.result.total_bytes;
+  a.budget_bytes = p.budget < 0 ? 0 : uint64_t(p.budget);
+  a.exact_solve = p.result.exact();
+  const auto [constraint, reached] = target_words(p.target, p.achieved);
+  a.solved = fmt::format(
+      "least total predicted error over {} units with {}; chosen: {} ({} of Linears within a "
+      "budget of {})",
+      p.units.size(), constraint, reached, human_bytes(double(p.result.total_bytes)),
+      human_bytes(double(a.budget_bytes)));
+  if (!a.exact_solve)
+    a.solved += fmt::format(
+        "; sizes were rounded to steps of {} bytes to keep the search small, so a slightly "
+        "better choice may exist in the last {} of the budget",
+        p.result.granularity, human_bytes(double(p.result.rounding_bound_bytes)));
+  for (size_t u = 0; u < p.units.size(); ++u) {
+    const Candidate& c = p.units[u].candidates[size_t(p.result.choice[u])];
+    AutoPlanUnit row;
+    row.unit = p.units[u].name;
+    row.format = c.choice.name();
+    row.bytes = c.bytes;
+    row.bits = p.units[u].numel ? double(c.bytes) * 8.0 / double(p.units[u].numel) : 0.0;
+    row.predicted_error = u < p.chosen_error.size() ? p.chosen_error[u] : 0.0;
+    a.units.push_back(std::move(row));
+  }
+  return a;
 }
 
 }  // namespace qf

@@ -2,6 +2,7 @@
 // a per-module assignment by the exact multiple-choice knapsack (plan/budget_solver.h).
 #pragma once
 
+#include "pipeline/quantize_checkpoint.h"
 #include "pipeline/sensitivity_run.h"
 #include "plan/budget_solver.h"
 
@@ -40,7 +41,13 @@ struct AutoPlan {
   double achieved = 0;         // target_value of the chosen bytes
   double bits_per_weight = 0;  // average over the units' weights, scales included
   std::string summary;         // one line per chosen format: units, weights, bytes
+  std::vector<double> chosen_error;  // per unit, the raw score (proxy or exact) of its choice
+  bool exact_measure = false;        // scored by the exact KL (--auto-exact), not the proxy
+  Target target;
 };
+
+// The plan in the words of the quantize summary: what was solved, and per unit its choice.
+AutoPlanSummary auto_plan_summary(const AutoPlan& plan);
 
 // Runs the sensitivity proxy and solves for the target over the allowed candidates (adding
 // fallback_formats first when the asked ones cannot meet it). Throws qf::Error with

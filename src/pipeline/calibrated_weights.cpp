@@ -8,9 +8,12 @@
 #include "calib/layer_calibration.h"
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/model.h"
 #include "formats/fake_quant.h"
 #include "formats/int8.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -247,6 +250,14 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
     }
   };
 
+  // The algorithms get a bar of their own, counted in modules and timed only while they run:
+  // calibration's bar alone would fold their minutes into its per-token ETA.
+  int64_t algo_modules = 0;
+  for (size_t i = 0; i < arch.linears.size(); ++i) algo_modules += reason[i].empty() ? 1 : 0;
+  Progress algo_progress(std::string(weight_algo_name(options.algo)), ProgressUnit::modules,
+                         double(algo_modules), options.progress && precompute);
+  algo_progress.pause();
+
   LayerWeights replaced;
   auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
     kv_amax[size_t(l)] = {cap.k_amax, cap.v_amax};
@@ -257,6 +268,8 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
         act_amax[i] = cap.input(arch.linears[i].input).input_amax;
       }
     if (!precompute) return nullptr;
+    algo_progress.set_detail(fmt::format("layer {}/{}", l + 1, arch.num_layers));
+    algo_progress.resume();
     std::set<size_t> done;
     for (size_t i : in_layer) {
       if (done.count(i) || !reason[i].empty()) continue;
@@ -267,7 +280,9 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
       const std::string norm =
           m.fold_norm >= 0 ? arch.layers[size_t(l)].norm(NormSlot(m.fold_norm)) : std::string();
       quantize_group(members, cap.input(m.input), norm);
+      algo_progress.advance(double(members.size()));
     }
+    algo_progress.pause();
     cap = LayerCapture{};  // X^T X and samples are no longer needed
     if (!options.calib_quantized_inputs) {
       for (size_t i : in_layer)
@@ -298,6 +313,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
     return &replaced;
   };
   const LayerCalibrationReport cr = calibrate_layers(*model, data.windows, co, on_layer);
+  algo_progress.finish();
   report.calib_tokens = cr.tokens;
   report.calib_seconds = cr.forward_seconds;
   report.algo_seconds = cr.callback_seconds;

@@ -112,6 +112,7 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
 
   // Decide, per Linear, whether it is quantized.
   std::vector<std::string> reason(arch.linears.size());
+  std::vector<std::string> hint(arch.linears.size());
   std::vector<ExportedLinear> exported(arch.linears.size());
   std::vector<const CheckpointTensor*> weights(arch.linears.size());
   for (size_t i = 0; i < arch.linears.size(); ++i) {
@@ -148,16 +149,28 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
       exported[i].format = *planned.format.format;
       exported[i].block = planned.format.block_for(m.in_features);
     }
+    // Each reason comes with what would lift it, so the summary says what to do, not only why.
     if (matches_any(m.name, options.exclude, &pattern)) {
       reason[i] = fmt::format("excluded by --exclude '{}'", pattern);
+      hint[i] = fmt::format("drop --exclude '{}' to quantize it", pattern);
     } else if (options.assignment && planned.format.is_keep()) {
       reason[i] = "kept in its dtype by the plan";
+      hint[i] = "a looser --auto target, or a recipe rule giving it a format, quantizes it";
     } else if (m.in_features % exported[i].block != 0) {
+      const FormatInfo& f = format_info(exported[i].format);
       reason[i] = fmt::format("in_features {} is not a multiple of the {} block of {}",
-                              m.in_features, format_info(exported[i].format).name,
-                              exported[i].block);
+                              m.in_features, f.name, exported[i].block);
+      hint[i] = f.block_rule == BlockRule::free
+                    ? "--group-size channel (one INT4 scale per output channel) fits any "
+                      "in_features"
+                    : fmt::format("--auto picks a format that fits it; or by hand: --format int4 "
+                                  "--group-size channel, or a recipe rule {{\"match\": \"{}\", "
+                                  "\"format\": \"int4:channel\"}} (or \"fp8\")",
+                                  m.name);
     } else if (auto why = exporter.unsupported_reason(exported[i]); !why.empty()) {
       reason[i] = why;
+      hint[i] = fmt::format("--export {} may write it, or a recipe rule giving it another format",
+                            exporter.kind() == ExportFormat::modelopt ? "compressed-tensors" : "modelopt");
     }
   }
   // Engines fuse q/k/v and gate/up: a group is quantized entirely or not at all, in one format.
@@ -172,9 +185,12 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
                                         [&](size_t i) { return !reason[i].empty(); });
     if (excluded_member == group.end()) continue;
     for (size_t i : group)
-      if (reason[i].empty())
+      if (reason[i].empty()) {
         reason[i] = fmt::format("fused with {}, which is not quantized",
                                 arch.linears[*excluded_member].name);
+        hint[i] = fmt::format("quantized together with {} once that one is",
+                              arch.linears[*excluded_member].name);
+      }
   }
   std::map<std::string, int> linear_by_weight;
   std::vector<std::string> excluded_names = Architecture::never_quantized_modules();
@@ -183,7 +199,7 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
       linear_by_weight[arch.linears[i].weight_name()] = int(i);
       continue;
     }
-    plan.excluded.push_back({arch.linears[i].name, reason[i]});
+    plan.excluded.push_back({arch.linears[i].name, reason[i], hint[i]});
     excluded_names.push_back(arch.linears[i].name);
   }
   // The output head (--quantize-lm-head): its own tensor, or the tied embedding's, which then

@@ -122,7 +122,9 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
   const std::vector<OutputItem>& items = layout.items;
 
   for (const auto& s : ckpt.shards()) report.bytes_in += s->file_size();
-  Progress progress("quantize", ckpt.tensor_bytes(), options.progress);
+  // Data-free algorithms quantize as they write; after calibration the results are ready.
+  Progress progress(calibration.precomputed.empty() ? "quantize+write" : "write",
+                    ProgressUnit::bytes, double(ckpt.tensor_bytes()), options.progress);
 
   for (const OutputShard& shard : layout.shards) {
     const std::string& file_name = shard.file_name;

@@ -78,6 +78,23 @@ QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& opt
   report.lm_head_quantized = plan.head_src != nullptr;
   report.modules_excluded = int(plan.excluded.size());
   report.modules_quantized = int(plan.linear_by_weight.size());
+  ServeQuery q;
+  q.target = options.export_format;
+  q.activations = options.activations;
+  q.kv_fp8 = options.kv_fp8;
+  q.lm_head_quantized = plan.head_src != nullptr;
+  q.output = out_dir.empty() ? "OUT" : out_dir.string();
+  auto add = [&](const ExportedLinear& l) {
+    q.formats.insert(l.format);
+    const FormatInfo& info = format_info(l.format);
+    if (info.block_rule == BlockRule::free && l.block == l.cols && l.block != info.block)
+      q.int4_channel = true;
+    q.pre_quant_scale = q.pre_quant_scale || l.pre_quant_scale;
+  };
+  for (size_t i = 0; i < plan.exported.size(); ++i)
+    if (plan.quantized(i)) add(plan.exported[i]);
+  if (plan.head_src) add(plan.head);
+  report.serve = serve_commands(q);
   return report;
 }
 
@@ -103,10 +120,11 @@ ModuleDecision quantized_module(const std::string& name, const ExportedLinear& l
 
 }  // namespace
 
-QuantizeReport plan_quantization(const SourceModel& source, const QuantizeOptions& options) {
+QuantizeReport plan_quantization(const SourceModel& source, const QuantizeOptions& options,
+                                 const fs::path& out_dir) {
   const auto exporter = make_exporter(options.export_format);
   const ModulePlan plan = plan_modules(source, options, *exporter);
-  QuantizeReport report = planned_report(plan, options, {});
+  QuantizeReport report = planned_report(plan, options, out_dir);
   report.dry_run = true;
   const Checkpoint& ckpt = *source.checkpoint;
   const Architecture& arch = source.arch;
@@ -185,10 +203,13 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
       calibrate(source, plan, options, *exporter, quantizer, pool, staged.path(), report);
 
   // 3. Write the output in the target's layout, then move it into place.
+  const auto write_start = std::chrono::steady_clock::now();
   write_output(source, plan, calibration, quantizer, options, *exporter, pool, staged.path(),
                report);
   check_loads(staged.path(), out_dir, options);
   staged.commit();
+  report.write_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - write_start).count();
 
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.peak_rss_bytes = peak_rss_bytes();

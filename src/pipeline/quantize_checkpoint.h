@@ -5,6 +5,7 @@
 
 #include "calib/calibration_data.h"
 #include "targets/exporter.h"
+#include "targets/serving.h"
 #include "formats/registry.h"
 #include "formats/weight_rows.h"
 #include "kernels/linear.h"
@@ -77,6 +78,30 @@ bool excluded_by_patterns(const std::string& name, const std::vector<std::string
 struct ExcludedModule {
   std::string name;
   std::string reason;
+  std::string hint;  // what would quantize it (a flag, a recipe rule), for the summary
+};
+
+// One decision unit (a Linear, or a fused group) of an --auto plan as chosen.
+struct AutoPlanUnit {
+  std::string unit;             // e.g. "model.layers.0.self_attn.q_proj+k_proj+v_proj"
+  std::string format;           // "nvfp4", "int4:128", "keep", ...
+  double bits = 0;              // stored bits per weight, scales included
+  double predicted_error = 0;   // the score the solver minimised (0 for keep)
+  uint64_t bytes = 0;
+};
+
+// What --auto solved and chose, for the summary.
+struct AutoPlanSummary {
+  std::string target;           // "--target-bits 5"
+  std::string measure;          // what predicted_error measures, in words
+  std::string solved;           // one line: the constraint, the budget and what was reached
+  double achieved = 0;          // the target's own quantity for the choice
+  double bits_per_weight = 0;
+  uint64_t linear_bytes = 0;    // the units' chosen bytes
+  uint64_t budget_bytes = 0;    // what the target allows them
+  bool exact_solve = true;      // false: sizes were rounded to keep the search small
+  double seconds = 0;           // scoring and solving
+  std::vector<AutoPlanUnit> units;
 };
 
 // What becomes of one Linear (or the output head) in a plan: its stored format and bits per
@@ -115,6 +140,11 @@ struct QuantizeReport {
   std::vector<ExcludedModule> excluded;
   std::vector<std::string> warnings;
   std::vector<ModuleDecision> modules;  // per Linear in architecture order, then lm_head (dry run)
+  // Wall time is `seconds`, everything included; these are parts of it.
+  double plan_seconds = 0;   // --auto: scoring and solving (before quantize_checkpoint)
+  double write_seconds = 0;  // step 3, writing (and data-free quantization)
+  std::optional<AutoPlanSummary> auto_plan;
+  std::vector<ServeCommand> serve;  // how to serve the output, per engine
 
   double bits_per_quantized_weight() const {
     return quantized_weights ? double(quantized_bytes) * 8.0 / double(quantized_weights) : 0.0;
@@ -132,6 +162,8 @@ QuantizeReport quantize_checkpoint(const SourceModel& model, const std::filesyst
 // decisions (and the same errors for options that do not combine or tensors that do not match),
 // the per-module table, and the output's safetensors bytes exactly as the writer lays them out
 // (bytes_out, quantized_bytes, quantized_weights, shards). Times and memory are zero.
-QuantizeReport plan_quantization(const SourceModel& model, const QuantizeOptions& options);
+// `out_dir` only names the output in the serve commands ("OUT" when empty).
+QuantizeReport plan_quantization(const SourceModel& model, const QuantizeOptions& options,
+                                 const std::filesystem::path& out_dir = {});
 
 }  // namespace qf

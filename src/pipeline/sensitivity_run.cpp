@@ -5,6 +5,7 @@
 
 #include "calib/layer_calibration.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
@@ -156,7 +157,13 @@ SensitivityResult run_sensitivity(const SourceModel& source, const SensitivityOp
   lo.capture.sample_rows = std::max<int64_t>(options.proxy_rows, 1);
   lo.capture.seed = options.calib.seed;
   lo.progress = options.progress;
+  // Scoring runs between layers of the calibration pass; its own bar keeps both ETAs honest.
+  Progress proxy_progress("sensitivity: proxy", ProgressUnit::modules, double(r.units.size()),
+                          options.progress);
+  proxy_progress.pause();
   auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
+    proxy_progress.set_detail(fmt::format("layer {}/{}", l + 1, a.num_layers));
+    proxy_progress.resume();
     for (size_t u : by_layer[l]) {
       const DecisionUnit& unit = r.units[u];
       std::vector<WeightRows> w;
@@ -171,18 +178,30 @@ SensitivityResult run_sensitivity(const SourceModel& source, const SensitivityOp
       // that stream, so the errors are divided by the stream's energy E||h_{l+1}||^2.
       if (cap.output_mean_square > 0)
         for (double& v : r.proxy[u]) v /= cap.output_mean_square;
+      proxy_progress.advance(1);
     }
+    proxy_progress.pause();
     return nullptr;
   };
   const LayerCalibrationReport cr = calibrate_layers(*model, data.windows, lo, on_layer);
+  proxy_progress.finish();
   r.calib_tokens = cr.tokens;
   r.calib_seconds = cr.forward_seconds;
   r.proxy_seconds = cr.callback_seconds;
 
   if (options.exact) {
     const auto t0 = clock_type::now();
+    // One reference run, then one run per unit and format: minutes on anything but a toy.
+    size_t runs = 1;
+    for (const DecisionUnit& u : r.units)
+      for (const Candidate& c : u.candidates) runs += c.choice.is_keep() ? 0 : 1;
+    Progress exact_progress("sensitivity: exact KL", ProgressUnit::runs, double(runs),
+                            options.progress);
     AssignmentKl kl(*model, data.windows);
-    r.exact = exact_scores(a, r.units, [&](const Assignment& as) { return kl(as); });
+    exact_progress.advance(1);
+    r.exact = exact_scores(a, r.units, [&](const Assignment& as) { return kl(as); }, "max",
+                           [&](size_t, size_t) { exact_progress.advance(1); });
+    exact_progress.finish();
     r.exact_seconds = since(t0);
   }
   r.report = build_sensitivity_report(model_dir.filename().string(), r.units, r.proxy, r.exact);
