@@ -1,4 +1,5 @@
-// `qforge bench`: prefill and decode speed of a checkpoint on the CPU.
+// `qforge bench`: prefill and decode speed of one or more checkpoints on the CPU, each measured
+// several times (median and range).
 #include "cli/commands.h"
 #include "core/progress.h"
 #include "eval/bench.h"
@@ -6,28 +7,60 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace qf::cli {
+namespace {
+
+nlohmann::ordered_json series_json(const std::string& dir, const std::string& quantization,
+                                   const BenchSeries& s, int repeat) {
+  const BenchResult& r = s.median;
+  nlohmann::ordered_json j;
+  j["model"] = dir;
+  j["quantization"] = quantization;
+  j["prefill_tok_s"] = r.prefill_tok_s;
+  j["decode_tok_s"] = r.decode_tok_s;
+  j["prefill_tok_s_min"] = s.prefill_min;
+  j["prefill_tok_s_max"] = s.prefill_max;
+  j["decode_tok_s_min"] = s.decode_min;
+  j["decode_tok_s_max"] = s.decode_max;
+  j["weight_bytes_per_token"] = r.weight_bytes_per_token;
+  j["decode_gbps"] = r.decode_gbps;
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["prompt"] = r.prompt;
+  j["gen"] = r.gen;
+  j["threads"] = r.threads;
+  j["repeat"] = repeat;
+  return j;
+}
+
+}  // namespace
 
 void register_bench(CLI::App& app, Action& run) {
   struct Args {
-    std::string dir;
+    std::vector<std::string> dirs;
     int64_t prompt = 128, gen = 32;
-    int threads = 0;
+    int threads = 0, repeat = 3;
     bool json = false;
     KernelMode kernels = KernelMode::fast;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "bench", "Measure prefill and decode speed: tokens/s, weight bytes each decode step reads "
-               "and the memory bandwidth that achieves, peak RSS. No tokenizer needed.");
-  cmd->add_option("model", args->dir, "Model directory")->required();
+      "bench", "Measure prefill and decode speed of one or more models: tokens/s (median of "
+               "--repeat runs, with the range), weight bytes each decode step reads and the "
+               "memory bandwidth that achieves, peak RSS. No tokenizer needed.");
+  cmd->add_option("models", args->dirs, "Model directories (several: one table)")->required();
   cmd->add_option("--prompt", args->prompt, "Prompt tokens processed in one prefill (default 128)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--gen", args->gen, "Tokens decoded one at a time (default 32)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--repeat", args->repeat,
+                  "Runs per model; the median and the range are reported (default 3)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--json", args->json, "Print JSON on stdout");
+  cmd->add_flag("--json", args->json,
+                "Print JSON on stdout (one object; with several models {\"models\": [...]})");
   add_kernels_option(cmd, args->kernels);
   cmd->callback([args, &run] {
     run = [args] {
@@ -35,29 +68,44 @@ void register_bench(CLI::App& app, Action& run) {
       mo.threads = args->threads;
       mo.max_seq = args->prompt + args->gen;
       mo.kernels = args->kernels;
-      auto model = Model::load(args->dir, mo);
-      const BenchResult r = bench_model(*model, args->prompt, args->gen);
-      if (args->json) {
-        nlohmann::ordered_json j;
-        j["prefill_tok_s"] = r.prefill_tok_s;
-        j["decode_tok_s"] = r.decode_tok_s;
-        j["weight_bytes_per_token"] = r.weight_bytes_per_token;
-        j["decode_gbps"] = r.decode_gbps;
-        j["peak_rss_bytes"] = r.peak_rss_bytes;
-        j["prompt"] = r.prompt;
-        j["gen"] = r.gen;
-        j["threads"] = r.threads;
-        j["quantization"] = model->weights().quantization;
-        fmt::print("{}\n", j.dump(2));
-      } else {
-        fmt::print("{:<26} {}\n", "quantization", model->weights().quantization);
-        fmt::print("{:<26} {}\n", "threads", r.threads);
-        fmt::print("{:<26} {:.1f} tok/s ({} tokens)\n", "prefill", r.prefill_tok_s, r.prompt);
-        fmt::print("{:<26} {:.2f} tok/s ({} tokens)\n", "decode", r.decode_tok_s, r.gen);
-        fmt::print("{:<26} {}\n", "weight bytes per token", human_bytes(double(r.weight_bytes_per_token)));
-        fmt::print("{:<26} {:.2f} GB/s\n", "decode bandwidth", r.decode_gbps);
-        fmt::print("{:<26} {}\n", "peak RSS", human_bytes(double(r.peak_rss_bytes)));
+      std::vector<nlohmann::ordered_json> rows;
+      for (const std::string& dir : args->dirs) {
+        // One model in memory at a time; peak RSS is the process's, so it covers those before.
+        auto model = Model::load(dir, mo);
+        const BenchSeries s = bench_repeated(*model, args->prompt, args->gen, args->repeat);
+        rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
       }
+      if (args->json) {
+        if (rows.size() == 1) {
+          fmt::print("{}\n", rows[0].dump(2));
+        } else {
+          nlohmann::ordered_json j;
+          j["models"] = rows;
+          fmt::print("{}\n", j.dump(2));
+        }
+        return 0;
+      }
+      const auto range = [](const nlohmann::ordered_json& j, const char* key) {
+        return fmt::format("{:.1f} ({:.1f}-{:.1f})", j[key].get<double>(),
+                           j[std::string(key) + "_min"].get<double>(),
+                           j[std::string(key) + "_max"].get<double>());
+      };
+      size_t w = 5;
+      for (const auto& j : rows) w = std::max(w, j["model"].get<std::string>().size());
+      fmt::print("{:<{}}  {:>24}  {:>24}  {:>11}  {:>9}  {:>10}  {}\n", "model", w,
+                 "prefill tok/s (range)", "decode tok/s (range)", "bytes/token", "GB/s",
+                 "peak RSS", "quantization");
+      for (const auto& j : rows)
+        fmt::print("{:<{}}  {:>24}  {:>24}  {:>11}  {:>9.2f}  {:>10}  {}\n",
+                   j["model"].get<std::string>(), w, range(j, "prefill_tok_s"),
+                   range(j, "decode_tok_s"),
+                   human_bytes(double(j["weight_bytes_per_token"].get<uint64_t>())),
+                   j["decode_gbps"].get<double>(),
+                   human_bytes(double(j["peak_rss_bytes"].get<uint64_t>())),
+                   j["quantization"].get<std::string>());
+      fmt::print("{} threads, prompt {} tokens, {} decoded, median of {} runs; GB/s = weight bytes "
+                 "per token x decode rate\n",
+                 rows[0]["threads"].get<int>(), args->prompt, args->gen, args->repeat);
       return 0;
     };
   });

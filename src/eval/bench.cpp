@@ -6,6 +6,7 @@
 #include "core/thread_pool.h"
 #include "engine/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -46,6 +47,29 @@ BenchResult bench_model(Model& model, int64_t prompt, int64_t gen) {
   r.decode_gbps = double(r.weight_bytes_per_token) * r.decode_tok_s / 1e9;
   r.peak_rss_bytes = peak_rss_bytes();
   return r;
+}
+
+BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat) {
+  if (repeat < 1) fail("--repeat must be at least 1");
+  BenchSeries s;
+  for (int i = 0; i < repeat; ++i) s.runs.push_back(bench_model(model, prompt, gen));
+  std::vector<double> prefill, decode;
+  for (const BenchResult& r : s.runs) {
+    prefill.push_back(r.prefill_tok_s);
+    decode.push_back(r.decode_tok_s);
+  }
+  std::sort(prefill.begin(), prefill.end());
+  std::sort(decode.begin(), decode.end());
+  const size_t mid = (s.runs.size() - 1) / 2;
+  for (const BenchResult& r : s.runs)
+    if (r.decode_tok_s == decode[mid]) s.median = r;
+  s.median.prefill_tok_s = prefill[mid];
+  s.median.peak_rss_bytes = s.runs.back().peak_rss_bytes;
+  s.prefill_min = prefill.front();
+  s.prefill_max = prefill.back();
+  s.decode_min = decode.front();
+  s.decode_max = decode.back();
+  return s;
 }
 
 }  // namespace qf

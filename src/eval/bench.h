@@ -5,6 +5,7 @@
 #include "engine/model.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace qf {
 
@@ -21,5 +22,16 @@ struct BenchResult {
 // Prompt ids are a fixed pseudo-random sequence (no tokenizer needed). Throws qf::Error if
 // prompt < 1, gen < 1, or prompt + gen exceeds the model's context.
 BenchResult bench_model(Model& model, int64_t prompt, int64_t gen);
+
+// `repeat` runs of bench_model (>= 1): each run's result, and the median, smallest and largest
+// prefill and decode rates over them (the median of an even count is the lower middle run's, a
+// rate that was measured).
+struct BenchSeries {
+  std::vector<BenchResult> runs;
+  BenchResult median;  // the run whose decode rate is the median; prefill_tok_s is the median
+                       // prefill rate
+  double prefill_min = 0, prefill_max = 0, decode_min = 0, decode_max = 0;
+};
+BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat);
 
 }  // namespace qf

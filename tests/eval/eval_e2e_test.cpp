@@ -124,6 +124,27 @@ TEST(EvalE2E, BenchReportsItsFields) {
   EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
 }
 
+// Several models in one table, each the median of --repeat runs with its range.
+TEST(EvalE2E, BenchSeveralModelsWithRepetitions) {
+  QF_REQUIRE_FIXTURES();
+  const auto j = run_json("bench " + model("stories260K-hf") + " " + model("tinystories-656K-hf") +
+                          " --prompt 8 --gen 4 --repeat 3 --json");
+  ASSERT_EQ(j["models"].size(), 2u);
+  for (const auto& m : j["models"]) {
+    EXPECT_EQ(m["repeat"], 3);
+    for (const char* k : {"prefill_tok_s", "decode_tok_s"}) {
+      const double v = m[k].get<double>();
+      EXPECT_LE(m[std::string(k) + "_min"].get<double>(), v) << k;
+      EXPECT_GE(m[std::string(k) + "_max"].get<double>(), v) << k;
+    }
+  }
+  EXPECT_NE(j["models"][0]["model"].get<std::string>().find("stories260K-hf"), std::string::npos);
+  const auto text = test::run_qforge("bench " + model("stories260K-hf") + " --prompt 8 --gen 4");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("median of 3 runs"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("stories260K-hf"), std::string::npos) << text.out;
+}
+
 TEST(EvalE2E, BadInputIsAOneLineError) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
