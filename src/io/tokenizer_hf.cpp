@@ -219,11 +219,8 @@ class HfTokenizer final : public TokenizerBase {
     set_specials(bos, -1, /*add_bos=*/bos >= 0);
   }
 
-  std::vector<int32_t> encode(std::string_view text, bool add_bos) const override {
-    require_input_utf8(text);
-    std::vector<int32_t> out;
-    out.reserve(text.size() / 3 + 2);
-    if (add_bos && bos_ >= 0) out.push_back(bos_);
+  void encode_text(std::string_view text, std::vector<int32_t>& out) const override {
+    out.reserve(out.size() + text.size() / 3 + 1);
     // Tokens matched in the raw text first, then in each normalized stretch between them
     // (Hugging Face's AddedVocabulary::extract_and_normalize).
     std::vector<AddedTokenMatcher::Segment> raw, normalized;
@@ -244,7 +241,6 @@ class HfTokenizer final : public TokenizerBase {
                             seg.begin == 0 && part.begin == 0, out);
       }
     }
-    return out;
   }
 
   int32_t token_id(std::string_view piece) const override {

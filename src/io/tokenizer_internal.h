@@ -19,6 +19,10 @@ namespace qf::tok {
 // keeps a hostile id (2^31 - 1) from overflowing `id + 1` or sizing a table of billions.
 inline constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
 
+// Texts longer than this are encoded in pieces (tokenizer_long_text.cpp); 1 MiB. Tests raise it
+// to get the whole-text encoding to compare with.
+size_t& long_text_chunk_bytes();
+
 // A token matched in the text before pre-tokenization (tokenizer.json `added_tokens`).
 struct AddedToken {
   std::string content;
@@ -63,6 +67,9 @@ class AddedTokenMatcher {
 // strings) and `bytes_` (what each id decodes to) for every id below vocab_size().
 class TokenizerBase : public Tokenizer {
  public:
+  // Checks UTF-8, prepends BOS when asked, and encodes the text with encode_text(), a long text
+  // in pieces (see tokenizer_long_text.cpp).
+  std::vector<int32_t> encode(std::string_view text, bool add_bos) const final;
   std::string decode(std::span<const int32_t> ids) const override;
   std::string decode_next(int32_t previous, int32_t id) const override;
   std::string piece(int32_t id) const override;
@@ -82,6 +89,8 @@ class TokenizerBase : public Tokenizer {
 
  protected:
   explicit TokenizerBase(std::string source) : source_(std::move(source)) {}
+  // Appends the ids of `text` (valid UTF-8; no BOS), encoded as one piece.
+  virtual void encode_text(std::string_view text, std::vector<int32_t>& out) const = 0;
   // Throws qf::Error unless `text` is valid UTF-8.
   void require_input_utf8(std::string_view text) const;
   void check_id(int32_t id) const;
@@ -94,6 +103,9 @@ class TokenizerBase : public Tokenizer {
   int leading_spaces_to_strip_ = 0;
   int32_t bos_ = -1, eos_ = -1;
   bool add_bos_ = false;
+
+ private:
+  size_t find_cut(std::string_view text, size_t from) const;
 };
 
 std::unique_ptr<TokenizerBase> load_sentencepiece(const std::filesystem::path& model_file);

@@ -5,7 +5,6 @@
 #include "test_util.h"
 
 #include <gtest/gtest.h>
-#include <sentencepiece_processor.h>
 
 #include <string>
 #include <vector>
@@ -19,29 +18,6 @@ using Ids = std::vector<int32_t>;
 
 fs::path stories_dir() { return test::fixtures_dir() / "models" / "stories260K-hf"; }
 fs::path llama_dir() { return test::fixtures_dir() / "tokenizers" / "llama2-spm-32000"; }
-
-// Long texts are encoded in pieces (libsentencepiece needs ~150 bytes of memory per input byte);
-// the ids must equal the library's encoding of the whole text, for models with and without a
-// dummy prefix, across runs of spaces, newlines and multi-byte characters.
-TEST(TokenizerSentencepiece, LongTextEncodesAsTheLibraryDoesWhole) {
-  QF_REQUIRE_FIXTURES();
-  std::string text =
-      test::read_file(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
-      "  double  spaces\n\n\u00e9t\u00e9 \u4e2d\u6587 " +
-      test::read_file(test::fixtures_dir() / "corpora" / "wikitext-2-raw-test.lf.txt");
-  ASSERT_GT(text.size(), size_t(2) << 20);
-  for (const fs::path& dir : {stories_dir(), llama_dir()}) {
-    SCOPED_TRACE(dir.string());
-    sentencepiece::SentencePieceProcessor sp;
-    ASSERT_TRUE(sp.Load((dir / "tokenizer.model").string()).ok());
-    std::vector<int> whole;
-    ASSERT_TRUE(sp.Encode(text, &whole).ok());
-    const auto tok = Tokenizer::load(dir);
-    const std::vector<int32_t> ids = tok->encode(text, /*add_bos=*/false);
-    ASSERT_EQ(ids.size(), whole.size());
-    EXPECT_TRUE(std::equal(ids.begin(), ids.end(), whole.begin()));
-  }
-}
 
 TEST(TokenizerSentencepiece, Stories260KPerplexityStream) {
   QF_REQUIRE_FIXTURES();
