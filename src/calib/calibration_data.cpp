@@ -51,10 +51,14 @@ bool is_json_lines(const fs::path& path, const std::string& text) {
 }
 
 std::vector<std::string> documents_of(const fs::path& path) {
-  const std::string text = read_all(path);
+  std::string text = read_all(path);
   if (size_t bad = invalid_utf8_offset(text); bad != std::string::npos)
     fail("{}: not UTF-8 text (invalid byte at offset {})", path.string(), bad);
-  if (!is_json_lines(path, text)) return {text};
+  if (!is_json_lines(path, text)) {
+    std::vector<std::string> one;
+    one.push_back(std::move(text));  // a copy would double the memory of a large file
+    return one;
+  }
   std::vector<std::string> docs;
   std::istringstream lines(text);
   std::string line;
