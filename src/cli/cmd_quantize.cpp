@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/int4.h"
+#include "io/json_file.h"
+#include "plan/sensitivity_report.h"
 #include "pipeline/quantize_checkpoint.h"
 #include "targets/target.h"
 
@@ -64,6 +66,8 @@ void print_summary_tail(const QuantizeReport& r) {
       if (!c.note.empty()) fmt::print("    {:<13} {:<14} {}\n", "", "", c.note);
     }
   }
+  // Last, where the eye lands when the run ends.
+  if (!r.html.empty()) fmt::print("  {:<28} {}\n", "html report", r.html);
 }
 
 }  // namespace
@@ -166,6 +170,7 @@ std::string quantize_report_json(const QuantizeReport& r) {
                              {"bytes", u.bytes}});
     j["auto"] = ja;
   }
+  if (!r.html.empty()) j["html"] = r.html;
   j["serve"] = nlohmann::ordered_json::array();
   for (const ServeCommand& c : r.serve)
     j["serve"].push_back({{"engine", c.engine},
@@ -352,7 +357,8 @@ void register_quantize(CLI::App& app, Action& run) {
       // that the summary's wall time must include.
       const auto plan_start = std::chrono::steady_clock::now();
       AutoPlanSummary auto_summary;
-      apply_plan(*plan, o, source, args->quiet, &auto_summary);
+      AutoPlanReport auto_report;
+      apply_plan(*plan, o, source, args->quiet, &auto_summary, &auto_report);
       const double plan_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
       QuantizeReport r;
@@ -367,6 +373,13 @@ void register_quantize(CLI::App& app, Action& run) {
       if (plan->auto_plan) {
         auto_summary.seconds = plan_seconds;
         r.auto_plan = auto_summary;
+      }
+      // Written last: the kept modules and their reasons are known only once the run decided.
+      if (!plan->html.empty()) {
+        for (const ExcludedModule& e : r.excluded) auto_report.kept.push_back({e.name, e.reason});
+        if (!r.lm_head_quantized) auto_report.kept.push_back({"lm_head", kLmHeadKept});
+        write_text_file(plan->html, auto_plan_report_html(auto_report));
+        r.html = plan->html;
       }
       if (!args->quiet)
         for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);

@@ -79,13 +79,16 @@ void register_sensitivity(CLI::App& app, Action& run) {
                   "product of these rows with each candidate's weight error)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
-  cmd->add_option("--html", args->html, "Write a self-contained HTML report to this file");
+  cmd->add_option("--html", args->html,
+                  "Write a self-contained HTML report to this file: bars per module and format, "
+                  "the scores per layer, the calibration settings");
   add_kernels_option(cmd, args->kernels);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", args->json,
                 "Print JSON on stdout: {model, modules: [{name, format, proxy, exact, bytes}], "
-                "rank_correlation}");
+                "rank_correlation, calib_tokens, calib_seconds, proxy_seconds, exact_seconds, "
+                "html (with --html)}");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress on stderr");
   cmd->callback([args, &run] {
     run = [args] {
@@ -106,12 +109,14 @@ void register_sensitivity(CLI::App& app, Action& run) {
         j["calib_seconds"] = r.calib_seconds;
         j["proxy_seconds"] = r.proxy_seconds;
         j["exact_seconds"] = r.exact_seconds;
+        if (!args->html.empty()) j["html"] = args->html;
         fmt::print("{}\n", j.dump(2));
       } else {
         fmt::print("{}", sensitivity_report_table(r.report));
         fmt::print("calibration {} tokens: forward {:.2f} s, proxy {:.2f} s{}\n", r.calib_tokens,
                    r.calib_seconds, r.proxy_seconds,
                    args->exact ? fmt::format(", exact {:.2f} s", r.exact_seconds) : "");
+        if (!args->html.empty()) fmt::print("html report: {}\n", args->html);
       }
       return 0;
     };

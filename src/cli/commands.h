@@ -74,6 +74,7 @@ std::string free_block_choice_names(std::string_view separator);
 // The planning flags of `quantize` (--recipe, --save-recipe, --auto and its targets).
 struct PlanArgs {
   std::string recipe, save_recipe, formats, target_size, fit_memory;  // formats "": default
+  std::string html;  // --auto: write the plan's HTML report here
   bool auto_plan = false;
   bool auto_exact = false;  // score units with the exact KL instead of the proxy
   double target_bits = 0, min_speedup = 0;
@@ -111,15 +112,18 @@ void add_tokenizer_option(CLI::App* cmd, std::string& dir);
 namespace qf {
 struct QuantizeOptions;
 struct AutoPlanSummary;
+struct AutoPlanReport;
 }
 
 namespace qf::cli {
 // Sets options.assignment from --recipe or --auto (printing the choice on stderr unless quiet)
 // and writes --save-recipe. False when no plan was asked for. Throws qf::Error for conflicting
 // flags, a missing --calib, or an unreachable target (naming the closest achievable value).
-// With --auto, `summary` (when given) receives what was solved and chosen, for the summary.
+// With --auto, `summary` (when given) receives what was solved and chosen, for the summary, and
+// with --html `report` (when given) the HTML page's data (auto_plan_report) without its kept
+// modules, which the caller adds once the quantize report knows them.
 bool apply_plan(const PlanArgs& args, QuantizeOptions& options, const SourceModel& model,
-                bool quiet, AutoPlanSummary* summary = nullptr);
+                bool quiet, AutoPlanSummary* summary = nullptr, AutoPlanReport* report = nullptr);
 
 }  // namespace qf::cli
 

@@ -36,6 +36,10 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                       " (one scale per output channel, only where no other "
                   "int4 choice fits). Default nvfp4,fp8, plus mxfp4,int4,int4:channel when the "
                   "target is below what nvfp4,fp8 reach");
+  cmd->add_option("--html", a.html,
+                  "--auto: write a self-contained HTML report of the plan to this file: the "
+                  "predicted error against bits per weight with the chosen point and the target, "
+                  "the chosen format per unit, the sensitivity bars and the calibration settings");
   cmd->add_option("--target-bits", a.target_bits,
                   "--auto: average bits per weight over the quantizable Linear weights, scales "
                   "included (kept modules count at their dtype)")
@@ -52,12 +56,13 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
 }
 
 bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model, bool quiet,
-                AutoPlanSummary* summary) {
+                AutoPlanSummary* summary, AutoPlanReport* report) {
   const int targets = (a.target_bits > 0) + !a.target_size.empty() + !a.fit_memory.empty() +
                       (a.min_speedup > 0);
   if (!a.auto_plan && (targets > 0 || a.auto_exact))
     fail("--auto-exact / --target-bits / --target-size / --fit-memory / --min-speedup need --auto");
   if (a.auto_plan && !a.recipe.empty()) fail("--auto and --recipe are exclusive");
+  if (!a.html.empty() && !a.auto_plan) fail("--html needs --auto (sensitivity alone: qforge sensitivity --html)");
   if (!a.auto_plan && a.recipe.empty()) {
     if (!a.save_recipe.empty()) fail("--save-recipe needs --auto or --recipe");
     return false;
@@ -139,6 +144,7 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
       fmt::print(stderr, "{}", p.summary);
     }
     if (summary) *summary = s;
+    if (report && !a.html.empty()) *report = auto_plan_report(p);
     o.assignment = p.assignment;
   }
   if (!a.save_recipe.empty()) save_recipe(a.save_recipe, *o.assignment, arch);

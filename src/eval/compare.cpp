@@ -160,23 +160,17 @@ std::string compare_html(const CompareResult& r) {
         escape_html(name_of(v)), escape_html(v.quantization), escape_html(human_bytes(double(v.bytes))),
         v.bits_per_weight, v.ppl, v.kl.kl_mean, v.kl.kl_p99, 100 * v.kl.top1);
 
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  html += fmt::format("<title>qforge compare: {}</title>\n", escape_html(name_of(r.base)));
-  html +=
-      "<style>\nbody{font-family:system-ui,sans-serif;margin:2em;color:#222}\n"
-      "table{border-collapse:collapse;font-size:14px}\nth,td{border:1px solid #ccc;padding:3px 10px}\n"
-      "th{background:#f0f0f0;text-align:left}\ntd.n{text-align:right;font-family:monospace}\n"
-      ".ax{font-size:12px;fill:#444}\n.lb{font-size:12px;fill:#1f77b4}\n</style>\n</head>\n<body>\n";
-  html += fmt::format("<h1>Variants of {}</h1>\n<p>{} tokens of {}, windows of {}. KL(base &#8741; "
-                      "variant) of the next-token distributions, in nats (0 = identical); top-1: "
-                      "how often both pick the same next token; bits: stored bits per decoder "
-                      "Linear weight, scales included.</p>\n",
-                      escape_html(r.base.dir.string()), r.tokens, escape_html(r.text), r.ctx);
-  html += svg;
-  html += "<table>\n<thead><tr><th>model</th><th>quantization</th><th>size</th><th>bits</th>"
+  std::string body = fmt::format(
+      "<h1>Variants of {}</h1>\n<p>{} tokens of {}, windows of {}. KL(base &#8741; "
+      "variant) of the next-token distributions, in nats (0 = identical); top-1: "
+      "how often both pick the same next token; bits: stored bits per decoder "
+      "Linear weight, scales included.</p>\n",
+      escape_html(r.base.dir.string()), r.tokens, escape_html(r.text), r.ctx);
+  body += svg;
+  body += "<table>\n<thead><tr><th>model</th><th>quantization</th><th>size</th><th>bits</th>"
           "<th>PPL</th><th>KL mean</th><th>KL p99</th><th>top-1</th></tr></thead>\n<tbody>\n" +
-          rows + "</tbody>\n</table>\n</body>\n</html>\n";
-  return html;
+          rows + "</tbody>\n</table>\n";
+  return html_page("qforge compare: " + name_of(r.base), body);
 }
 
 }  // namespace qf

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -150,6 +151,8 @@ AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options) {
   p.bits_per_weight = p.info.quantizable_numel
                           ? double(p.result.total_bytes) * 8.0 / double(p.info.quantizable_numel)
                           : 0.0;
+  p.knapsack = std::move(ku);
+  p.sensitivity = s.report;
   p.exact_measure = o.sensitivity.exact;
   p.target = options.target;
   const UnitScores& raw = o.sensitivity.exact ? s.exact : s.proxy;
@@ -235,6 +238,53 @@ AutoPlanSummary auto_plan_summary(const AutoPlan& p) {
     a.units.push_back(std::move(row));
   }
   return a;
+}
+
+}  // namespace qf
+
+namespace qf {
+
+AutoPlanReport auto_plan_report(const AutoPlan& p, int curve_points) {
+  const AutoPlanSummary s = auto_plan_summary(p);
+  AutoPlanReport r;
+  r.sensitivity = p.sensitivity;
+  r.target = s.target;
+  r.solved = s.solved;
+  r.measure = s.measure;
+  const double numel = double(std::max<uint64_t>(1, p.info.quantizable_numel));
+  auto bits_of = [&](uint64_t bytes) { return double(bytes) * 8.0 / numel; };
+  r.target_bits = p.target.kind == TargetKind::bits ? p.target.value : bits_of(uint64_t(std::max<int64_t>(0, p.budget)));
+  r.chosen = {p.bits_per_weight, p.result.total_bytes, p.result.total_score};
+  for (const AutoPlanUnit& u : s.units)
+    r.units.push_back({u.unit, u.format, u.bits, u.bytes, u.predicted_error});
+
+  uint64_t lo = 0, hi = 0;
+  for (const KnapsackUnit& u : p.knapsack) {
+    lo += *std::min_element(u.cost.begin(), u.cost.end());
+    hi += *std::max_element(u.cost.begin(), u.cost.end());
+  }
+  // Points by bytes; the chosen plan's own (exact) solve wins over a sweep point of equal size.
+  std::map<uint64_t, ErrorCurvePoint> points;
+  if (!p.knapsack.empty() && curve_points > 1 && lo > 0) {
+    const double llo = std::log(bits_of(lo)), lhi = std::log(bits_of(hi));
+    for (int k = 0; k < curve_points; ++k) {
+      const double bits = std::exp(llo + (lhi - llo) * double(k) / double(curve_points - 1));
+      // The ends exactly: rounding must not cost the largest choice its last bytes.
+      const uint64_t budget = k == 0                   ? lo
+                              : k == curve_points - 1 ? hi
+                                                      : std::clamp(uint64_t(bits * numel / 8.0), lo, hi);
+      // A coarser table than the plan's (2^14 buckets instead of 2^19): 40 solves must stay
+      // cheap on an 8B model, and a curve point off by a rounding step is still readable.
+      const KnapsackResult k_r = solve_knapsack(p.knapsack, budget, uint64_t(1) << 14);
+      if (!k_r.feasible) continue;
+      auto [it, inserted] = points.emplace(
+          k_r.total_bytes, ErrorCurvePoint{bits_of(k_r.total_bytes), k_r.total_bytes, k_r.total_score});
+      if (!inserted) it->second.error = std::min(it->second.error, k_r.total_score);
+    }
+  }
+  points[r.chosen.bytes] = r.chosen;
+  for (const auto& [bytes, pt] : points) r.curve.push_back(pt);
+  return r;
 }
 
 }  // namespace qf

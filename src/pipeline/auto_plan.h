@@ -44,10 +44,22 @@ struct AutoPlan {
   std::vector<double> chosen_error;  // per unit, the raw score (proxy or exact) of its choice
   bool exact_measure = false;        // scored by the exact KL (--auto-exact), not the proxy
   Target target;
+  // What the solver was given, per unit its allowed candidates (bytes, monotonised score), so
+  // that other budgets can be solved the same way (auto_plan_report's curve).
+  std::vector<KnapsackUnit> knapsack;
+  SensitivityReport sensitivity;     // the scores, for reports
 };
 
 // The plan in the words of the quantize summary: what was solved, and per unit its choice.
 AutoPlanSummary auto_plan_summary(const AutoPlan& plan);
+
+// The --auto HTML page's data: the plan (units in model order), the sensitivity scores, and
+// the error-vs-bits curve: `curve_points` budgets spaced evenly in log(bits per weight) from the
+// smallest choice to the largest, each solved by solve_knapsack on plan.knapsack (with a coarser
+// size resolution than the plan's own solve, so a point may sit slightly above the exact optimum
+// at its budget), plus the chosen plan itself. `kept` is left empty for the caller (the
+// quantize report knows every module left unquantized and why).
+AutoPlanReport auto_plan_report(const AutoPlan& plan, int curve_points = 40);
 
 // Runs the sensitivity proxy and solves for the target over the allowed candidates (adding
 // fallback_formats first when the asked ones cannot meet it). Throws qf::Error with

@@ -144,6 +144,7 @@ struct QuantizeReport {
   double plan_seconds = 0;   // --auto: scoring and solving (before quantize_checkpoint)
   double write_seconds = 0;  // step 3, writing (and data-free quantization)
   std::optional<AutoPlanSummary> auto_plan;
+  std::string html;                 // the --auto HTML report written, if any
   std::vector<ServeCommand> serve;  // how to serve the output, per engine
 
   double bits_per_quantized_weight() const {

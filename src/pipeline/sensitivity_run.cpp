@@ -204,7 +204,18 @@ SensitivityResult run_sensitivity(const SourceModel& source, const SensitivityOp
     exact_progress.finish();
     r.exact_seconds = since(t0);
   }
-  r.report = build_sensitivity_report(model_dir.filename().string(), r.units, r.proxy, r.exact);
+  // "dir/" has an empty filename; the model's name is the last non-empty component.
+  const std::filesystem::path name = model_dir.filename().empty() ? model_dir.parent_path().filename()
+                                                                  : model_dir.filename();
+  r.report = build_sensitivity_report(name.string(), r.units, r.proxy, r.exact);
+  SensitivitySettings& st = r.report.settings;
+  for (const auto& f : options.calib.files) st.calib_files.push_back(f.string());
+  st.calib_samples = options.calib.samples;
+  st.calib_seq = options.calib.seq_len;
+  st.seed = options.calib.seed;
+  st.calib_tokens = r.calib_tokens;
+  st.proxy_rows = options.proxy_rows;
+  for (const FormatChoice& f : options.formats) st.formats.push_back(f.name());
   r.monotone = options.exact ? r.exact : r.proxy;
   monotonize(r.units, r.monotone);
   return r;

@@ -2,6 +2,8 @@
 #include "plan/sensitivity_report.h"
 
 #include "core/html.h"
+#include "core/progress.h"
+#include "plan/report_svg.h"
 
 #include "core/error.h"
 
@@ -98,114 +100,237 @@ std::string sensitivity_report_table(const SensitivityReport& report) {
   return out;
 }
 
-std::string sensitivity_report_html(const SensitivityReport& report) {
-  // Per layer and format: the sum of the layer's unit scores (exact when present, else proxy).
-  std::set<std::string> format_set;
-  std::map<int, std::map<std::string, double>> by_layer;
-  bool have_exact = false;
-  for (const SensitivityRow& row : report.rows) have_exact = have_exact || row.exact.has_value();
-  for (const SensitivityRow& row : report.rows) {
-    format_set.insert(row.format);
-    const double v = have_exact && row.exact ? *row.exact : row.proxy;
-    by_layer[row.layer][row.format] += std::isfinite(v) ? std::max(v, 0.0) : 0.0;
-  }
-  const std::vector<std::string> formats(format_set.begin(), format_set.end());
-  static constexpr const char* kColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                            "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
-  // Bars on a log scale: scores span orders of magnitude across layers and formats.
-  double lo = std::numeric_limits<double>::infinity(), hi = 0;
-  for (const auto& [layer, m] : by_layer)
-    for (const auto& [f, v] : m)
-      if (v > 0) {
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
-  const double llo = std::isfinite(lo) ? std::floor(std::log10(lo)) : 0.0;
-  const double lhi = hi > 0 ? std::max(std::ceil(std::log10(hi)), llo + 1) : 1.0;
-  const int chart_h = 240, left = 60, top = 20, bottom = 40;
-  const int bar_w = 10, gap = 12;
-  const int group_w = int(formats.size()) * bar_w + gap;
-  const int width = left + std::max<int>(1, int(by_layer.size())) * group_w + 20;
-  const int height = top + chart_h + bottom;
-  std::string svg = fmt::format(
-      "<svg width=\"{}\" height=\"{}\" role=\"img\" "
-      "aria-label=\"scores per layer\">\n",
-      width, height);
-  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", left, top,
-                     left, top + chart_h);
-  for (double e = llo; e <= lhi; e += 1) {
-    const double y = top + chart_h - (e - llo) / (lhi - llo) * chart_h;
-    svg += fmt::format(
-        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/><text x=\"{}\" "
-        "y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">1e{:.0f}</text>\n",
-        left, y, width - 10, y, left - 4, y + 4, e);
-  }
-  int gi = 0;
-  for (const auto& [layer, m] : by_layer) {
-    const int x0 = left + gi * group_w + gap / 2;
-    for (size_t f = 0; f < formats.size(); ++f) {
-      const auto it = m.find(formats[f]);
-      if (it == m.end() || it->second <= 0) continue;
-      const double frac = std::clamp((std::log10(it->second) - llo) / (lhi - llo), 0.0, 1.0);
-      const double h = std::max(1.0, frac * chart_h);
-      svg += fmt::format(
-          "<rect x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{:.1f}\" fill=\"{}\"><title>layer {} "
-          "{}: {:.4g}</title></rect>\n",
-          x0 + int(f) * bar_w, top + chart_h - h, bar_w - 1, h, kColors[f % 8], layer,
-          escape_html(formats[f]), it->second);
-    }
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">{}</text>\n",
-                       x0 + int(formats.size()) * bar_w / 2, top + chart_h + 16, layer);
-    ++gi;
-  }
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ax\">layer</text>\n", left,
-                     top + chart_h + 34);
-  svg += "</svg>\n";
+namespace {
 
-  std::string legend;
-  for (size_t f = 0; f < formats.size(); ++f)
-    legend += fmt::format("<span class=\"key\"><span class=\"sw\" style=\"background:{}\"></span>{}</span>\n",
-                          kColors[f % 8], escape_html(formats[f]));
+bool has_exact(const SensitivityReport& r) {
+  return std::any_of(r.rows.begin(), r.rows.end(),
+                     [](const SensitivityRow& row) { return row.exact.has_value(); });
+}
 
-  std::string rows;
-  for (const SensitivityRow& row : report.rows)
-    rows += fmt::format(
+// The score the charts show: exact when the report has exact scores (the measure the user asked
+// for), else the proxy.
+double shown_score(const SensitivityRow& row, bool exact) {
+  return exact && row.exact ? *row.exact : row.proxy;
+}
+
+// The formats that have rows, in the user's order (settings.formats), then in order of
+// appearance: an asked name can differ from the rows' (int4:channel is stored as int4:172), and
+// a legend key without bars would only mislead.
+std::vector<std::string> report_formats(const SensitivityReport& r) {
+  std::vector<std::string> out;
+  auto present = [&r](const std::string& f) {
+    return std::any_of(r.rows.begin(), r.rows.end(),
+                       [&f](const SensitivityRow& row) { return row.format == f; });
+  };
+  for (const std::string& f : r.settings.formats)
+    if (present(f) && std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+  for (const SensitivityRow& row : r.rows)
+    if (std::find(out.begin(), out.end(), row.format) == out.end()) out.push_back(row.format);
+  return out;
+}
+
+// What the user asked for, when known; else what the rows hold.
+std::vector<std::string> considered_formats(const SensitivityReport& r) {
+  return r.settings.formats.empty() ? report_formats(r) : r.settings.formats;
+}
+
+size_t index_of(const std::vector<std::string>& v, const std::string& s) {
+  return size_t(std::find(v.begin(), v.end(), s) - v.begin());
+}
+
+std::string join_escaped(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : sep) + escape_html(s);
+  return out;
+}
+
+// Bars per unit and format, most sensitive first; `chosen` (unit -> format) outlines a plan's
+// choice.
+std::string unit_bars_section(const SensitivityReport& r,
+                              const std::map<std::string, std::string>& chosen) {
+  const bool exact = has_exact(r);
+  const std::vector<std::string> formats = report_formats(r);
+  std::vector<const SensitivityRow*> sorted;
+  for (const SensitivityRow& row : r.rows) sorted.push_back(&row);
+  std::stable_sort(sorted.begin(), sorted.end(), [&](const SensitivityRow* a, const SensitivityRow* b) {
+    return shown_score(*a, exact) > shown_score(*b, exact);
+  });
+  std::vector<HBar> bars;
+  for (const SensitivityRow* row : sorted) {
+    HBar b;
+    b.label = row->name;
+    b.tag = row->format;
+    b.series = index_of(formats, row->format);
+    b.value = shown_score(*row, exact);
+    b.value_text = fmt::format("{:.3g}", b.value);
+    const auto it = chosen.find(row->name);
+    b.highlight = it != chosen.end() && it->second == row->format;
+    bars.push_back(std::move(b));
+  }
+  std::string html = fmt::format(
+      "<h2>Sensitivity per unit and format</h2>\n<p>{} score when only that unit is quantized in "
+      "that format (lower is better), most sensitive first; bars are linear, the largest fills "
+      "the width.{}</p>\n",
+      exact ? "Exact (KL of the final logits)" : "Proxy", chosen.empty() ? "" :
+      " Outlined, in bold: the format the plan chose for the unit.");
+  html += html_legend(formats);
+  html += svg_hbars(bars, 560, "sensitivity per unit and format");
+  return html;
+}
+
+// Scores summed per layer and format on a log scale: where in depth the model is fragile.
+std::string layer_chart_section(const SensitivityReport& r) {
+  const bool exact = has_exact(r);
+  const std::vector<std::string> formats = report_formats(r);
+  std::map<int, std::vector<double>> by_layer;
+  for (const SensitivityRow& row : r.rows) {
+    auto& v = by_layer[row.layer];
+    v.resize(formats.size(), 0.0);
+    const double s = shown_score(row, exact);
+    v[index_of(formats, row.format)] += std::isfinite(s) ? std::max(s, 0.0) : 0.0;
+  }
+  GroupedBars chart;
+  chart.series = formats;
+  chart.x_label = "layer";
+  chart.y_label = fmt::format("{} score, summed over the layer (log)", exact ? "exact" : "proxy");
+  for (const auto& [layer, v] : by_layer) {
+    chart.groups.push_back(std::to_string(layer));
+    chart.values.push_back(v);
+  }
+  return fmt::format("<h2>Per layer ({} scores, summed over the layer's units)</h2>\n",
+                     exact ? "exact" : "proxy") +
+         html_legend(formats) + svg_grouped_log_bars(chart, 1000, 340, "scores per layer");
+}
+
+// The settings section: the model, the formats, how the scores were measured, then `extra`.
+std::string settings_section(const SensitivityReport& r,
+                             const std::vector<std::pair<std::string, std::string>>& extra) {
+  const SensitivitySettings& s = r.settings;
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.emplace_back("model", escape_html(r.model));
+  rows.emplace_back("formats considered", join_escaped(considered_formats(r), ", ") + " (and keep)");
+  rows.emplace_back("scores", has_exact(r)
+                                  ? "exact (KL of the final logits with only that unit "
+                                    "quantized) and proxy"
+                                  : "proxy (layer output error on sampled calibration rows, "
+                                    "relative to the residual stream)");
+  if (!s.calib_files.empty())
+    rows.emplace_back("calibration files", join_escaped(s.calib_files, "<br>"));
+  if (s.calib_samples > 0) rows.emplace_back("samples (windows)", std::to_string(s.calib_samples));
+  if (s.calib_seq > 0) rows.emplace_back("sequence length", std::to_string(s.calib_seq));
+  if (!s.calib_files.empty()) rows.emplace_back("seed", std::to_string(s.seed));
+  if (s.calib_tokens > 0) rows.emplace_back("calibration tokens", std::to_string(s.calib_tokens));
+  if (s.proxy_rows > 0) rows.emplace_back("proxy rows per Linear input", std::to_string(s.proxy_rows));
+  if (std::isfinite(r.rank_correlation))
+    rows.emplace_back("rank correlation (Spearman, proxy vs exact)",
+                      fmt::format("{:.3f}", r.rank_correlation));
+  rows.insert(rows.end(), extra.begin(), extra.end());
+  return "<h2>Settings</h2>\n" + html_settings_table(rows);
+}
+
+std::string rows_table_section(const SensitivityReport& r) {
+  std::string html =
+      "<h2>All scores, most sensitive by proxy first</h2>\n<table>\n<thead><tr><th>unit</th>"
+      "<th>format</th><th>proxy</th><th>exact</th><th>bytes</th></tr></thead>\n<tbody>\n";
+  for (const SensitivityRow& row : r.rows)
+    html += fmt::format(
         "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.4g}</td><td class=\"n\">{}</td><td "
         "class=\"n\">{}</td></tr>\n",
         escape_html(row.name), escape_html(row.format), row.proxy, exact_text(row.exact),
         row.bytes);
+  return html + "</tbody>\n</table>\n";
+}
 
-  const std::string corr = std::isfinite(report.rank_correlation)
-                               ? fmt::format("{:.3f}", report.rank_correlation)
-                               : std::string("n/a (no exact scores)");
-  std::string html;
-  html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  html += fmt::format("<title>qforge sensitivity: {}</title>\n", escape_html(report.model));
-  html +=
-      "<style>\n"
-      "body{font-family:system-ui,sans-serif;margin:2em;color:#222}\n"
-      "table{border-collapse:collapse;font-size:13px}\n"
-      "th,td{border:1px solid #ccc;padding:2px 8px}\n"
-      "th{background:#f0f0f0;text-align:left}\n"
-      "td.n{text-align:right;font-family:monospace}\n"
-      ".ax{font-size:11px;fill:#444}\n"
-      ".key{margin-right:1.5em}\n"
-      ".sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}\n"
-      "</style>\n</head>\n<body>\n";
-  html += fmt::format("<h1>Sensitivity of {}</h1>\n", escape_html(report.model));
-  html += fmt::format(
-      "<p>Score per decision unit and format when only that unit is quantized (lower is better). "
-      "Proxy: layer output error weighted by the calibration inputs. Exact: KL divergence of the "
-      "final logits. Rank correlation (Spearman) of proxy and exact: {}.</p>\n",
-      escape_html(corr));
-  html += fmt::format("<h2>Per layer ({} scores, summed over the layer's units)</h2>\n",
-                      have_exact ? "exact" : "proxy");
-  html += "<div>\n" + legend + "</div>\n" + svg;
-  html += "<h2>Units, most sensitive first</h2>\n<table>\n<thead><tr><th>unit</th><th>format</th>"
-          "<th>proxy</th><th>exact</th><th>bytes</th></tr></thead>\n<tbody>\n";
-  html += rows;
-  html += "</tbody>\n</table>\n</body>\n</html>\n";
-  return html;
+}  // namespace
+
+std::string sensitivity_report_html(const SensitivityReport& report) {
+  std::string body = fmt::format("<h1>Sensitivity of {}</h1>\n", escape_html(report.model));
+  body += fmt::format(
+      "<p>How much the model's output changes when one decision unit (a Linear, or a fused "
+      "q/k/v or gate/up group) is quantized in one format, the rest left as is; formats "
+      "{}. Proxy: the unit's output error on sampled calibration rows relative to the residual "
+      "stream's energy (compare within a run). Exact: KL divergence of the final logits.</p>\n",
+      join_escaped(considered_formats(report), ", "));
+  body += unit_bars_section(report, {});
+  body += layer_chart_section(report);
+  body += settings_section(report, {});
+  body += rows_table_section(report);
+  return html_page("qforge sensitivity: " + report.model, body);
+}
+
+std::string auto_plan_report_html(const AutoPlanReport& r) {
+  const SensitivityReport& s = r.sensitivity;
+  std::string body = fmt::format("<h1>--auto plan for {}</h1>\n<p>{}: {}.</p>\n",
+                                 escape_html(s.model), escape_html(r.target), escape_html(r.solved));
+
+  LineChart chart;
+  for (const ErrorCurvePoint& p : r.curve)
+    chart.points.push_back({p.bits, p.error,
+                            fmt::format("{:.3f} bits per weight, {} of Linears: total predicted "
+                                        "error {:.4g}",
+                                        p.bits, human_bytes(double(p.bytes)), p.error)});
+  chart.marked = ChartPoint{r.chosen.bits, r.chosen.error,
+                            fmt::format("chosen: {:.3f} bits per weight, {}, total predicted error "
+                                        "{:.4g}",
+                                        r.chosen.bits, human_bytes(double(r.chosen.bytes)),
+                                        r.chosen.error)};
+  chart.marked_label = fmt::format("chosen: {:.3f} bits, error {:.3g}", r.chosen.bits, r.chosen.error);
+  chart.target_x = r.target_bits;
+  chart.target_label = r.target.rfind("--target-bits", 0) == 0
+                           ? "target: " + r.target
+                           : fmt::format("target: {} (= {:.3f} bits per weight)", r.target,
+                                         r.target_bits);
+  chart.log_x = true;
+  chart.x_label = "average bits per weight of the quantizable Linears, scales included (log scale)";
+  chart.y_label = "total predicted error";
+  chart.width = 1000;
+  chart.height = 440;
+  body += fmt::format(
+      "<h2>Predicted error against bits per weight</h2>\n<p>Each dot is the plan the same solver "
+      "chooses for a byte budget ({} budgets from the smallest choice to the largest); the line "
+      "is the best total predicted error reachable at each size. Red: the chosen plan; dashed: "
+      "the target.</p>\n",
+      r.curve.size());
+  body += svg_line_chart(chart, "total predicted error against bits per weight");
+
+  std::string rows;
+  double total_error = 0;
+  uint64_t total_bytes = 0;
+  std::map<std::string, std::string> chosen;
+  for (const PlanReportUnit& u : r.units) {
+    chosen[u.unit] = u.format;
+    total_error += u.predicted_error;
+    total_bytes += u.bytes;
+    rows += fmt::format(
+        "<tr{}><td>{}</td><td>{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{}</td><td "
+        "class=\"n\">{:.4g}</td></tr>\n",
+        u.format == "keep" ? " class=\"keep\"" : "", escape_html(u.unit), escape_html(u.format),
+        u.bits, u.bytes, u.predicted_error);
+  }
+  body += fmt::format(
+      "<h2>Chosen plan</h2>\n<p>Predicted error: {}.</p>\n<table class=\"plan\">\n<thead><tr>"
+      "<th>unit</th><th>format</th><th>bits</th><th>bytes</th><th>predicted error</th></tr>"
+      "</thead>\n<tbody>\n{}</tbody>\n<tfoot><tr><th>{} units</th><th></th><th class=\"n\">{:.3f}"
+      "</th><th class=\"n\">{}</th><th class=\"n\">{:.4g}</th></tr></tfoot>\n</table>\n",
+      escape_html(r.measure), rows, r.units.size(), r.chosen.bits, total_bytes, total_error);
+
+  body += "<h2>Modules kept</h2>\n";
+  if (r.kept.empty()) {
+    body += "<p>None: every quantizable Linear is quantized.</p>\n";
+  } else {
+    body += "<table class=\"kept\">\n<thead><tr><th>module</th><th>why</th></tr></thead>\n<tbody>\n";
+    for (const KeptModule& k : r.kept)
+      body += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", escape_html(k.name),
+                          escape_html(k.reason));
+    body += "</tbody>\n</table>\n";
+  }
+
+  body += unit_bars_section(s, chosen);
+  body += layer_chart_section(s);
+  body += settings_section(s, {{"target", escape_html(r.target)},
+                               {"target as bits per weight", fmt::format("{:.3f}", r.target_bits)},
+                               {"predicted error", escape_html(r.measure)}});
+  return html_page("qforge --auto plan: " + s.model, body);
 }
 
 }  // namespace qf

@@ -166,5 +166,45 @@ TEST(AutoQuantize, UnreachableTargetNamesTheClosest) {
   EXPECT_NE(r2.err.find("--auto needs exactly one of"), std::string::npos) << r2.err;
 }
 
+size_t count_of(const std::string& s, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST(AutoQuantize, HtmlReportShowsCurvePlanAndSettings) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir dir;
+  const fs::path page = dir / "plan <1>.html";
+  auto r = test::run_qforge(auto_cmd(dir / "a") + " --target-bits 5 --json --html " + quote(page));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["html"], page.string());
+  const std::string html = test::read_file(page);
+  EXPECT_EQ(count_of(html, "class=\"chosen\""), 1u);
+  EXPECT_EQ(count_of(html, "class=\"target\""), 1u);
+  EXPECT_NE(html.find("target: --target-bits 5"), std::string::npos);
+  EXPECT_NE(html.find("<polyline"), std::string::npos);
+  const size_t plan = html.find("<table class=\"plan\">");
+  ASSERT_NE(plan, std::string::npos);
+  const std::string rows = html.substr(plan, html.find("</tbody>", plan) - plan);
+  EXPECT_EQ(count_of(rows, "<tr"), j["auto"]["units"].size() + 1);
+  EXPECT_NE(html.find("<h2>Modules kept</h2>"), std::string::npos);
+  EXPECT_NE(html.find("lm_head"), std::string::npos);
+  EXPECT_NE(html.find("tinyshakespeare.txt"), std::string::npos);
+  EXPECT_NE(html.find("<th>sequence length</th><td>64</td>"), std::string::npos);
+  EXPECT_NE(html.find("<th>formats considered</th><td>nvfp4, fp8"), std::string::npos);
+  // Without --json the path is the summary's last line; without --auto --html is refused.
+  r = test::run_qforge(auto_cmd(dir / "b") + " --target-bits 5 --dry-run --html " +
+                       quote(dir / "b.html"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("html report"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "b.html"));
+  r = test::run_qforge("quantize " + quote(model_dir("tinystories-656K-hf")) + " -o " +
+                       quote(dir / "c") + " -q --html " + quote(dir / "c.html"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--html needs --auto"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace qf
