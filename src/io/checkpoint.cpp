@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/io_util.h"
+#include "io/json_file.h"
 
 #include <algorithm>
 #include <optional>
@@ -69,6 +70,7 @@ Json parse_json_file(const fs::path& path) {
   if (!fs::exists(path, ec)) fail("{}: not found", path.string());
   const MappedFile file = MappedFile::open(path);
   const char* p = reinterpret_cast<const char*>(file.data());
+  require_json_depth(std::string_view(p, file.size()), path.string());
   try {
     return Json::parse(p, p + file.size());
   } catch (const nlohmann::json::exception& e) {

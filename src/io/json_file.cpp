@@ -8,6 +8,25 @@
 
 namespace qf {
 
+void require_json_depth(std::string_view text, const std::string& label) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        fail("{}: JSON nested deeper than {} levels", label, kMaxJsonDepth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& json) {
   const std::string text = json.dump(4) + "\n";
   const std::filesystem::path tmp = path.string() + ".tmp";

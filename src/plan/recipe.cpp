@@ -92,6 +92,7 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
 
 Recipe load_recipe(const std::filesystem::path& path) {
   const std::string text = read_regular_file(path, "the recipe", uint64_t(16) << 20);
+  require_json_depth(text, path.string());
   nlohmann::ordered_json json;
   try {
     json = nlohmann::ordered_json::parse(text);
