@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
-# Fuzzes the safetensors header parser: builds the libFuzzer targets with clang, ASan and UBSan
-# in build-fuzz/, then runs safetensors_header_fuzz for N seconds (default 30) starting from the
-# seeds in tests/fuzz/corpus/. Exits non-zero if the fuzzer finds a crash; the crashing input is
-# left in build-fuzz/artifacts/.
+# Fuzzes every parser of untrusted input: builds the libFuzzer targets (tests/fuzz/*_fuzz.cpp)
+# with clang, ASan and UBSan in build-fuzz/, then runs each one in turn from its committed seeds
+# (tests/fuzz/corpus/<harness>/) with its dictionary (tests/fuzz/<harness>.dict) when there is
+# one. SECONDS is the total fuzzing time, split evenly across the harnesses run (at least 1 s
+# each); scripts/test.sh passes FUZZ_SECONDS (default 45, about 5 s per harness).
 #
-# usage: scripts/fuzz.sh [seconds]      (CXX=... picks the compiler; default clang++-14/clang++)
+# Prints one line per harness, "harness: N runs, no crash" or "harness: FINDING, input in PATH",
+# and exits 1 if any harness found a crash, a sanitizer report, an uncaught exception other than
+# qf::Error, a hang over 10 s or more than 2 GB of memory. The working corpus grows in
+# build-fuzz/corpus/ (the committed seeds are only read); findings land in build-fuzz/artifacts/.
+#
+# usage: scripts/fuzz.sh [seconds] [harness ...]   (default: every harness; CXX=... picks clang)
 set -euo pipefail
 
-seconds="${1:-30}"
+seconds="${1:-45}"
+shift || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-fuzz"
-target=safetensors_header_fuzz
+
+if [[ $# -gt 0 ]]; then
+  harnesses=("$@")
+else
+  harnesses=()
+  for f in "$root"/tests/fuzz/*_fuzz.cpp; do harnesses+=("$(basename "$f" .cpp)"); done
+fi
 
 cxx="${CXX:-}"
 if [[ -z "$cxx" ]]; then
@@ -28,12 +41,40 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQFORGE_FUZZ=ON -DQFORGE_BUILD_TESTS=OFF \
   -DQFORGE_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build" --target "$target" -j "$(nproc)"
+# Only the harnesses: the fuzz tree's qforge_lib and CLI would double the build for nothing.
+cmake --build "$build" --target "${harnesses[@]}" -j "$(nproc)"
 
-# The working corpus grows in build-fuzz/; the committed seeds are only read.
-corpus="$build/corpus/$target"
-mkdir -p "$corpus" "$build/artifacts"
-echo "fuzz.sh: running $target for ${seconds}s" >&2
-"$build/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-  -dict="$root/tests/fuzz/safetensors.dict" -artifact_prefix="$build/artifacts/" \
-  -print_final_stats=1 "$corpus" "$root/tests/fuzz/corpus/safetensors_header"
+per=$(( seconds / ${#harnesses[@]} ))
+(( per < 1 )) && per=1
+status=0
+for h in "${harnesses[@]}"; do
+  name="${h%_fuzz}"
+  corpus="$build/corpus/$name"
+  artifacts="$build/artifacts/$name/"
+  mkdir -p "$corpus" "$artifacts"
+  seeds=()
+  [[ -d "$root/tests/fuzz/corpus/$name" ]] && seeds=("$root/tests/fuzz/corpus/$name")
+  dict=()
+  [[ -f "$root/tests/fuzz/$name.dict" ]] && dict=(-dict="$root/tests/fuzz/$name.dict")
+  log="$build/$name.log"
+  echo "fuzz.sh: running $h for ${per}s (log $log)" >&2
+  set +e
+  # -max_len: real configs and tokenizer files are larger than libFuzzer's 4 KB default.
+  "$build/$h" -max_total_time="$per" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    "${dict[@]}" -artifact_prefix="$artifacts" -print_final_stats=1 \
+    "$corpus" "${seeds[@]}" >"$log" 2>&1
+  rc=$?
+  set -e
+  runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log" | tail -n 1)
+  if [[ $rc -eq 0 ]]; then
+    line="$h: ${runs:-0} runs, no crash"
+  else
+    status=1
+    input=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "$log" | tail -n 1)
+    line="$h: FINDING (exit $rc), input in ${input:-$artifacts}, log $log"
+    tail -n 40 "$log" >&2
+  fi
+  echo "$line"
+done
+echo "fuzz.sh: ${#harnesses[@]} harnesses, ${per}s each" >&2
+exit $status

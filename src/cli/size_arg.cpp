@@ -31,6 +31,8 @@ uint64_t parse_size(const std::string& text) {
   else fail("'{}' has an unknown size unit '{}' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", text, unit);
   const double bytes = value * mult;
   if (!(bytes > 0) || !std::isfinite(bytes) || bytes > 1e18) fail("'{}' is not a positive size", text);
+  // A fraction of a byte would round to 0, which callers take as a size to divide by.
+  if (bytes < 0.5) fail("'{}' is less than one byte", text);
   return uint64_t(std::llround(bytes));
 }
 

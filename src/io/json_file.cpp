@@ -17,7 +17,8 @@ Json parse_bounded(std::string_view text, const std::string& label, int max_dept
   try {
     return Json::parse(text.begin(), text.end(),
                        [max_depth](int depth, nlohmann::json::parse_event_t, Json&) {
-                         if (depth > max_depth) throw TooDeep{};
+                         // depth counts from 0 at the top level
+                         if (depth >= max_depth) throw TooDeep{};
                          return true;
                        });
   } catch (const TooDeep&) {

@@ -30,7 +30,7 @@ struct DuplicateTracker {
 
   bool on_event(int depth, json::parse_event_t event, json& parsed) {
     // A header nests three levels (header, entry, shape); stop a flood of '[' before it is built.
-    if (depth > kMaxHeaderDepth) throw TooDeep{};
+    if (depth >= kMaxHeaderDepth) throw TooDeep{};  // depth counts from 0
     switch (event) {
       case json::parse_event_t::object_start:
         seen.emplace_back();

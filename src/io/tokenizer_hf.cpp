@@ -191,10 +191,7 @@ class HfTokenizer final : public TokenizerBase {
     int32_t size = 0;
     for (const auto& [token, id] : spec.vocab) size = std::max(size, id + 1);
     for (const AddedToken& t : spec.added_tokens) size = std::max(size, t.id + 1);
-    // Real vocabularies hold at most a few hundred thousand ids; a huge id is a broken file,
-    // not a reason to allocate gigabytes.
-    constexpr int32_t kMaxIds = 1 << 24;
-    if (size > kMaxIds) fail("{}: token id {} is implausibly large", source_, size - 1);
+    // Every id is at most kMaxTokenId (checked where it was read): `id + 1` cannot overflow.
     pieces_.assign(size_t(size), std::string());
     bytes_.assign(size_t(size), std::string());
     for (const auto& [token, id] : spec.vocab) {

@@ -35,7 +35,7 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
   const Checkpoint ckpt = Checkpoint::open(dir);
   InspectReport r;
   r.dir = dir;
-  r.model_type = ckpt.config().value("model_type", "");
+  r.model_type = json_string_member(ckpt.config(), "model_type", (dir / "config.json").string());
   // The decoder Linears are the ones the layer specs name; a checkpoint of an architecture
   // qforge does not run falls back to the Hugging Face naming habit (*.layers.*_proj).
   std::set<std::string> spec_linears;

@@ -358,23 +358,26 @@ class CompressedTensorsReader final : public TargetReader {
     if (!cfg.contains("quantization_config") || !cfg["quantization_config"].is_object())
       return std::nullopt;
     const nlohmann::json& qc = cfg["quantization_config"];
-    if (qc.value("quant_method", "") != "compressed-tensors") return std::nullopt;
+    const std::string where = label + ": config.json: quantization_config";
+    if (json_string_member(qc, "quant_method", where) != "compressed-tensors") return std::nullopt;
     QuantScheme s;
-    s.algo = qc.value("format", "");
+    s.algo = json_string_member(qc, "format", where);
     s.format = format_of(s.algo);
     if (s.algo == "mixed-precision" && qc.contains("config_groups") &&
         qc["config_groups"].is_object()) {
       // One group per format, each naming its modules in targets.
       for (const auto& [name, g] : qc["config_groups"].items()) {
-        const auto f = format_of(g.value("format", ""));
+        const std::string where_group = fmt::format("{}.config_groups['{}']", where, name);
+        const auto f = format_of(json_string_member(g, "format", where_group));
         if (!f) fail("{}: config.json: config group '{}': unsupported format", label, name);
         if (g.contains("input_activations") && !g["input_activations"].is_null())
           fail("{}: config.json: config group '{}': mixed precision with activation "
                "quantization is not supported", label, name);
-        const int group = g.contains("weights") && g["weights"].contains("group_size") &&
-                                  g["weights"]["group_size"].is_number_integer()
-                              ? g["weights"]["group_size"].get<int>() : 0;
-        for (const auto& t : json_string_list(g.value("targets", nlohmann::json::array())))
+        const int group = g.contains("weights")
+                              ? json_int_member(g["weights"], "group_size", where_group + ".weights")
+                                    .value_or(0)
+                              : 0;
+        for (const auto& t : json_string_list(g.contains("targets") ? g["targets"] : nlohmann::json()))
           s.layers[t] = {*f, group};
         if (!s.format) s.format = f;
       }
@@ -388,13 +391,16 @@ class CompressedTensorsReader final : public TargetReader {
     s.ignore = json_string_list(qc.value("ignore", nlohmann::json::array()));
     if (qc.contains("config_groups") && qc["config_groups"].is_object())
       for (const auto& [name, g] : qc["config_groups"].items()) {
-        if (g.contains("weights") && g["weights"].contains("group_size") &&
-            g["weights"]["group_size"].is_number_integer())
-          s.group = g["weights"]["group_size"].get<int>();
+        const std::string where_group = fmt::format("{}.config_groups['{}']", where, name);
+        if (g.contains("weights"))
+          if (const auto gs = json_int_member(g["weights"], "group_size", where_group + ".weights"))
+            s.group = *gs;
         if (g.contains("input_activations") && g["input_activations"].is_object()) {
           const auto& ia = g["input_activations"];
-          const int bits = ia.value("num_bits", 0);
-          const std::string type = ia.value("type", "");
+          const int bits = json_int_member(ia, "num_bits", where_group + ".input_activations")
+                               .value_or(0);
+          const std::string type =
+              json_string_member(ia, "type", where_group + ".input_activations");
           if (bits == 4 && type == "float") s.act = ActQuant::nvfp4;
           else if (bits == 8 && type == "float") s.act = ActQuant::fp8;
           else if (bits == 8 && type == "int") s.act = ActQuant::int8;

@@ -297,6 +297,9 @@ class ModelOptReader final : public TargetReader {
                                          const std::string& label) const override {
     const auto& cfg = ck.config();
     nlohmann::json qc;
+    // Where the fields read below come from, for messages.
+    std::string where = label + ": config.json: quantization_config";
+    const std::string where_hf = label + ": hf_quant_config.json: quantization";
     if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object())
       qc = cfg["quantization_config"];
     const auto hf_quant = ck.dir() / "hf_quant_config.json";
@@ -305,18 +308,19 @@ class ModelOptReader final : public TargetReader {
       const auto j = read_json_file(hf_quant);
       if (j.contains("quantization") && j["quantization"].is_object()) {
         const auto& q = j["quantization"];
+        where = where_hf;
         qc = nlohmann::json::object();
         qc["quant_method"] = "modelopt";
-        qc["quant_algo"] = q.value("quant_algo", "");
+        qc["quant_algo"] = json_string_member(q, "quant_algo", where);
         qc["ignore"] = q.contains("exclude_modules") ? q["exclude_modules"] : nlohmann::json::array();
         if (q.contains("group_size")) qc["group_size"] = q["group_size"];
         if (q.contains("quantized_layers")) qc["quantized_layers"] = q["quantized_layers"];
       }
     }
-    if (qc.is_null() || qc.value("quant_method", "") != "modelopt") return std::nullopt;
+    if (qc.is_null() || json_string_member(qc, "quant_method", where) != "modelopt")
+      return std::nullopt;
     QuantScheme s;
-    s.algo = qc.contains("quant_algo") && qc["quant_algo"].is_string()
-                 ? qc["quant_algo"].get<std::string>() : "";
+    s.algo = json_string_member(qc, "quant_algo", where);
     s.format = format_of(s.algo);
     if (s.algo == "MIXED_PRECISION") {
       // quantized_layers: module -> {"quant_algo", ["group_size"]}, in either config file.
@@ -329,15 +333,15 @@ class ModelOptReader final : public TargetReader {
       if (!layers.is_object() || layers.empty())
         fail("{}: config.json: MIXED_PRECISION without a quantized_layers map", label);
       for (const auto& [module, lc] : layers.items()) {
-        const std::string algo = lc.is_object() ? lc.value("quant_algo", "") : "";
+        const std::string where_layer = fmt::format("{}.quantized_layers['{}']", where, module);
+        const std::string algo = json_string_member(lc, "quant_algo", where_layer);
         const auto f = format_of(algo);
         // Mixed checkpoints are weight-only here: activation-quantized algos are refused.
         if (!f || algo == "NVFP4" || algo == "FP8" || algo == "NVFP4_AWQ" ||
             algo == "W8A8_SQ_PER_CHANNEL")
           fail("{}: config.json: quantized_layers['{}']: unsupported quant_algo '{}'", label, module,
                algo);
-        const int group = lc.contains("group_size") && lc["group_size"].is_number_integer()
-                              ? lc["group_size"].get<int>() : 0;
+        const int group = json_int_member(lc, "group_size", where_layer).value_or(0);
         s.layers[module] = {*f, group};
         if (!s.format) s.format = f;
       }
@@ -359,14 +363,12 @@ class ModelOptReader final : public TargetReader {
     }
     if (!s.format) fail("{}: config.json: unsupported ModelOpt quant_algo '{}'", label, s.algo);
     s.ignore = json_string_list(qc.value("ignore", nlohmann::json::array()));
-    if (qc.contains("group_size") && qc["group_size"].is_number_integer())
-      s.group = qc["group_size"].get<int>();
+    s.group = json_int_member(qc, "group_size", where).value_or(0);
     // The group size of INT4 lives in hf_quant_config.json.
     if (s.group == 0 && std::filesystem::exists(hf_quant)) {
       const auto j = read_json_file(hf_quant);
-      if (j.contains("quantization") && j["quantization"].contains("group_size") &&
-          j["quantization"]["group_size"].is_number_integer())
-        s.group = j["quantization"]["group_size"].get<int>();
+      if (j.contains("quantization"))
+        s.group = json_int_member(j["quantization"], "group_size", where_hf).value_or(0);
     }
     return s;
   }
@@ -411,8 +413,8 @@ class ModelOptReader final : public TargetReader {
   std::optional<std::string> algo_name(const nlohmann::json& q) const override {
     if (q.contains("quant_algo") && q["quant_algo"].is_string())
       return q["quant_algo"].get<std::string>();
-    if (q.contains("quantization") &&
-        q["quantization"].value("quant_algo", nlohmann::json()).is_string())
+    if (q.contains("quantization") && q["quantization"].is_object() &&
+        q["quantization"].contains("quant_algo") && q["quantization"]["quant_algo"].is_string())
       return q["quantization"]["quant_algo"].get<std::string>();
     return std::nullopt;
   }

@@ -1,8 +1,11 @@
 // Shared pieces of the target readers.
 #include "targets/reader.h"
 
+#include "core/error.h"
+
 #include <fnmatch.h>
 
+#include <limits>
 #include <regex>
 
 namespace qf {
@@ -43,6 +46,28 @@ std::vector<std::string> json_string_list(const nlohmann::json& j) {
     for (const auto& e : j)
       if (e.is_string()) out.push_back(e.get<std::string>());
   return out;
+}
+
+std::string json_string_member(const nlohmann::json& obj, const char* key,
+                               const std::string& where) {
+  if (!obj.is_object()) return "";
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return "";
+  if (!it->is_string()) fail("{}.{} is not a string ({})", where, key, it->type_name());
+  return it->get<std::string>();
+}
+
+std::optional<int> json_int_member(const nlohmann::json& obj, const char* key,
+                                   const std::string& where) {
+  if (!obj.is_object()) return std::nullopt;
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer()) return std::nullopt;
+  const bool fits = it->is_number_unsigned()
+                        ? it->get<uint64_t>() <= uint64_t(std::numeric_limits<int>::max())
+                        : it->get<int64_t>() >= std::numeric_limits<int>::min() &&
+                              it->get<int64_t>() <= std::numeric_limits<int>::max();
+  if (!fits) fail("{}.{} is {}, out of range", where, key, it->dump());
+  return it->get<int>();
 }
 
 nlohmann::json TargetReader::declared_config(const std::filesystem::path&) const { return {}; }

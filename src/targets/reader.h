@@ -70,6 +70,15 @@ struct StoredLinear {
 // The strings of a JSON array; other elements, and a non-array, give none.
 std::vector<std::string> json_string_list(const nlohmann::json& j);
 
+// Typed reads of a config member, for configs that come with downloaded checkpoints: a member
+// of the wrong type is an error naming it ("WHERE.KEY is not a string"), never a JSON library
+// exception. `obj` that is not an object, an absent member and null all give the fallback.
+std::string json_string_member(const nlohmann::json& obj, const char* key, const std::string& where);
+// An integer member that fits an int; nullopt when absent, null or not an integer number.
+// Throws qf::Error for an integer outside int's range.
+std::optional<int> json_int_member(const nlohmann::json& obj, const char* key,
+                                   const std::string& where);
+
 class TargetReader {
  public:
   virtual ~TargetReader() = default;

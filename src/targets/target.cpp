@@ -40,7 +40,8 @@ DetectedTarget detect_target(const Checkpoint& ck, const std::string& label) {
       return {&t.reader(), std::move(*scheme)};
   const auto& cfg = ck.config();
   if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object()) {
-    const std::string method = cfg["quantization_config"].value("quant_method", "");
+    const std::string method = json_string_member(cfg["quantization_config"], "quant_method",
+                                                  label + ": config.json: quantization_config");
     if (!method.empty())
       fail("{}: config.json: unsupported quantization method '{}'", label, method);
   }

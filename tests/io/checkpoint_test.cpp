@@ -238,6 +238,22 @@ TEST(Checkpoint, MalformedConfig) {
   expect_open_error(dir.path(), (dir / "config.json").string() + ": not found", "");
 }
 
+// Found by quant_config_fuzz: a config.json nesting a million arrays parsed, then overflowed
+// the stack when the checkpoint copied it (copy and dump recurse).
+TEST(Checkpoint, DeeplyNestedJsonIsRefused) {
+  test::ScratchDir dir;
+  const size_t n = 1'000'000;
+  test::write_file(dir / "config.json", "{\"a\": " + std::string(n, '[') + std::string(n, ']') + "}");
+  expect_open_error(dir.path(), (dir / "config.json").string() + ": ",
+                    "JSON nests deeper than 64 levels");
+  // The index is read the same way.
+  test::write_file(dir / "config.json", "{}");
+  test::write_file(dir / "model.safetensors.index.json",
+                   "{\"metadata\": " + std::string(300, '[') + std::string(300, ']') + "}");
+  expect_open_error(dir.path(), (dir / "model.safetensors.index.json").string() + ": ",
+                    "JSON nests deeper than 64 levels");
+}
+
 TEST(Checkpoint, NoWeights) {
   test::ScratchDir dir;
   test::write_file(dir / "config.json", "{}");

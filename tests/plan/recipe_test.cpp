@@ -105,6 +105,20 @@ TEST(Recipe, ErrorsNameTheFileAndRule) {
             std::string::npos);
 }
 
+// Found by recipe_fuzz: options nested 100000 deep overflowed the stack when the rule copied
+// them; load_recipe now refuses nesting beyond 256 levels.
+TEST(Recipe, DeeplyNestedOptionsAreRefused) {
+  test::ScratchDir dir;
+  const size_t n = 100'000;
+  std::string nested;
+  for (size_t i = 0; i < n; ++i) nested += "{\"a\": ";
+  nested += "1" + std::string(n, '}');
+  test::write_file(dir / "deep.json",
+                   R"({"rules": [{"match": "*", "format": "fp8", "options": )" + nested + "}]}");
+  EXPECT_EQ(error_of([&] { load_recipe(dir / "deep.json"); }),
+            (dir / "deep.json").string() + ": JSON nests deeper than 64 levels");
+}
+
 TEST(Recipe, SaveLoadRoundTrip) {
   const Architecture arch = test::tiny_llama(2, 64, 128);
   Assignment a;
