@@ -54,8 +54,10 @@ PLACEHOLDERS = {
     "text.txt": SHAKE,
 }
 # Output names written relative to the working directory (regexes) -> the scratch directory.
+# Any relative *.html (report pages) too: a name missing here would be written into the
+# repository's working tree.
 OUTPUT_NAMES = [r"out(?:-[A-Za-z0-9_]+)*", r"llama-8b-nvfp4", r"plan\.json", r"plan\.yaml",
-                r"report\.html"]
+                r"[A-Za-z0-9_-]+\.html"]
 
 MARKER = re.compile(r"#\s*check_readme:\s*(skip|slow)\s*(?:\((.*?)\))?\s*$")
 RUNNABLE = re.compile(r"^(build/qforge|qforge|scripts/)\S*")
