@@ -44,7 +44,10 @@ void register_tokenize(CLI::App& app, Action& run) {
       if (!args->calib_files.empty()) {
         if (given || !args->file.empty()) fail("tokenize: --calib replaces -p / --file");
         args->calib.files.assign(args->calib_files.begin(), args->calib_files.end());
-        const CalibrationData data = load_calibration_data(args->calib, *Tokenizer::load_for_model(args->dir, args->tokenizer));
+        // The windows are what quantize calibrates on: each starts with BOS when there is one.
+        if (args->no_bos) fail("tokenize: --no-bos does not apply to --calib windows");
+        const CalibrationData data = load_calibration_data(
+            args->calib, *Tokenizer::load_for_model(args->dir, args->tokenizer));
         if (args->json) {
           nlohmann::ordered_json j;
           j["model"] = args->dir;

@@ -64,6 +64,7 @@ BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat
   for (const BenchResult& r : s.runs)
     if (r.decode_tok_s == decode[mid]) s.median = r;
   s.median.prefill_tok_s = prefill[mid];
+  s.median.prefill_s = double(prompt) / prefill[mid];
   s.median.peak_rss_bytes = s.runs.back().peak_rss_bytes;
   s.prefill_min = prefill.front();
   s.prefill_max = prefill.back();

@@ -73,8 +73,7 @@ CompareResult compare_models(const fs::path& base, const std::vector<fs::path>& 
 }
 
 std::string compare_table(const CompareResult& r) {
-  size_t w = 5;
-  for (const auto* row : {&r.base}) w = std::max(w, name_of(*row).size());
+  size_t w = std::max<size_t>(5, name_of(r.base).size());
   for (const auto& row : r.variants) w = std::max(w, name_of(row).size());
   std::string out = fmt::format("{:<{}}  {:>10}  {:>6}  {:>9}  {:>9}  {:>9}  {:>6}  {}\n", "model",
                                 w, "size", "bits", "PPL", "KL mean", "KL p99", "top-1",

@@ -60,6 +60,8 @@ TEST(CalibrationData, TokenizeCommandPrintsTheWindows) {
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(std::count(plain.out.begin(), plain.out.end(), '\n'), 3);
   EXPECT_NE(test::run_qforge("tokenize " + args + " -p hello").exit_code, 0);
+  EXPECT_NE(test::run_qforge("tokenize " + args + " --no-bos").err.find("--no-bos does not apply"),
+            std::string::npos);
 }
 
 TEST(CalibrationData, JsonLinesAndFewerWindowsThanAsked) {
