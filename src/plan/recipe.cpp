@@ -25,7 +25,7 @@ bool known_algo(const std::string& a) {
 }  // namespace
 
 bool RecipeRule::matches(const std::string& module_name) const {
-  if (regex) return std::regex_match(module_name, *regex);
+  if (pattern) return pattern->matches(module_name);
   return fnmatch(match.c_str(), module_name.c_str(), 0) == 0;
 }
 
@@ -90,13 +90,7 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
              rule.format.block, gs);
       rule.format.block = gs;
     }
-    if (rule.match.rfind("re:", 0) == 0) {
-      try {
-        rule.regex.emplace(rule.match.substr(3), std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        fail("{}: invalid regex \"{}\": {}", at(i), rule.match.substr(3), e.what());
-      }
-    }
+    rule.pattern.emplace(rule.match, NamePattern::Anchor::whole, at(i));
     recipe.rules.push_back(std::move(rule));
   }
   return recipe;

@@ -6,8 +6,8 @@
 //   {"rules": [{"match": "*.mlp.down_proj", "format": "fp8", "algo": "mse", "options": {...}},
 //              {"match": "re:model\\.layers\\.(0|31)\\..*", "format": "keep"}, ...]}
 // match: a shell glob (fnmatch, '*' crosses dots) over the full module name
-//   ("model.layers.3.self_attn.q_proj"), or "re:" + an ECMAScript regex that must match the
-//   whole name. format: nvfp4 | mxfp4 | fp8 | int4 | keep (int4's group size: "int4:64" or
+//   ("model.layers.3.self_attn.q_proj"), or "re:" + a Perl-syntax regex (PCRE2) that must match
+//   the whole name. format: nvfp4 | mxfp4 | fp8 | int4 | keep (int4's group size: "int4:64" or
 //   options.group_size). algo (optional): max | mse | awq | gptq | smoothquant. options
 //   (optional): an object passed to the algorithm unchanged. The first matching rule wins.
 // YAML:
@@ -17,6 +17,7 @@
 //       format: keep
 #pragma once
 
+#include "core/name_pattern.h"
 #include "model/architecture.h"
 #include "plan/candidates.h"
 
@@ -24,7 +25,6 @@
 
 #include <filesystem>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -35,9 +35,10 @@ struct RecipeRule {
   FormatChoice format;
   std::optional<std::string> algo;  // absent: the caller's default algorithm
   nlohmann::ordered_json options = nlohmann::ordered_json::object();
+  // Throws qf::Error when a regex exceeds its backtracking budget (core/name_pattern.h).
   bool matches(const std::string& module_name) const;
 
-  std::optional<std::regex> regex;  // compiled "re:" pattern
+  std::optional<NamePattern> pattern;  // `match` compiled (set by parse_recipe)
   int line = 0;                     // where the rule starts in a YAML file (1-based), else 0
 };
 

@@ -382,13 +382,13 @@ class CompressedTensorsReader final : public TargetReader {
         if (!s.format) s.format = f;
       }
       s.mixed = true;
-      s.ignore = json_string_list(qc.value("ignore", nlohmann::json::array()));
+      s.ignore = ignore_patterns(qc.value("ignore", nlohmann::json::array()), where + ".ignore");
       if (qc.contains("kv_cache_scheme") && qc["kv_cache_scheme"].is_object()) s.kv_fp8 = true;
       return s;
     }
     if (!s.format)
       fail("{}: config.json: unsupported compressed-tensors format '{}'", label, s.algo);
-    s.ignore = json_string_list(qc.value("ignore", nlohmann::json::array()));
+    s.ignore = ignore_patterns(qc.value("ignore", nlohmann::json::array()), where + ".ignore");
     if (qc.contains("config_groups") && qc["config_groups"].is_object())
       for (const auto& [name, g] : qc["config_groups"].items()) {
         const std::string where_group = fmt::format("{}.config_groups['{}']", where, name);

@@ -362,7 +362,7 @@ class ModelOptReader final : public TargetReader {
         s.kv_fp8 = true;
     }
     if (!s.format) fail("{}: config.json: unsupported ModelOpt quant_algo '{}'", label, s.algo);
-    s.ignore = json_string_list(qc.value("ignore", nlohmann::json::array()));
+    s.ignore = ignore_patterns(qc.value("ignore", nlohmann::json::array()), where + ".ignore");
     s.group = json_int_member(qc, "group_size", where).value_or(0);
     // The group size of INT4 lives in hf_quant_config.json.
     if (s.group == 0 && std::filesystem::exists(hf_quant)) {

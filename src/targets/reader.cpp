@@ -3,10 +3,8 @@
 
 #include "core/error.h"
 
-#include <fnmatch.h>
 
 #include <limits>
-#include <regex>
 
 namespace qf {
 
@@ -26,17 +24,8 @@ QuantScheme QuantScheme::for_module(const std::string& module) const {
 }
 
 bool QuantScheme::ignored(const std::string& module) const {
-  for (const auto& p : ignore) {
-    if (p == module) return true;
-    if (p.rfind("re:", 0) == 0) {
-      try {
-        if (std::regex_match(module, std::regex(p.substr(3)))) return true;
-      } catch (const std::regex_error&) {
-      }
-    } else if (fnmatch(p.c_str(), module.c_str(), 0) == 0) {
-      return true;
-    }
-  }
+  for (const auto& p : ignore)
+    if (p.matches(module)) return true;
   return false;
 }
 
@@ -45,6 +34,12 @@ std::vector<std::string> json_string_list(const nlohmann::json& j) {
   if (j.is_array())
     for (const auto& e : j)
       if (e.is_string()) out.push_back(e.get<std::string>());
+  return out;
+}
+
+std::vector<NamePattern> ignore_patterns(const nlohmann::json& j, std::string_view context) {
+  std::vector<NamePattern> out;
+  for (auto& s : json_string_list(j)) out.emplace_back(std::move(s), NamePattern::Anchor::prefix, context);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/act_quant.h"
+#include "core/name_pattern.h"
 #include "formats/registry.h"
 #include "io/checkpoint.h"
 #include "kernels/linear.h"
@@ -27,7 +28,7 @@ struct QuantScheme {
   std::optional<Format> format;
   int group = 0;  // from the config, 0 if not given
   std::string algo;  // the target's own name for the scheme (quant_algo, format)
-  std::vector<std::string> ignore;  // module names, fnmatch globs, or "re:" regexes
+  std::vector<NamePattern> ignore;  // module names, fnmatch globs, or "re:" regexes
   ActQuant act = ActQuant::none;   // what the config says about Linear inputs
   bool kv_fp8 = false;             // FP8 KV cache with per-layer k/v scales
 
@@ -42,8 +43,8 @@ struct QuantScheme {
   // (no format when the module is not listed).
   QuantScheme for_module(const std::string& module) const;
 
-  // True when `module` matches an ignore entry (a "re:" entry that is not a valid regex
-  // matches nothing).
+  // True when `module` matches an ignore entry. Throws qf::Error when a regex entry exceeds
+  // its backtracking budget (core/name_pattern.h).
   bool ignored(const std::string& module) const;
 };
 
@@ -69,6 +70,10 @@ struct StoredLinear {
 
 // The strings of a JSON array; other elements, and a non-array, give none.
 std::vector<std::string> json_string_list(const nlohmann::json& j);
+// The string entries of a config's `ignore` list as patterns ("re:" entries anchored as
+// Python's re.match, as compressed-tensors and vLLM match them). Throws qf::Error
+// "<context>: invalid regex ..." for a "re:" entry that does not compile.
+std::vector<NamePattern> ignore_patterns(const nlohmann::json& j, std::string_view context);
 
 // Typed reads of a config member, for configs that come with downloaded checkpoints: a member
 // of the wrong type is an error naming it ("WHERE.KEY is not a string"), never a JSON library

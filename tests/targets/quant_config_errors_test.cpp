@@ -90,6 +90,14 @@ TEST(QuantConfigErrors, WrongShapesAreErrorsOrIgnored) {
   EXPECT_EQ(detect_error(R"({"quantization_config": {"quantization": []}})"), "");
 }
 
+// std::regex accepted "re:.**ate.*" and then hung matching it (found by the quant_config fuzzer;
+// the reproducer is in tests/fuzz/corpus/quant_config). A bad regex now names the list.
+TEST(QuantConfigErrors, InvalidIgnoreRegexIsNamed) {
+  expect_field_error(detect_error(R"({"quantization_config": {"quant_method": "compressed-tensors",
+        "format": "nvfp4-pack-quantized", "ignore": ["lm_head", "re:.**ate.*"]}})"),
+                     "config.json: quantization_config.ignore: invalid regex \".**ate.*\"");
+}
+
 TEST(QuantConfigErrors, InspectorNamesANonStringModelType) {
   test::ScratchDir dir;
   test::write_file(dir / "model.safetensors", one_tensor_shard());
