@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 namespace qf {
@@ -91,14 +92,32 @@ namespace {
 class CaptureObserver final : public LayerObserver {
  public:
   CaptureObserver(const Architecture& a, const CaptureOptions& o, int64_t layer, ThreadPool* pool)
-      : pool_(pool) {
+      : pool_(pool), options_(o), layer_(layer) {
+    const LayerSpec& spec = a.layers[size_t(layer)];
+    // An MoE layer's dense mlp_act is its shared expert's activation (none: never fed).
+    const int64_t act = !spec.is_moe ? a.intermediate_size : spec.moe.shared_intermediate;
     const int64_t cols[kLayerInputs] = {a.hidden_size, a.num_heads * a.head_dim, a.hidden_size,
-                                        a.intermediate_size};
+                                        act};
     for (int i = 0; i < kLayerInputs; ++i)
       acc_.emplace_back(cols[i], o, uint64_t(layer) * kLayerInputs + uint64_t(i));
+    if (spec.is_moe) {
+      experts_.resize(size_t(spec.moe.num_experts));
+      expert_cols_ = {a.hidden_size, spec.moe.expert_intermediate};
+    }
   }
-  void linear_input(LayerInput which, const float* x, int64_t n, int64_t) override {
-    acc_[size_t(which)].add(x, n, pool_);
+  void linear_input(LayerInput which, int expert, const float* x, int64_t n, int64_t) override {
+    if (expert < 0) {
+      acc_[size_t(which)].add(x, n, pool_);
+      return;
+    }
+    // Created on an expert's first rows: an expert's X^T X is only paid for once it is used.
+    const size_t j = which == LayerInput::mlp_act ? 1 : 0;
+    auto& acc = experts_[size_t(expert)][j];
+    if (!acc)
+      acc = std::make_unique<StatsAccumulator>(
+          expert_cols_[j], options_,
+          (uint64_t(layer_ + 1) << 40) ^ (uint64_t(expert) * 2 + j));
+    acc->add(x, n, pool_);
   }
   void key_value(const float* k, const float* v, int64_t n, int64_t kv_dim) override {
     for (int64_t i = 0; i < n * kv_dim; ++i) {
@@ -111,6 +130,10 @@ class CaptureObserver final : public LayerObserver {
   LayerCapture finish() const {
     LayerCapture c;
     for (int i = 0; i < kLayerInputs; ++i) c.inputs[size_t(i)] = acc_[size_t(i)].finish();
+    c.experts.resize(experts_.size());
+    for (size_t e = 0; e < experts_.size(); ++e)
+      for (size_t j = 0; j < 2; ++j)
+        if (experts_[e][j]) c.experts[e][j] = experts_[e][j]->finish();
     c.k_amax = k_amax_;
     c.v_amax = v_amax_;
     return c;
@@ -118,7 +141,11 @@ class CaptureObserver final : public LayerObserver {
 
  private:
   ThreadPool* pool_;
+  CaptureOptions options_;
+  int64_t layer_;
   std::vector<StatsAccumulator> acc_;
+  std::vector<std::array<std::unique_ptr<StatsAccumulator>, 2>> experts_;
+  std::array<int64_t, 2> expert_cols_{};
   float k_amax_ = 0.f, v_amax_ = 0.f;
 };
 

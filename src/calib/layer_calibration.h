@@ -50,11 +50,21 @@ class StatsAccumulator {
 
 // What one layer's calibration produced.
 struct LayerCapture {
-  std::array<LinearStats, kLayerInputs> inputs;  // indexed by LayerInput
+  // Indexed by LayerInput. In an MoE layer ffn_norm holds every row (the input of the router
+  // and the shared expert) and mlp_act the shared expert's activation.
+  std::array<LinearStats, kLayerInputs> inputs;
+  // MoE layers: per routed expert, its routed rows of ffn_norm [0] and its activation [1]
+  // (tokens 0 and no data for an expert that received no token).
+  std::vector<std::array<LinearStats, 2>> experts;
   float k_amax = 0.f, v_amax = 0.f;              // post-RoPE keys / values, per tensor
   double output_mean_square = 0;                 // mean over tokens of ||h||^2, h = the layer's
                                                  // output hidden state (the residual stream)
   const LinearStats& input(LayerInput which) const { return inputs[size_t(which)]; }
+  // The input statistics of Linear `m` of this layer.
+  const LinearStats& of(const LinearModule& m) const {
+    if (m.expert >= 0) return experts[size_t(m.expert)][m.input == LayerInput::mlp_act ? 1 : 0];
+    return input(m.input);
+  }
 };
 
 struct LayerCalibrationOptions {

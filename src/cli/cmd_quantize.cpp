@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 
 namespace qf::cli {
@@ -114,6 +115,15 @@ void print_quantize_summary(const QuantizeReport& r) {
                r.calib_seconds, r.calib_seconds > 0 ? double(r.calib_tokens) / r.calib_seconds : 0.0);
     fmt::print("  {:<28} {:.2f} s\n", "algorithm time", r.algo_seconds);
     fmt::print("  {:<28} {}\n", "calibration activations", human_bytes(double(r.activation_bytes)));
+    for (const auto& layer : r.expert_tokens) {
+      std::vector<int64_t> t = layer.tokens;
+      std::sort(t.begin(), t.end());
+      const auto unused = std::count(t.begin(), t.end(), int64_t(0));
+      fmt::print("  {:<28} min {} / median {} / max {} tokens per expert{}\n",
+                 fmt::format("layer {} experts ({})", layer.layer, t.size()), t.front(),
+                 t[t.size() / 2], t.back(),
+                 unused > 0 ? fmt::format(", {} unused", unused) : std::string());
+    }
   }
   print_summary_tail(r);
 }
@@ -146,6 +156,11 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["calib_tokens_per_second"] = r.calib_seconds > 0 ? double(r.calib_tokens) / r.calib_seconds : 0.0;
   j["algo_seconds"] = r.algo_seconds;
   j["activation_bytes"] = r.activation_bytes;
+  if (!r.expert_tokens.empty()) {
+    j["expert_tokens"] = nlohmann::ordered_json::array();
+    for (const auto& layer : r.expert_tokens)
+      j["expert_tokens"].push_back({{"layer", layer.layer}, {"tokens", layer.tokens}});
+  }
   j["excluded"] = nlohmann::ordered_json::array();
   for (const auto& e : r.excluded)
     j["excluded"].push_back({{"name", e.name}, {"reason", e.reason}, {"hint", e.hint}});

@@ -21,6 +21,36 @@ int64_t default_max_seq(const Architecture& a) {
   return a.max_position_embeddings;
 }
 
+// The widest MLP activation of any layer: dense, routed expert or shared expert.
+int64_t max_intermediate(const Architecture& a) {
+  int64_t m = a.intermediate_size;
+  for (const auto& l : a.layers)
+    if (l.is_moe) m = std::max({m, l.moe.expert_intermediate, l.moe.shared_intermediate});
+  return m;
+}
+
+// A token's experts and their weights from its router logits [experts] (softmax_topk: the
+// top k of softmax(logits), ties to the lower index, renormalised when norm_topk_prob).
+void route_softmax_topk(const float* logits, const MoeSpec& moe, std::vector<float>& probs,
+                        std::vector<int>& order, int* experts, float* weights) {
+  const int64_t e = moe.num_experts;
+  probs.assign(logits, logits + e);
+  softmax(probs.data(), e);
+  order.resize(size_t(e));
+  for (int64_t i = 0; i < e; ++i) order[size_t(i)] = int(i);
+  std::partial_sort(order.begin(), order.begin() + moe.top_k, order.end(), [&](int x, int y) {
+    return probs[size_t(x)] > probs[size_t(y)] || (probs[size_t(x)] == probs[size_t(y)] && x < y);
+  });
+  float sum = 0.f;
+  for (int64_t k = 0; k < moe.top_k; ++k) {
+    experts[k] = order[size_t(k)];
+    weights[k] = probs[size_t(order[size_t(k)])];
+    sum += weights[k];
+  }
+  if (moe.norm_topk_prob)
+    for (int64_t k = 0; k < moe.top_k; ++k) weights[k] /= sum;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const ModelOptions& opt) {
@@ -63,14 +93,23 @@ void Model::ensure_capacity(int64_t n) {
   k_.resize(sz(kv_dim));
   v_.resize(sz(kv_dim));
   att_.resize(sz(q_dim));
-  hb_.resize(sz(a.intermediate_size));
-  hb2_.resize(sz(a.intermediate_size));
+  const int64_t inter = max_intermediate(a);
+  hb_.resize(sz(inter));
+  hb2_.resize(sz(inter));
+  if (a.has_moe()) {
+    int64_t experts = 0;
+    for (const auto& l : a.layers) experts = std::max(experts, l.moe.num_experts);
+    logits_.resize(sz(experts));
+    gathered_.resize(sz(a.hidden_size));
+    expert_out_.resize(sz(a.hidden_size));
+    moe_sum_.resize(sz(a.hidden_size));
+  }
   // Fused q/k/v or gate/up outputs before they are split (Phi-3).
   bool fused = false;
   for (const auto& l : a.layers)
     fused |= l.slot_of(LinearRole::qkv_proj) >= 0 || l.slot_of(LinearRole::gate_up_proj) >= 0;
   if (fused) fused_.resize(sz(std::max(q_dim + 2 * kv_dim, 2 * a.intermediate_size)));
-  scaled_.resize(sz(std::max({a.hidden_size, q_dim, a.intermediate_size})));
+  scaled_.resize(sz(std::max({a.hidden_size, q_dim, inter})));
   actq_.resize(scaled_.size());
   capacity_ = n;
 }
@@ -187,12 +226,12 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
   const Architecture& a = w_.arch;
   const LayerSpec& spec = a.layers[size_t(l)];
   const int64_t dim = a.hidden_size, hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
-  const int64_t q_dim = nh * hd, kv_dim = nkv * hd, hidden = a.intermediate_size;
+  const int64_t q_dim = nh * hd, kv_dim = nkv * hd;
   const float eps = float(a.rms_norm_eps);
 
   // Attention block.
   norm_rows(L, NormSlot::attn_in, x_.data(), n, dim, xb_.data());
-  if (obs) obs->linear_input(LayerInput::attn_norm, xb_.data(), n, dim);
+  if (obs) obs->linear_input(LayerInput::attn_norm, kNoExpert, xb_.data(), n, dim);
   if (spec.slot_of(LinearRole::qkv_proj) >= 0) {
     const int64_t width = q_dim + 2 * kv_dim;
     linear(L.linear(spec, LinearRole::qkv_proj), xb_.data(), n, fused_.data());
@@ -233,7 +272,7 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
   if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, vc + pos * kv_dim, n * kv_dim);
   attention(l, spec, pos, n);
 
-  if (obs) obs->linear_input(LayerInput::attn_out, att_.data(), n, q_dim);
+  if (obs) obs->linear_input(LayerInput::attn_out, kNoExpert, att_.data(), n, q_dim);
   linear(L.linear(spec, LinearRole::o_proj), att_.data(), n, xb_.data());
   norm_rows(L, NormSlot::attn_out, xb_.data(), n, dim, xb_.data());
   const float rs = a.residual_scale;
@@ -241,27 +280,95 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
 
   // MLP block.
   norm_rows(L, NormSlot::mlp_in, x_.data(), n, dim, xb_.data());
-  if (obs) obs->linear_input(LayerInput::ffn_norm, xb_.data(), n, dim);
-  if (spec.slot_of(LinearRole::gate_up_proj) >= 0) {
-    linear(L.linear(spec, LinearRole::gate_up_proj), xb_.data(), n, fused_.data());
-    for (int64_t t = 0; t < n; ++t) {
-      const float* row = fused_.data() + t * 2 * hidden;
-      std::copy_n(row, hidden, hb_.data() + t * hidden);
-      std::copy_n(row + hidden, hidden, hb2_.data() + t * hidden);
-    }
+  if (obs) obs->linear_input(LayerInput::ffn_norm, kNoExpert, xb_.data(), n, dim);
+  if (spec.is_moe) {
+    moe(spec, L, n, obs);
   } else {
-    linear(L.linear(spec, LinearRole::gate_proj), xb_.data(), n, hb_.data());
-    linear(L.linear(spec, LinearRole::up_proj), xb_.data(), n, hb2_.data());
+    const bool fused = spec.slot_of(LinearRole::gate_up_proj) >= 0;
+    const std::array<int, 3> slots = {
+        fused ? -1 : spec.slot_of(LinearRole::gate_proj),
+        fused ? spec.slot_of(LinearRole::gate_up_proj) : spec.slot_of(LinearRole::up_proj),
+        spec.slot_of(LinearRole::down_proj)};
+    gated_mlp(L, slots, a.intermediate_size, xb_.data(), n, xb_.data(), kNoExpert, obs);
   }
-  switch (a.activation) {
-    case Activation::silu: silu_mul(hb_.data(), hb2_.data(), n * hidden); break;
-    case Activation::gelu_tanh: gelu_tanh_mul(hb_.data(), hb2_.data(), n * hidden); break;
-    case Activation::gelu: gelu_erf_mul(hb_.data(), hb2_.data(), n * hidden); break;
-  }
-  if (obs) obs->linear_input(LayerInput::mlp_act, hb_.data(), n, hidden);
-  linear(L.linear(spec, LinearRole::down_proj), hb_.data(), n, xb_.data());
   norm_rows(L, NormSlot::mlp_out, xb_.data(), n, dim, xb_.data());
   for (int64_t i = 0; i < n * dim; ++i) x_[size_t(i)] += xb_[size_t(i)] * rs;
+}
+
+void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, int64_t inter,
+                      const float* x, int64_t n, float* y, int expert, LayerObserver* obs) {
+  if (slots[0] < 0) {
+    // Fused on disk (Phi-3): slots[1] holds the rows of gate, then of up.
+    linear(L.linears[size_t(slots[1])], x, n, fused_.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = fused_.data() + t * 2 * inter;
+      std::copy_n(row, inter, hb_.data() + t * inter);
+      std::copy_n(row + inter, inter, hb2_.data() + t * inter);
+    }
+  } else {
+    linear(L.linears[size_t(slots[0])], x, n, hb_.data());
+    linear(L.linears[size_t(slots[1])], x, n, hb2_.data());
+  }
+  switch (w_.arch.activation) {
+    case Activation::silu: silu_mul(hb_.data(), hb2_.data(), n * inter); break;
+    case Activation::gelu_tanh: gelu_tanh_mul(hb_.data(), hb2_.data(), n * inter); break;
+    case Activation::gelu: gelu_erf_mul(hb_.data(), hb2_.data(), n * inter); break;
+  }
+  if (obs) obs->linear_input(LayerInput::mlp_act, expert, hb_.data(), n, inter);
+  linear(L.linears[size_t(slots[2])], hb_.data(), n, y);
+}
+
+void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerObserver* obs) {
+  const MoeSpec& moe = spec.moe;
+  const int64_t dim = w_.arch.hidden_size, k = moe.top_k;
+  linear(L.router, xb_.data(), n, logits_.data());
+  // Route every token, then list per expert its (token, weight) pairs in token order.
+  std::vector<int> chosen(size_t(n * k));
+  std::vector<float> weight(size_t(n * k));
+  {
+    std::vector<float> probs;
+    std::vector<int> order;
+    for (int64_t t = 0; t < n; ++t)
+      route_softmax_topk(logits_.data() + t * moe.num_experts, moe, probs, order,
+                         chosen.data() + t * k, weight.data() + t * k);
+  }
+  std::vector<std::vector<std::pair<int64_t, float>>> routed(size_t(moe.num_experts));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      routed[size_t(chosen[size_t(t * k + j)])].push_back({t, weight[size_t(t * k + j)]});
+
+  // Experts in index order, each once over its rows (one matrix product per expert; decode
+  // touches only the top-k experts' weights). The sum follows transformers' order.
+  std::fill_n(moe_sum_.begin(), n * dim, 0.f);
+  for (int64_t e = 0; e < moe.num_experts; ++e) {
+    const auto& rows = routed[size_t(e)];
+    if (rows.empty()) continue;
+    const int64_t m = int64_t(rows.size());
+    for (int64_t r = 0; r < m; ++r)
+      std::copy_n(xb_.data() + rows[size_t(r)].first * dim, dim, gathered_.data() + r * dim);
+    if (obs) obs->linear_input(LayerInput::ffn_norm, int(e), gathered_.data(), m, dim);
+    gated_mlp(L, moe.experts[size_t(e)], moe.expert_intermediate, gathered_.data(), m,
+              expert_out_.data(), int(e), obs);
+    for (int64_t r = 0; r < m; ++r) {
+      const auto [t, w] = rows[size_t(r)];
+      float* dst = moe_sum_.data() + t * dim;
+      const float* src = expert_out_.data() + r * dim;
+      for (int64_t c = 0; c < dim; ++c) dst[c] += src[c] * w;
+    }
+  }
+  if (moe.shared[0] >= 0) {
+    gated_mlp(L, moe.shared, moe.shared_intermediate, xb_.data(), n, expert_out_.data(),
+              kNoExpert, obs);
+    if (!moe.shared_gate.empty()) {
+      linear(L.shared_gate, xb_.data(), n, logits_.data());
+      for (int64_t t = 0; t < n; ++t) {
+        const float g = 1.f / (1.f + std::exp(-logits_[size_t(t)]));
+        for (int64_t c = 0; c < dim; ++c) expert_out_[size_t(t * dim + c)] *= g;
+      }
+    }
+    for (int64_t i = 0; i < n * dim; ++i) moe_sum_[size_t(i)] += expert_out_[size_t(i)];
+  }
+  std::copy_n(moe_sum_.begin(), n * dim, xb_.begin());
 }
 
 void Model::embed(std::span<const int32_t> tokens, float* x) const {

@@ -8,6 +8,7 @@
 #include "engine/weights.h"
 #include "kernels/ops.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -23,8 +24,11 @@ class LayerObserver {
  public:
   virtual ~LayerObserver() = default;
   // x: [n, cols], the input as the Linear sees it before any pre_scale or activation
-  // quantization.
-  virtual void linear_input(LayerInput which, const float* x, int64_t n, int64_t cols) = 0;
+  // quantization. `expert` is a routed expert's index (x: the rows routed to it, in token
+  // order; ffn_norm or its own mlp_act), else kNoExpert (attention, the dense MLP, and in an
+  // MoE layer ffn_norm = every row and mlp_act = the shared expert's activation).
+  virtual void linear_input(LayerInput which, int expert, const float* x, int64_t n,
+                            int64_t cols) = 0;
   // Post-RoPE keys and values about to enter the KV cache: [n, kv_dim] each.
   virtual void key_value(const float* k, const float* v, int64_t n, int64_t kv_dim) = 0;
 };
@@ -91,6 +95,14 @@ class Model {
   // One layer over x_ [n, hidden] at positions [pos, pos + n).
   void run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n, LayerObserver* obs);
   void attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n);
+  // The gated MLP act(gate(x)) * up(x) -> down of slots {gate, up, down} (or {-1, gate_up,
+  // down} when fused on disk) over x [n, hidden] into y [n, hidden] (y may be x).
+  // `expert` is passed to the observer with the activation.
+  void gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, int64_t inter,
+                 const float* x, int64_t n, float* y, int expert, LayerObserver* obs);
+  // The MoE block over xb_ [n, hidden] (normed) into xb_: routing, each routed expert once
+  // over the rows routed to it, the shared expert.
+  void moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerObserver* obs);
 
   ModelWeights w_;
   int64_t max_seq_ = 0;
@@ -100,6 +112,8 @@ class Model {
   // Run state, [capacity, ...] rows per token.
   int64_t capacity_ = 0;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, fused_, scaled_, actq_;
+  // MoE: router logits [n, experts], rows gathered for one expert and its output, the sum.
+  std::vector<float> logits_, gathered_, expert_out_, moe_sum_;
   int64_t kv_len_ = 0;  // positions the cache has room for
   std::vector<std::vector<float>> key_cache_, value_cache_;  // per layer [kv_len_, kv_dim]
 };

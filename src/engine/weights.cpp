@@ -296,8 +296,22 @@ void EmbeddingView::row(int64_t id, float* out) const {
 
 uint64_t ModelWeights::weight_bytes_per_token() const {
   uint64_t n = lm_head.w.stored_bytes();
-  for (const auto& l : layers)
-    for (const EngineLinear& L : l.linears) n += L.w.stored_bytes();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerWeights& l = layers[i];
+    const LayerSpec& spec = arch.layers[i];
+    if (!spec.is_moe) {
+      for (const EngineLinear& L : l.linears) n += L.w.stored_bytes();
+      continue;
+    }
+    uint64_t routed = 0;
+    for (size_t s = 0; s < l.linears.size(); ++s) {
+      const uint64_t b = l.linears[s].w.stored_bytes();
+      if (arch.linears[spec.linears[s]].expert >= 0) routed += b;
+      else n += b;
+    }
+    n += routed / uint64_t(spec.moe.num_experts) * uint64_t(spec.moe.top_k);
+    n += l.router.w.stored_bytes() + l.shared_gate.w.stored_bytes();
+  }
   return n;
 }
 
@@ -360,6 +374,12 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
     for (size_t i : spec.linears) {
       const LinearModule& m = a.linears[i];
       L.linears.push_back(ld.linear(m.name, m.out_features, m.in_features, scheme, m.bias));
+    }
+    if (spec.is_moe) {
+      L.router = ld.linear(spec.moe.router, spec.moe.num_experts, a.hidden_size, scheme, false,
+                           /*must_float=*/true);
+      if (!spec.moe.shared_gate.empty())
+        L.shared_gate = ld.linear(spec.moe.shared_gate, 1, a.hidden_size, scheme, false, true);
     }
     if (scheme.kv_fp8 && spec.slot_of(LinearRole::k_proj) >= 0) {
       // Named after the projections the exporter writes them with, wherever the target puts them.

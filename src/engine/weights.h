@@ -38,6 +38,9 @@ struct LayerWeights {
   std::array<std::vector<float>, kNormSlots> norms;
   std::vector<EngineLinear> linears;  // parallel to LayerSpec::linears
   float k_scale = 0.f, v_scale = 0.f;  // FP8 KV cache scales; 0: float32 cache
+  // MoE layers: the router [num_experts, hidden] and the shared expert's gate [1, hidden]
+  // (where the spec has one), never quantized.
+  EngineLinear router, shared_gate;
 
   const std::vector<float>& norm(NormSlot s) const { return norms[size_t(s)]; }
   // The Linear of `role`, which the spec must have.
@@ -64,7 +67,9 @@ struct ModelWeights {
   std::vector<float> final_norm;
   EngineLinear lm_head;
 
-  // Bytes of weights one decode step reads: every Linear (with scales) and the output head.
+  // Bytes of weights one decode step reads: every Linear (with scales) and the output head,
+  // of MoE layers the router, the shared expert and top_k routed experts (the average expert's
+  // bytes times top_k: which experts a token picks is not known ahead).
   uint64_t weight_bytes_per_token() const;
 
   // Loads `dir`. Throws qf::Error, starting with the directory and naming the tensor, for a

@@ -28,6 +28,14 @@ enum class Sliding : uint8_t {
   layer_types,  // per layer from `layer_types` (or the family's rule for deriving it)
 };
 
+// The MLP of a family's layers.
+enum class MlpKind : uint8_t {
+  dense,
+  mixtral,    // every layer a block_sparse_moe: router `gate`, experts w1 (gate) w3 (up) w2 (down)
+  qwen2_moe,  // mlp.gate + mlp.experts.N + mlp.shared_expert + mlp.shared_expert_gate
+  qwen3_moe,  // mlp.gate + mlp.experts.N
+};
+
 struct FamilyRow {
   std::string_view model_type;
   std::string_view architecture;  // config "architectures"[0]
@@ -46,6 +54,7 @@ struct FamilyRow {
   double default_theta;
   double default_eps;
   bool default_tied;
+  MlpKind mlp = MlpKind::dense;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -66,6 +75,15 @@ constexpr FamilyRow kFamilies[] = {
      false, true, true, Sliding::none, false, "hidden_act", 0, 10000.0, 1e-6, false},
     {"olmo2", "Olmo2ForCausalLM", false, NormPlacement::post, NormStyle::plain, QkNorm::whole,
      false, true, false, Sliding::none, false, "hidden_act", 0, 10000.0, 1e-5, false},
+    {"mixtral", "MixtralForCausalLM", false, NormPlacement::pre, NormStyle::plain, QkNorm::none,
+     false, false, false, Sliding::all, false, "hidden_act", 0, 1000000.0, 1e-5, false,
+     MlpKind::mixtral},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", false, NormPlacement::pre, NormStyle::plain,
+     QkNorm::none, false, false, false, Sliding::layer_types, false, "hidden_act", 0, 10000.0,
+     1e-6, false, MlpKind::qwen2_moe},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", false, NormPlacement::pre, NormStyle::plain,
+     QkNorm::per_head, false, true, false, Sliding::all, false, "hidden_act", 0, 10000.0, 1e-6,
+     false, MlpKind::qwen3_moe},
 };
 
 class ConfigReader {
@@ -109,6 +127,49 @@ class ConfigReader {
   const nlohmann::json& c_;
   const std::string& label_;
 };
+
+// The fields of the MoE block of a family that the engine reads, and the rule for which layers
+// hold one (transformers' modeling code of each family).
+struct MoeConfig {
+  MoeSpec base;                  // counts and routing; names and slots filled per layer
+  std::vector<bool> sparse;      // per layer: an MoE block (else a dense MLP)
+};
+
+MoeConfig read_moe(const ConfigReader& c, const FamilyRow& f, int64_t num_layers) {
+  MoeConfig m;
+  MoeSpec& s = m.base;
+  m.sparse.assign(size_t(num_layers), true);
+  const char* experts_key = f.mlp == MlpKind::mixtral ? "num_local_experts" : "num_experts";
+  s.num_experts = c.positive(experts_key, 1 << 16);
+  s.top_k = c.positive("num_experts_per_tok", 1 << 16);
+  if (s.top_k > s.num_experts)
+    fail("{}: 'num_experts_per_tok' {} is larger than '{}' {}", c.label(), s.top_k, experts_key,
+         s.num_experts);
+  s.routing = Routing::softmax_topk;
+  if (f.mlp == MlpKind::mixtral) {
+    s.expert_intermediate = c.positive("intermediate_size");
+    s.norm_topk_prob = true;
+    return m;
+  }
+  s.expert_intermediate = c.positive("moe_intermediate_size");
+  s.norm_topk_prob = c.flag_or("norm_topk_prob", false);
+  if (f.mlp == MlpKind::qwen2_moe) s.shared_intermediate = c.positive("shared_expert_intermediate_size");
+  // Qwen2/3-MoE: layer i is sparse unless listed in mlp_only_layers, and only every
+  // decoder_sparse_step-th layer ((i + 1) % step == 0) is.
+  const int64_t step = c.positive_or("decoder_sparse_step", 1, 1 << 20);
+  for (int64_t i = 0; i < num_layers; ++i) m.sparse[size_t(i)] = (i + 1) % step == 0;
+  if (c.has("mlp_only_layers")) {
+    const auto& list = c["mlp_only_layers"];
+    if (!list.is_array()) fail("{}: 'mlp_only_layers' is not a list of layer indices", c.label());
+    for (const auto& v : list) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= num_layers)
+        fail("{}: 'mlp_only_layers' holds {}, not a layer index below {}", c.label(), v.dump(),
+             num_layers);
+      m.sparse[size_t(v.get<int64_t>())] = false;
+    }
+  }
+  return m;
+}
 
 Activation parse_activation(const std::string& name, const char* key, const std::string& label) {
   if (name == "silu" || name == "swish") return Activation::silu;
@@ -245,14 +306,25 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
     fail("{}: 'partial_rotary_factor' {} is not used by {} models in transformers; refusing to guess",
          label, c.number_or("partial_rotary_factor", 1.0), f.model_type);
 
+  const bool moe_family = f.mlp != MlpKind::dense;
+  MoeConfig moe;
+  if (moe_family) moe = read_moe(c, f, a.num_layers);
+
   // Layer types: which layers slide, and which RoPE each uses.
   std::vector<std::string> layer_types(size_t(a.num_layers), "full_attention");
   int64_t window = 0;
   if (f.sliding == Sliding::all && c.has("sliding_window")) {
     window = c.positive("sliding_window", int64_t(1) << 40);
     std::fill(layer_types.begin(), layer_types.end(), "sliding_attention");
+  } else if (f.sliding == Sliding::all && f.model_type == "qwen3_moe") {
+    // Qwen3-MoE: sliding_window is kept only with use_sliding_window, then on every layer.
+    if (c.flag_or("use_sliding_window", false) && c.has("sliding_window")) {
+      window = c.positive("sliding_window", int64_t(1) << 40);
+      std::fill(layer_types.begin(), layer_types.end(), "sliding_attention");
+    }
   } else if (f.sliding == Sliding::layer_types) {
-    const bool qwen = f.model_type == "qwen2" || f.model_type == "qwen3";
+    const bool qwen = f.model_type == "qwen2" || f.model_type == "qwen3" ||
+                      f.model_type == "qwen2_moe";
     // Qwen: sliding_window is read only with use_sliding_window (transformers sets it to None
     // otherwise).
     const bool enabled = qwen ? c.flag_or("use_sliding_window", false) : true;
@@ -267,6 +339,11 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
                lt[i].dump());
         layer_types[i] = lt[i].get<std::string>();
       }
+    } else if (f.model_type == "qwen2_moe") {
+      // Qwen2MoeConfig: every other layer (even indices) below max_window_layers.
+      const int64_t last = c.positive_or("max_window_layers", 28, 1 << 20);
+      for (int64_t i = 0; i < a.num_layers; ++i)
+        if (window > 0 && (i + 1) % 2 == 1 && i < last) layer_types[size_t(i)] = "sliding_attention";
     } else if (qwen) {
       const int64_t first = c.positive_or("max_window_layers", 28, 1 << 20);
       for (int64_t i = 0; i < a.num_layers; ++i)
@@ -294,6 +371,8 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
 
   // Biases.
   const bool attn_bias = f.reads_attention_bias && c.flag_or("attention_bias", false);
+  // Qwen2-MoE names its q/k/v bias switch qkv_bias (default true).
+  const bool qkv_bias_field = f.model_type == "qwen2_moe" && c.flag_or("qkv_bias", true);
   const bool mlp_bias = f.reads_mlp_bias && c.flag_or("mlp_bias", false);
 
   const int64_t q_out = a.num_heads * a.head_dim, kv_out = a.num_kv_heads * a.head_dim;
@@ -350,6 +429,50 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       for (size_t m : members) a.linears[m].group = int(a.fused_groups.size());
       a.fused_groups.push_back(std::move(members));
     };
+    // An MoE block: the routed experts' gate/up/down (gate and up of one expert fused: engines
+    // run them as one product with one NVFP4 tensor scale), then the shared expert's.
+    auto add_moe = [&](const std::string& prefix, const MoeSpec& base, LayerSpec& ls, int fold) {
+      ls.is_moe = true;
+      ls.moe = base;
+      const bool mixtral = f.mlp == MlpKind::mixtral;
+      const std::string block = prefix + (mixtral ? "block_sparse_moe." : "mlp.");
+      ls.moe.router = block + "gate";
+      auto expert = [&](const std::string& where, int index, int64_t inter,
+                        const std::array<std::string_view, 3>& leaf) {
+        std::array<int, 3> slots{};
+        const LinearRole roles[3] = {LinearRole::gate_proj, LinearRole::up_proj, LinearRole::down_proj};
+        size_t members[3];
+        for (int r = 0; r < 3; ++r) {
+          LinearModule m;
+          m.name = where + std::string(leaf[size_t(r)]);
+          m.layer = layer;
+          m.role = roles[r];
+          m.input = r < 2 ? LayerInput::ffn_norm : LayerInput::mlp_act;
+          m.expert = index;
+          m.in_features = r < 2 ? a.hidden_size : inter;
+          m.out_features = r < 2 ? inter : a.hidden_size;
+          m.fold_norm = r < 2 ? fold : -1;
+          m.slot = int(ls.linears.size());
+          slots[size_t(r)] = m.slot;
+          ls.linears.push_back(a.linears.size());
+          members[r] = a.linears.size();
+          a.linears.push_back(std::move(m));
+        }
+        fuse({members[0], members[1]});
+        return slots;
+      };
+      const std::array<std::string_view, 3> qwen_leaf = {"gate_proj", "up_proj", "down_proj"};
+      const std::array<std::string_view, 3> mixtral_leaf = {"w1", "w3", "w2"};
+      for (int64_t e = 0; e < base.num_experts; ++e)
+        ls.moe.experts.push_back(expert(fmt::format("{}experts.{}.", block, e), int(e),
+                                        base.expert_intermediate,
+                                        mixtral ? mixtral_leaf : qwen_leaf));
+      if (base.shared_intermediate > 0) {
+        ls.moe.shared = expert(block + "shared_expert.", kSharedExpert, base.shared_intermediate,
+                               qwen_leaf);
+        ls.moe.shared_gate = block + "shared_expert_gate";
+      }
+    };
     if (f.fused_on_disk) {
       add("self_attn.", LinearRole::qkv_proj, LayerInput::attn_norm, a.hidden_size,
           q_out + 2 * kv_out, false, attn_fold);
@@ -359,7 +482,7 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       add("mlp.", LinearRole::down_proj, LayerInput::mlp_act, a.intermediate_size, a.hidden_size,
           false, -1);
     } else {
-      const bool qkv_bias = f.qkv_bias_always || attn_bias;
+      const bool qkv_bias = f.qkv_bias_always || attn_bias || qkv_bias_field;
       const size_t q = add("self_attn.", LinearRole::q_proj, LayerInput::attn_norm, a.hidden_size,
                            q_out, qkv_bias, attn_fold);
       const size_t k = add("self_attn.", LinearRole::k_proj, LayerInput::attn_norm, a.hidden_size,
@@ -367,14 +490,20 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       const size_t v = add("self_attn.", LinearRole::v_proj, LayerInput::attn_norm, a.hidden_size,
                            kv_out, qkv_bias, attn_fold);
       add("self_attn.", LinearRole::o_proj, LayerInput::attn_out, q_out, a.hidden_size, attn_bias, -1);
-      const size_t g = add("mlp.", LinearRole::gate_proj, LayerInput::ffn_norm, a.hidden_size,
-                           a.intermediate_size, mlp_bias, mlp_fold);
-      const size_t u = add("mlp.", LinearRole::up_proj, LayerInput::ffn_norm, a.hidden_size,
-                           a.intermediate_size, mlp_bias, mlp_fold);
-      add("mlp.", LinearRole::down_proj, LayerInput::mlp_act, a.intermediate_size, a.hidden_size,
-          mlp_bias, -1);
       fuse({q, k, v});
-      fuse({g, u});
+      if (moe_family && moe.sparse[size_t(layer)]) {
+        // The router reads the same normed input, so a scale folded into the norm would change
+        // the routing: AWQ / SmoothQuant keep their scales beside the experts instead.
+        add_moe(p, moe.base, spec, -1);
+      } else {
+        const size_t g = add("mlp.", LinearRole::gate_proj, LayerInput::ffn_norm, a.hidden_size,
+                             a.intermediate_size, mlp_bias, mlp_fold);
+        const size_t u = add("mlp.", LinearRole::up_proj, LayerInput::ffn_norm, a.hidden_size,
+                             a.intermediate_size, mlp_bias, mlp_fold);
+        add("mlp.", LinearRole::down_proj, LayerInput::mlp_act, a.intermediate_size,
+            a.hidden_size, mlp_bias, -1);
+        fuse({g, u});
+      }
     }
     a.layers.push_back(std::move(spec));
   }
@@ -384,6 +513,20 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
   return a;
 }
 
+std::vector<std::string> Architecture::never_quantized_modules() const {
+  std::vector<std::string> out = {head_module, "model.embed_tokens"};
+  for (const auto& l : layers) {
+    if (!l.is_moe) continue;
+    out.push_back(l.moe.router);
+    if (!l.moe.shared_gate.empty()) out.push_back(l.moe.shared_gate);
+  }
+  return out;
+}
+
+bool Architecture::has_moe() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_moe; });
+}
+
 std::string Architecture::describe() const {
   std::string s = fmt::format("{}: {} layers, hidden {}, {} heads / {} KV heads of {}", model_type,
                               num_layers, hidden_size, num_heads, num_kv_heads, head_dim);
@@ -391,6 +534,13 @@ std::string Architecture::describe() const {
   int64_t window = 0;
   for (const auto& l : layers) window = std::max(window, l.sliding_window);
   if (window > 0) s += fmt::format(", sliding window {}", window);
+  const auto moe = std::find_if(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_moe; });
+  if (moe != layers.end()) {
+    const auto sparse = std::count_if(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_moe; });
+    s += fmt::format(", {} MoE layers of {} experts (top {}, {}{})", sparse, moe->moe.num_experts,
+                     moe->moe.top_k, moe->moe.norm_topk_prob ? "renormalised" : "not renormalised",
+                     moe->moe.shared_intermediate > 0 ? ", shared expert" : "");
+  }
   return s;
 }
 

@@ -48,11 +48,19 @@ enum class NormStyle : uint8_t { plain, one_plus };  // x * w, or x * (1 + w) (G
 enum class QkNorm : uint8_t { none, per_head, whole };
 enum class Activation : uint8_t { silu, gelu_tanh, gelu };
 
+// Which expert of a mixture-of-experts block a Linear belongs to: a routed expert's index, or
+// one of these.
+inline constexpr int kNoExpert = -1;      // attention, a dense MLP
+inline constexpr int kSharedExpert = -2;  // the always-active shared expert (Qwen2-MoE, DeepSeek)
+
 struct LinearModule {
   std::string name;  // HF module prefix, e.g. "model.layers.3.self_attn.q_proj"
   int layer = 0;
   LinearRole role = LinearRole::q_proj;
+  // For a routed expert (expert >= 0), gate/up read the rows of ffn_norm routed to it and down
+  // reads its own mlp_act; a shared expert reads every row of ffn_norm.
   LayerInput input = LayerInput::attn_norm;
+  int expert = kNoExpert;
   int64_t in_features = 0;
   int64_t out_features = 0;
   int group = -1;     // index into Architecture::fused_groups, -1 if not fused
@@ -64,14 +72,42 @@ struct LinearModule {
   std::string weight_name() const { return name + ".weight"; }
 };
 
+// How a router turns its logits into the experts of a token and their weights.
+enum class Routing : uint8_t {
+  // p = softmax(logits) over all experts, the top k kept, divided by their sum when
+  // norm_topk_prob (Mixtral always; Qwen2-MoE / Qwen3-MoE from config.json).
+  softmax_topk,
+};
+
+// The mixture-of-experts block that replaces a layer's MLP.
+struct MoeSpec {
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t expert_intermediate = 0;  // rows of each expert's gate / up
+  Routing routing = Routing::softmax_topk;
+  bool norm_topk_prob = false;
+  std::string router;  // module of the router Linear [num_experts, hidden], never quantized
+  // The shared expert (absent: shared_intermediate 0) and, when present, its gate, a [1, hidden]
+  // Linear whose sigmoid scales the shared expert's output (Qwen2-MoE); never quantized.
+  int64_t shared_intermediate = 0;
+  std::string shared_gate;
+  // Positions in LayerSpec::linears of gate, up, down: per routed expert, and of the shared
+  // expert (-1 when absent).
+  std::vector<std::array<int, 3>> experts;
+  std::array<int, 3> shared{-1, -1, -1};
+};
+
 struct LayerSpec {
   std::vector<size_t> linears;  // indices into Architecture::linears, in compute order
-  // For each LinearRole, the position in `linears`, or -1.
+  // For each LinearRole, the position in `linears` of the layer's attention or dense MLP
+  // Linear of that role, or -1 (an MoE layer's experts are in `moe`).
   std::array<int, kLinearRoles> slot{};
   // Tensor names of the norms present (empty: absent).
   std::array<std::string, kNormSlots> norms;
   int rope = 0;                // index into Architecture::ropes
   int64_t sliding_window = 0;  // tokens a query sees, itself included; 0: all earlier tokens
+  bool is_moe = false;         // the MLP is `moe`
+  MoeSpec moe;
 
   int slot_of(LinearRole r) const { return slot[size_t(r)]; }
   bool has(NormSlot s) const { return !norms[size_t(s)].empty(); }
@@ -114,10 +150,10 @@ struct Architecture {
   std::string head_name = "lm_head.weight";
 
   // Modules that are never quantized by default and are always listed as excluded in an
-  // exported quantization config (the output head and the embedding).
-  static std::vector<std::string> never_quantized_modules() {
-    return {"lm_head", "model.embed_tokens"};
-  }
+  // exported quantization config: the output head, the embedding, and the MoE routers and
+  // shared-expert gates (engines build them unquantized).
+  std::vector<std::string> never_quantized_modules() const;
+  bool has_moe() const;
 
   // Builds the description from a parsed config.json. Throws qf::Error starting with `label`
   // for an unsupported architecture, a missing or invalid field, or a field that changes the

@@ -74,6 +74,12 @@ const std::vector<NamedShape>& named_shapes() {
       {"llama-3b", "Llama-3.2-3B", 3072, 8192, 28, 24, 8, 128256, true, 500000.0},
       {"llama-8b", "Llama-3.1-8B", 4096, 14336, 32, 32, 8, 128256, false, 500000.0},
       {"llama-70b", "Llama-3.1-70B", 8192, 28672, 80, 64, 8, 128256, false, 500000.0},
+      {"tiny-moe", "a small Qwen3-MoE (8 experts, top 2) for demos and tests", 256, 768, 2, 4,
+       2, 1024, false, 1000000.0, "qwen3_moe", 8, 2, 128, 64},
+      {"qwen3-30b-a3b", "Qwen3-30B-A3B (128 experts, top 8)", 2048, 6144, 48, 32, 4, 151936,
+       false, 1000000.0, "qwen3_moe", 128, 8, 768, 128},
+      {"mixtral-8x7b", "Mixtral-8x7B (8 experts, top 2)", 4096, 14336, 32, 32, 8, 32000, false,
+       1000000.0, "mixtral", 8, 2, 14336, 128},
   };
   return shapes;
 }
@@ -92,11 +98,14 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   const NamedShape& shape = find_named_shape(o.shape);
   if (!is_quantizable_float(o.dtype)) fail("--dtype must be f32, f16 or bf16");
   const int64_t layers = o.layers > 0 ? o.layers : shape.layers;
-  const int64_t head_dim = shape.hidden / shape.heads;
+  const int64_t head_dim = shape.head_dim > 0 ? shape.head_dim : shape.hidden / shape.heads;
 
   nlohmann::ordered_json config;
-  config["architectures"] = {"LlamaForCausalLM"};
-  config["model_type"] = "llama";
+  const std::string& family = shape.model_type;
+  config["architectures"] = {family == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                             : family == "mixtral"  ? "MixtralForCausalLM"
+                                                    : "LlamaForCausalLM"};
+  config["model_type"] = family;
   config["hidden_size"] = shape.hidden;
   config["intermediate_size"] = shape.intermediate;
   config["num_hidden_layers"] = layers;
@@ -110,7 +119,18 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   config["hidden_act"] = "silu";
   config["tie_word_embeddings"] = shape.tie_word_embeddings;
   config["attention_bias"] = false;
-  config["mlp_bias"] = false;
+  if (family == "llama") config["mlp_bias"] = false;
+  if (family == "qwen3_moe") {
+    config["num_experts"] = shape.experts;
+    config["num_experts_per_tok"] = shape.top_k;
+    config["moe_intermediate_size"] = shape.expert_intermediate;
+    config["norm_topk_prob"] = true;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = nlohmann::ordered_json::array();
+  } else if (family == "mixtral") {
+    config["num_local_experts"] = shape.experts;
+    config["num_experts_per_tok"] = shape.top_k;
+  }
   config["bos_token_id"] = 1;
   config["eos_token_id"] = 2;
   config["torch_dtype"] = o.dtype == DType::BF16 ? "bfloat16" : o.dtype == DType::F16 ? "float16" : "float32";
@@ -131,6 +151,9 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
     auto norm = [&](NormSlot slot) {
       if (layer.has(slot)) add(layer.norm(slot), {shape.hidden}, true);
     };
+    auto head_norm = [&](NormSlot slot) {  // per-head q/k norms (Qwen3-MoE)
+      if (layer.has(slot)) add(layer.norm(slot), {head_dim}, true);
+    };
     auto linears = [&](bool attention) {
       for (size_t i : layer.linears) {
         const LinearModule& m = arch.linears[i];
@@ -142,8 +165,14 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
     };
     norm(NormSlot::attn_in);
     linears(true);
+    head_norm(NormSlot::q);
+    head_norm(NormSlot::k);
     norm(NormSlot::attn_out);
     norm(NormSlot::mlp_in);
+    if (layer.is_moe) {
+      add(layer.moe.router + ".weight", {layer.moe.num_experts, shape.hidden});
+      if (!layer.moe.shared_gate.empty()) add(layer.moe.shared_gate + ".weight", {1, shape.hidden});
+    }
     linears(false);
     norm(NormSlot::mlp_out);
   }

@@ -1,5 +1,6 @@
-// Synthetic Llama-style checkpoints with the layer shapes of real models and heavy-tailed
-// random weights, for benchmarks and demos where downloading a real model is not possible.
+// Synthetic checkpoints with the layer shapes of real models (Llama dense, Qwen3-MoE and
+// Mixtral mixtures of experts) and heavy-tailed random weights, for benchmarks and demos where
+// downloading a real model is not possible.
 #pragma once
 
 #include "core/dtype.h"
@@ -17,6 +18,10 @@ struct NamedShape {
   int64_t hidden, intermediate, layers, heads, kv_heads, vocab;
   bool tie_word_embeddings;
   double rope_theta;
+  // Mixtures of experts: the family ("llama" for dense shapes), routed experts per layer,
+  // experts per token and each expert's intermediate size; head_dim 0: hidden / heads.
+  std::string model_type = "llama";
+  int64_t experts = 0, top_k = 0, expert_intermediate = 0, head_dim = 0;
 };
 
 const std::vector<NamedShape>& named_shapes();

@@ -79,6 +79,31 @@ void unspill(Precomputed& p, const SpillFile& file) {
   p.spilled.reset();
 }
 
+// Names the experts calibration routed few tokens to: their input statistics are thin (the
+// input scale is the layer's max over experts either way; with no token at all a data
+// algorithm falls back to max/mse for that expert).
+void expert_token_warnings(QuantizeReport& report, std::string_view data_algo) {
+  constexpr int64_t kFewTokens = 16;
+  int64_t none = 0, few = 0, experts = 0;
+  std::string first;
+  for (const auto& layer : report.expert_tokens)
+    for (size_t e = 0; e < layer.tokens.size(); ++e) {
+      ++experts;
+      if (layer.tokens[e] >= kFewTokens) continue;
+      (layer.tokens[e] == 0 ? none : few) += 1;
+      if (first.empty())
+        first = fmt::format("layer {} expert {} ({} tokens)", layer.layer, e, layer.tokens[e]);
+    }
+  if (none + few == 0) return;
+  report.warnings.push_back(fmt::format(
+      "calibration routed fewer than {} tokens to {} of {} experts ({} got none; first: {}); "
+      "their input scales are the max over their layer's experts{}; more --calib-samples "
+      "reach more experts", kFewTokens, none + few, experts, none, first,
+      none > 0 && !data_algo.empty()
+          ? fmt::format(", and {} falls back to max/mse for experts with no token", data_algo)
+          : std::string()));
+}
+
 }  // namespace
 
 std::optional<Precomputed> CalibrationOutcome::take(size_t i) {
@@ -97,9 +122,18 @@ float CalibrationOutcome::input_scale(size_t i, const Architecture& arch, ActQua
     return it != input_amax.end() ? it->second : act_amax[m];
   };
   float amax = amax_in(i);
-  const int g = arch.linears[i].group;
+  const LinearModule& lin = arch.linears[i];
+  const int g = lin.group;
   if ((activations == ActQuant::nvfp4 || activations == ActQuant::int8) && g >= 0)
     for (size_t m : arch.fused_groups[size_t(g)]) amax = std::max(amax, amax_in(m));
+  if (lin.expert >= 0) {
+    // One input scale for all routed experts of a layer (per input: gate/up, down): vLLM's
+    // fused-MoE kernels take one (the max over experts), and an expert that calibration
+    // routed no token to still gets a scale (ModelOpt's set_expert_quantizer_amax).
+    for (size_t s : arch.layers[size_t(lin.layer)].linears)
+      if (arch.linears[s].expert >= 0 && arch.linears[s].input == lin.input)
+        amax = std::max(amax, amax_in(s));
+  }
   if (!(amax > 0.f))
     fail("{}: calibration saw an all-zero input for '{}'; it has no input scale",
          model_dir.string(), arch.linears[i].name);
@@ -153,6 +187,11 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   // Quantizes the members of one group (or a lone Linear) that read `stats`.
   auto quantize_group = [&](const std::vector<size_t>& members, const LinearStats& stats,
                             const std::string& norm_name) {
+    if (stats.tokens == 0) {
+      // A routed expert calibration sent no token to: no statistics to weigh its error by.
+      for (size_t m : members) precomputed[m].q = quantize_max_or_mse(m);
+      return;
+    }
     std::vector<WeightRows> rows;
     for (size_t m : members) rows.push_back(quantizer.rows(m));
     const RtnOptions rtn{options.format, exported[members[0]].block,
@@ -264,11 +303,16 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   LayerWeights replaced;
   auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
     kv_amax[size_t(l)] = {cap.k_amax, cap.v_amax};
+    if (!cap.experts.empty()) {
+      QuantizeReport::ExpertTokens et{l, {}};
+      for (const auto& e : cap.experts) et.tokens.push_back(e[0].tokens);
+      report.expert_tokens.push_back(std::move(et));
+    }
     std::vector<size_t> in_layer;
     for (size_t i = 0; i < arch.linears.size(); ++i)
       if (arch.linears[i].layer == l) {
         in_layer.push_back(i);
-        act_amax[i] = cap.input(arch.linears[i].input).input_amax;
+        act_amax[i] = cap.of(arch.linears[i]).input_amax;
       }
     if (!precompute) return nullptr;
     algo_progress.set_detail(fmt::format("layer {}/{}", l + 1, arch.num_layers));
@@ -282,7 +326,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
       for (size_t k : members) done.insert(k);
       const std::string norm =
           m.fold_norm >= 0 ? arch.layers[size_t(l)].norm(NormSlot(m.fold_norm)) : std::string();
-      quantize_group(members, cap.input(m.input), norm);
+      quantize_group(members, cap.of(m), norm);
       algo_progress.advance(double(members.size()));
     }
     algo_progress.pause();
@@ -321,6 +365,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   report.calib_seconds = cr.forward_seconds;
   report.algo_seconds = cr.callback_seconds;
   report.activation_bytes = cr.activation_bytes;
+  expert_token_warnings(report, data_algo ? weight_algo_name(options.algo) : std::string_view());
   // input_scale = amax_in / maxbound, with the input amax AWQ scaling left.
   for (const auto& [i, p] : precomputed)
     out.input_amax[i] = p.input_amax >= 0 ? p.input_amax : act_amax[i];

@@ -193,7 +193,7 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
       }
   }
   std::map<std::string, int> linear_by_weight;
-  std::vector<std::string> excluded_names = Architecture::never_quantized_modules();
+  std::vector<std::string> excluded_names = arch.never_quantized_modules();
   for (size_t i = 0; i < arch.linears.size(); ++i) {
     if (reason[i].empty()) {
       linear_by_weight[arch.linears[i].weight_name()] = int(i);

@@ -137,6 +137,13 @@ struct QuantizeReport {
   double calib_seconds = 0;       // layer forwards and statistics
   double algo_seconds = 0;        // the weight algorithms during calibration
   uint64_t activation_bytes = 0;  // hidden states held during calibration
+  // MoE: per MoE layer (in layer order, "layer" = its index), the calibration tokens routed to
+  // each expert.
+  struct ExpertTokens {
+    int64_t layer = 0;
+    std::vector<int64_t> tokens;
+  };
+  std::vector<ExpertTokens> expert_tokens;
   std::vector<ExcludedModule> excluded;
   std::vector<std::string> warnings;
   std::vector<ModuleDecision> modules;  // per Linear in architecture order, then lm_head (dry run)

@@ -170,7 +170,7 @@ SensitivityResult run_sensitivity(const SourceModel& source, const SensitivityOp
       std::vector<const LinearStats*> st;
       for (size_t i : unit.linears) {
         w.push_back(weight_of(*model, a.linears[i]));
-        st.push_back(&cap.input(a.linears[i].input));
+        st.push_back(&cap.of(a.linears[i]));
       }
       r.proxy[u] = proxy_unit_scores(unit, w, st, model->pool());
       // Every error of layer l ends up in the residual stream h_{l+1}, which all later layers

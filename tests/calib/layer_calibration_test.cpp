@@ -97,7 +97,7 @@ class RecordingObserver final : public LayerObserver {
  public:
   float in_amax[kLayerInputs] = {};
   float k = 0, v = 0;
-  void linear_input(LayerInput which, const float* x, int64_t n, int64_t cols) override {
+  void linear_input(LayerInput which, int, const float* x, int64_t n, int64_t cols) override {
     for (int64_t i = 0; i < n * cols; ++i)
       in_amax[int(which)] = std::max(in_amax[int(which)], std::fabs(x[i]));
   }
