@@ -51,7 +51,7 @@ def layer_types(cfg):
     if mt in ("qwen2", "qwen3"):  # slides iff use_sliding_window and i >= max_window_layers
         slide = cfg.get("use_sliding_window") and cfg.get("sliding_window") is not None
         return ["sliding_attention" if slide and i >= cfg["max_window_layers"] else "full_attention" for i in range(n)]
-    if mt == "mistral" and cfg.get("sliding_window"):
+    if mt in ("mistral", "mixtral") and cfg.get("sliding_window"):
         return ["sliding_attention"] * n
     return ["full_attention"] * n
 
@@ -63,7 +63,7 @@ def rope_inv_freq(cfg, p, seq_len):
     """(inv_freq [rot_dim/2], attention_factor, rot_dim) for one rope parameter dict.
 
     seq_len = max(position_ids)+1 of the forward (T here); only 'dynamic' and 'longrope' use it."""
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    head_dim = cfg.get("qk_rope_head_dim") or cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     dim = int(head_dim * p.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
     base, rtype = p["rope_theta"], p["rope_type"]
     expo = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i/dim
@@ -141,14 +141,128 @@ def rms_norm(x, w, eps, zero_centred=False):
     return x * ((1 + w) if zero_centred else w)
 
 
+def apply_rope_interleaved(x, inv, attn_factor, pos):
+    """DeepSeek (rope_interleave): pair i = features (2i, 2i+1), rotated by inv[i]; the result is written
+    de-interleaved, [x_even' | x_odd'] (apply_rotary_pos_emb_interleave). q and k get the same permutation."""
+    ang = pos[:, None].double() * inv[None]
+    cos, sin = ang.cos() * attn_factor, ang.sin() * attn_factor
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+# ------------------------------------------------------------------------------------ mixture of experts
+
+
+def num_experts(cfg):
+    for key in ("num_local_experts", "num_experts", "n_routed_experts"):  # Mixtral/gpt-oss/Qwen3 | Qwen2 | DeepSeek
+        if cfg.get(key):
+            return cfg[key]
+    return 0
+
+
+def is_moe_layer(cfg, i):
+    mt = cfg["model_type"]
+    if mt in ("mixtral", "gpt_oss"):
+        return True
+    if mt in ("qwen2_moe", "qwen3_moe"):  # Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer
+        return (i not in cfg.get("mlp_only_layers", []) and num_experts(cfg) > 0
+                and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+    if mt == "deepseek_v3":
+        return i >= cfg["first_k_dense_replace"]
+    return False
+
+
+def swiglu_mlp(h, W, prefix):
+    """down(silu(gate(h)) * up(h)) with [out, in] weights prefix{gate,up,down}_proj.weight."""
+    g, u = h @ W[prefix + "gate_proj.weight"].T, h @ W[prefix + "up_proj.weight"].T
+    return (F.silu(g) * u) @ W[prefix + "down_proj.weight"].T
+
+
+def expert_weights(cfg, W, P):
+    """Per-expert weights from the per-expert hub names or the fused 3-D tensors.
+
+    Returns (gate [E,I,H], up [E,I,H], down [E,H,I]) as F.linear weights, or for gpt-oss the raw fused tensors
+    (gate_up [E,H,2I], gate_up_bias [E,2I], down [E,I,H], down_bias [E,H])."""
+    mt, E = cfg["model_type"], num_experts(cfg)
+    base = P + ("block_sparse_moe." if mt == "mixtral" else "mlp.") + "experts."
+    if mt == "gpt_oss":
+        return (W[base + "gate_up_proj"], W[base + "gate_up_proj_bias"], W[base + "down_proj"],
+                W[base + "down_proj_bias"])
+    if base + "gate_up_proj" in W:  # fused [E, 2I, H]: rows [0, I) gate, [I, 2I) up; down [E, H, I]
+        gate, up = W[base + "gate_up_proj"].chunk(2, dim=1)
+        return gate, up, W[base + "down_proj"]
+    g, u, d = ("w1", "w3", "w2") if mt == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    stack = lambda n: torch.stack([W[f"{base}{e}.{n}.weight"] for e in range(E)])  # noqa: E731
+    return stack(g), stack(u), stack(d)
+
+
+def moe_block(cfg, W, P, h, stats, layer):
+    """Sparse MoE block of one layer: route, run the chosen experts, add the shared expert(s)."""
+    mt, E, k = cfg["model_type"], num_experts(cfg), cfg["num_experts_per_tok"]
+    T = h.shape[0]
+    if mt == "gpt_oss":  # GptOssTopKRouter: linear with bias, top-k of the logits, softmax over those k
+        logits = h @ W[P + "mlp.router.weight"].T + W[P + "mlp.router.bias"]
+        top_v, top_i = logits.topk(k, dim=-1)
+        weights = top_v.softmax(-1)
+    elif mt == "deepseek_v3":  # DeepseekV3TopkRouter
+        s = (h @ W[P + "mlp.gate.weight"].T).sigmoid()
+        choice = s + W[P + "mlp.gate.e_score_correction_bias"]  # the bias steers the choice only
+        G, TG = cfg["n_group"], cfg["topk_group"]
+        group_score = choice.view(T, G, E // G).topk(2, dim=-1).values.sum(-1)  # sum of each group's top-2
+        keep = torch.zeros(T, G, dtype=torch.bool).scatter_(1, group_score.topk(TG, dim=-1).indices, True)
+        top_i = choice.masked_fill(~keep.repeat_interleave(E // G, 1), -math.inf).topk(k, dim=-1).indices
+        weights = s.gather(1, top_i)  # unbiased scores
+        if cfg["norm_topk_prob"]:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        weights = weights * cfg["routed_scaling_factor"]
+    else:  # Mixtral (always renormalised), Qwen2-MoE / Qwen3-MoE (renormalised iff norm_topk_prob)
+        gate = P + ("block_sparse_moe." if mt == "mixtral" else "mlp.") + "gate.weight"
+        probs = (h @ W[gate].T).softmax(-1)  # over all E experts
+        weights, top_i = probs.topk(k, dim=-1)
+        if mt == "mixtral" or cfg.get("norm_topk_prob"):
+            weights = weights / weights.sum(-1, keepdim=True)
+
+    ew = expert_weights(cfg, W, P)
+    out = torch.zeros_like(h)
+    clamp = dict(gate_above_limit=0, up_outside_limit=0)
+    for e in range(E):
+        rows, slot = (top_i == e).nonzero(as_tuple=True)
+        x = h[rows]
+        if mt == "gpt_oss":
+            gate_up, gate_up_b, down, down_b = ew
+            gu = x @ gate_up[e] + gate_up_b[e]  # [n, 2I], x @ W (not W^T)
+            g, u = gu[:, 0::2], gu[:, 1::2]  # interleaved columns
+            limit = cfg["swiglu_limit"]
+            clamp["gate_above_limit"] += int((g > limit).sum())
+            clamp["up_outside_limit"] += int((u.abs() > limit).sum())
+            g, u = g.clamp(max=limit), u.clamp(-limit, limit)
+            y = ((u + 1) * g * torch.sigmoid(g * cfg.get("swiglu_alpha", 1.702))) @ down[e] + down_b[e]
+        else:
+            gate, up, down = ew
+            y = (F.silu(x @ gate[e].T) * (x @ up[e].T)) @ down[e].T
+        out.index_add_(0, rows, y * weights[rows, slot, None])
+    stats.setdefault("expert_tokens", {})[str(layer)] = torch.bincount(top_i.flatten(), minlength=E).tolist()
+    if mt == "gpt_oss":
+        stats.setdefault("swiglu_clamp_hits", {})[str(layer)] = clamp
+    if mt == "qwen2_moe":  # shared expert gated per token by sigmoid(shared_expert_gate(h))
+        shared_gate = torch.sigmoid(h @ W[P + "mlp.shared_expert_gate.weight"].T)  # [T, 1]
+        out = out + shared_gate * swiglu_mlp(h, W, P + "mlp.shared_expert.")
+    if mt == "deepseek_v3":  # n_shared_experts folded into one MLP of intermediate moe_intermediate * n_shared
+        out = out + swiglu_mlp(h, W, P + "mlp.shared_experts.")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- forward
 
 
-def forward(cfg, W, ids):
+def forward(cfg, W, ids, stats=None):
+    """Logits [T, vocab]; MoE routing statistics go to `stats` (expert_tokens, swiglu_clamp_hits)."""
     T = len(ids)
     pos = torch.arange(T)
     mt = cfg["model_type"]
     gemma, olmo2, granite = mt == "gemma3_text", mt == "olmo2", mt == "granite"
+    mla = mt == "deepseek_v3"
+    stats = {} if stats is None else stats
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim") or cfg["hidden_size"] // H
     eps = cfg["rms_norm_eps"]
@@ -167,6 +281,12 @@ def forward(cfg, W, ids):
         scale = cfg["query_pre_attn_scalar"] ** -0.5
     elif granite:
         scale = cfg["attention_multiplier"]
+    elif mla:  # qk_head_dim**-0.5, times yarn mscale(factor, mscale_all_dim)**2 (DeepseekV3Attention.scaling)
+        scale = (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]) ** -0.5
+        rp = rope["all"]
+        if rp["rope_type"] != "default" and rp.get("mscale_all_dim"):
+            m = 1.0 if rp["factor"] <= 1 else 0.1 * rp["mscale_all_dim"] * math.log(rp["factor"]) + 1.0
+            scale *= m * m
     else:
         scale = hd**-0.5
     resid_mult = cfg.get("residual_multiplier", 1.0) if granite else 1.0
@@ -186,29 +306,52 @@ def forward(cfg, W, ids):
 
         # --- attention
         h = x if olmo2 else norm(x, P + "input_layernorm.weight")  # OLMo 2 has no pre-norm
-        if P + "self_attn.qkv_proj.weight" in W:  # Phi-3 fused [q; k; v]
+        if mla:  # DeepSeek multi-head latent attention
+            dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+            if cfg.get("q_lora_rank"):  # q_a_layernorm / kv_a_layernorm: eps 1e-6 always (not rms_norm_eps)
+                q = lin(rms_norm(lin(h, "self_attn.q_a_proj"), W[P + "self_attn.q_a_layernorm.weight"], 1e-6),
+                        "self_attn.q_b_proj")
+            else:
+                q = lin(h, "self_attn.q_proj")
+            q_nope, q_rot = q.view(T, H, dn + dr).transpose(0, 1).split([dn, dr], -1)
+            latent, k_rot = lin(h, "self_attn.kv_a_proj_with_mqa").split([cfg["kv_lora_rank"], dr], -1)
+            latent = rms_norm(latent, W[P + "self_attn.kv_a_layernorm.weight"], 1e-6)
+            k_nope, v = lin(latent, "self_attn.kv_b_proj").view(T, H, dn + dv).transpose(0, 1).split([dn, dv], -1)
+            if cfg.get("rope_interleave", True):
+                q_rot, k_rot = apply_rope_interleaved(q_rot, inv, af, pos), apply_rope_interleaved(k_rot, inv, af, pos)
+            else:
+                q_rot, k_rot = apply_rope(q_rot, inv, af, rot_dim, pos), apply_rope(k_rot, inv, af, rot_dim, pos)
+            q = torch.cat([q_nope, q_rot], -1)
+            k = torch.cat([k_nope, k_rot[None].expand(H, T, dr)], -1)  # one rope key shared by all heads
+        elif P + "self_attn.qkv_proj.weight" in W:  # Phi-3 fused [q; k; v]
             q, k, v = lin(h, "self_attn.qkv_proj").split([H * hd, KV * hd, KV * hd], -1)
         else:
             q, k, v = lin(h, "self_attn.q_proj"), lin(h, "self_attn.k_proj"), lin(h, "self_attn.v_proj")
-        if olmo2:  # q_norm/k_norm over the whole projection, before the head split
-            q = rms_norm(q, W[P + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, W[P + "self_attn.k_norm.weight"], eps)
-        q = q.view(T, H, hd).transpose(0, 1)
-        k = k.view(T, KV, hd).transpose(0, 1)
-        v = v.view(T, KV, hd).transpose(0, 1)
-        if not olmo2 and P + "self_attn.q_norm.weight" in W:  # Qwen3 / Gemma 3: per head, over head_dim
-            q = norm(q, P + "self_attn.q_norm.weight")
-            k = norm(k, P + "self_attn.k_norm.weight")
-        q = apply_rope(q, inv, af, rot_dim, pos)
-        k = apply_rope(k, inv, af, rot_dim, pos)
-        k = k.repeat_interleave(H // KV, 0)  # GQA: query head j uses kv head j // (H/KV)
-        v = v.repeat_interleave(H // KV, 0)
+        if not mla:
+            if olmo2:  # q_norm/k_norm over the whole projection, before the head split
+                q = rms_norm(q, W[P + "self_attn.q_norm.weight"], eps)
+                k = rms_norm(k, W[P + "self_attn.k_norm.weight"], eps)
+            q = q.view(T, H, hd).transpose(0, 1)
+            k = k.view(T, KV, hd).transpose(0, 1)
+            v = v.view(T, KV, hd).transpose(0, 1)
+            if not olmo2 and P + "self_attn.q_norm.weight" in W:  # Qwen3 / Gemma 3: per head, over head_dim
+                q = norm(q, P + "self_attn.q_norm.weight")
+                k = norm(k, P + "self_attn.k_norm.weight")
+            q = apply_rope(q, inv, af, rot_dim, pos)
+            k = apply_rope(k, inv, af, rot_dim, pos)
+            k = k.repeat_interleave(H // KV, 0)  # GQA: query head j uses kv head j // (H/KV)
+            v = v.repeat_interleave(H // KV, 0)
         scores = q @ k.transpose(1, 2) * scale
         mask = pos[None, :] <= pos[:, None]
         if lt == "sliding_attention":  # keys k with q - window < k <= q
             mask &= pos[None, :] > pos[:, None] - cfg["sliding_window"]
-        attn = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
-        a = lin(attn.transpose(0, 1).reshape(T, H * hd), "self_attn.o_proj")
+        scores = scores.masked_fill(~mask, float("-inf"))
+        if P + "self_attn.sinks" in W:  # gpt-oss: one extra logit per head in the softmax, then dropped
+            sinks = W[P + "self_attn.sinks"][:, None, None].expand(H, T, 1)
+            attn = torch.cat([scores, sinks], -1).softmax(-1)[..., :-1] @ v
+        else:
+            attn = scores.softmax(-1) @ v
+        a = lin(attn.transpose(0, 1).reshape(T, -1), "self_attn.o_proj")
         if gemma or olmo2:
             a = norm(a, P + "post_attention_layernorm.weight")
         x = x + a * resid_mult
@@ -220,11 +363,14 @@ def forward(cfg, W, ids):
             h = norm(x, P + "pre_feedforward_layernorm.weight")
         else:
             h = norm(x, P + "post_attention_layernorm.weight")  # Llama naming: the pre-MLP norm
-        if P + "mlp.gate_up_proj.weight" in W:  # Phi-3 fused [gate; up]
-            gate, up = lin(h, "mlp.gate_up_proj").chunk(2, -1)
+        if is_moe_layer(cfg, layer):
+            m = moe_block(cfg, W, P, h, stats, layer)
         else:
-            gate, up = lin(h, "mlp.gate_proj"), lin(h, "mlp.up_proj")
-        m = lin(act(gate) * up, "mlp.down_proj")
+            if P + "mlp.gate_up_proj.weight" in W:  # Phi-3 fused [gate; up]
+                gate, up = lin(h, "mlp.gate_up_proj").chunk(2, -1)
+            else:
+                gate, up = lin(h, "mlp.gate_proj"), lin(h, "mlp.up_proj")
+            m = lin(act(gate) * up, "mlp.down_proj")
         if gemma or olmo2:
             m = norm(m, P + "post_feedforward_layernorm.weight")
         x = x + m * resid_mult
@@ -267,7 +413,8 @@ def check_case(root, case):
     T = len(ids)
     assert T == meta["T"]
 
-    logits = forward(cfg, W, ids)
+    stats = {}
+    logits = forward(cfg, W, ids, stats)
     err = (logits[ref["positions"].long()] - ref["logits"].double()).abs().max().item()
     nll = -logits.log_softmax(-1)[:-1].gather(1, ids[1:, None]).squeeze(1)
     nll_err = (nll - ref["nll"].double()).abs().max().item()
@@ -282,7 +429,17 @@ def check_case(root, case):
             inv, af, _ = rope_inv_freq(cfg, rope[lt], T)
             rope_err = max(rope_err, ((inv - val.double()).abs() / inv).max().item())
             rope_err = max(rope_err, abs(af - ref[key.replace("inv_freq", "attention_scaling")].item()))
-    print(f"{case:22s} logits {err:.2e}  nll {nll_err:.2e}  rope {rope_err:.1e}  ppl {ppl:.4f} (ref {meta['ppl']:.4f})")
+    moe = ""
+    if "expert_tokens" in meta or stats:  # the routing must match transformers' token for token
+        if stats.get("expert_tokens") != meta.get("expert_tokens"):
+            raise AssertionError(f"{case}: expert tokens {stats.get('expert_tokens')} != {meta.get('expert_tokens')}")
+        for layer, c in stats.get("swiglu_clamp_hits", {}).items():
+            want = meta["swiglu_clamp_hits"][layer]
+            if any(c[key] != want[key] for key in c):
+                raise AssertionError(f"{case}: layer {layer} clamp hits {c} != {want}")
+        moe = f"  experts ok ({len(stats['expert_tokens'])} MoE layers)"
+    print(f"{case:22s} logits {err:.2e}  nll {nll_err:.2e}  rope {rope_err:.1e}  ppl {ppl:.4f} (ref {meta['ppl']:.4f})"
+          f"{moe}")
     return max(err, nll_err, rope_err, ppl_err)
 
 

@@ -11,6 +11,10 @@ For every case in CASES this writes tests/data/conformance/<case>/:
 Weights are re-initialised with fixed seeds and rounded to BF16-representable values, so the
 float32 reference computed here is exactly what the BF16 checkpoint describes. The script
 fails (non-zero exit) if reloading a saved folder does not reproduce the logits bit-exactly.
+Mixture-of-experts cases are written with the tensor names save_pretrained writes (per-expert hub
+names; gpt-oss fused) or, with disk_layout="fused", transformers' in-memory fused tensors; their
+reference.json records the routing (expert token counts per layer), and a case fails if any expert
+of any MoE layer receives no token.
 
 Run it through scripts/conformance/generate.sh (pinned venv), or directly:
   python generate.py [--out DIR] [--only CASE ...]
@@ -20,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -32,22 +37,32 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import (
     AutoModelForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
     GraniteConfig,
     GraniteForCausalLM,
+    GptOssConfig,
+    GptOssForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     Phi3Config,
     Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 T = 256
@@ -423,6 +438,188 @@ CASES = [
         features=["post_norms_only", "qk_norm:full_projection", "rms_norm_eps=1e-5", "rope:default",
                   "rope_theta=500000", "untied_embeddings", "config_layout:v5"],
     ),
+    # ------------------------------------------------------------------------------------ mixture of experts
+    # Expert / router init (see init_weights and README "MoE"): 3-D expert tensors N(0, scale/sqrt(fan_in)),
+    # routers N(0, 1/sqrt(hidden)) so router logits are O(1) and routing differs per token. Every case is run
+    # with experts_implementation="eager" (the per-expert loop) and must route >= 1 token to every expert.
+    dict(
+        name="mixtral",
+        family="mixtral",
+        model=MixtralForCausalLM,
+        config=MixtralConfig,
+        kwargs=dict(SMALL, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        description="Mixtral: every layer is a sparse MoE block, 8 experts (num_local_experts), top-2 "
+        "(num_experts_per_tok), expert intermediate_size 48, sliding_window null, theta 1e6, rms_norm_eps 1e-5. "
+        "Router: p = softmax(x @ gate.weight^T) over all 8 experts (float32), take the top-2 p, renormalise them "
+        "to sum 1; out = sum_k w_k * w2_e(silu(w1_e x) * w3_e x). model.safetensors uses the hub names that "
+        "save_pretrained writes: model.layers.N.block_sparse_moe.gate.weight [8,64] and "
+        "model.layers.N.block_sparse_moe.experts.E.{w1,w3}.weight [48,64] (w1 = gate, w3 = up), "
+        "experts.E.w2.weight [64,48] (down).",
+        features=["moe:all_layers", "moe:experts=8", "moe:top_k=2", "moe:router=softmax_topk_renorm",
+                  "moe:names=per_expert(block_sparse_moe.experts.E.w1/w2/w3)", "sliding_window=null",
+                  "rope:default", "rope_theta=1e6", "untied_embeddings", "gqa:4q/2kv", "config_layout:v5"],
+    ),
+    dict(
+        name="qwen2_moe",
+        family="qwen2_moe",
+        model=Qwen2MoeForCausalLM,
+        config=Qwen2MoeConfig,
+        kwargs=dict(SMALL, num_hidden_layers=3, intermediate_size=128, moe_intermediate_size=32,
+                    shared_expert_intermediate_size=48, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
+                    decoder_sparse_step=1, mlp_only_layers=[1],
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        description="Qwen2-MoE (Qwen1.5-MoE style): 3 layers, mlp_only_layers [1] -> layers 0 and 2 are sparse MoE, "
+        "layer 1 is a dense MLP with intermediate_size 128 (mlp.gate_proj/up_proj/down_proj). MoE layers: 8 experts, "
+        "top-2, moe_intermediate_size 32, norm_topk_prob false (the top-2 softmax probabilities over all 8 experts "
+        "are used as they are, NOT renormalised), plus a shared expert (intermediate 48) scaled by "
+        "sigmoid(shared_expert_gate(x)) (a [1,64] linear). q/k/v biases. Per-expert hub names "
+        "mlp.experts.E.{gate,up,down}_proj.weight, mlp.gate.weight [8,64], mlp.shared_expert.*, "
+        "mlp.shared_expert_gate.weight.",
+        features=["moe:layers=[0,2]", "moe:dense_layers=[1](mlp_only_layers)", "moe:experts=8", "moe:top_k=2",
+                  "moe:router=softmax_topk", "moe:norm_topk_prob=false", "moe:shared_expert(sigmoid_gate)",
+                  "moe:names=per_expert", "attention_bias:q,k,v", "rope:default", "rope_theta=1e6",
+                  "untied_embeddings", "config_layout:v5"],
+    ),
+    dict(
+        name="qwen3_moe",
+        family="qwen3_moe",
+        model=Qwen3MoeForCausalLM,
+        config=Qwen3MoeConfig,
+        kwargs=dict(SMALL, num_hidden_layers=3, head_dim=32, intermediate_size=128, moe_intermediate_size=48,
+                    num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=2,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        description="Qwen3-MoE: 3 layers, decoder_sparse_step 2 -> layer i is MoE iff (i+1) % 2 == 0 (and i not in "
+        "mlp_only_layers): layers 0 and 2 dense (intermediate_size 128), layer 1 MoE. 8 experts, top-2, "
+        "moe_intermediate_size 48, norm_topk_prob true (top-2 softmax probabilities renormalised to sum 1), no "
+        "shared expert. Per-head q_norm/k_norm, head_dim 32. config.json stores the expert count as "
+        "num_local_experts (Qwen3MoeConfig maps num_experts -> num_local_experts; hub configs say num_experts). "
+        "Per-expert hub names mlp.experts.E.{gate,up,down}_proj.weight, as save_pretrained writes them.",
+        features=["moe:layers=[1]", "moe:dense_layers=[0,2](decoder_sparse_step=2)", "moe:experts=8", "moe:top_k=2",
+                  "moe:router=softmax_topk_renorm", "moe:norm_topk_prob=true", "moe:names=per_expert",
+                  "config:num_local_experts(not num_experts)", "qk_norm:per_head", "head_dim=32!=hidden/heads",
+                  "rope:default", "rope_theta=1e6", "untied_embeddings", "config_layout:v5"],
+    ),
+    dict(
+        name="qwen3_moe_fused",
+        family="qwen3_moe",
+        model=Qwen3MoeForCausalLM,
+        config=Qwen3MoeConfig,
+        kwargs=dict(SMALL, num_hidden_layers=3, head_dim=32, intermediate_size=128, moe_intermediate_size=48,
+                    num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=2,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        disk_layout="fused",
+        description="Same config as qwen3_moe (different random weights), but model.safetensors holds the fused 3-D "
+        "expert tensors of transformers' in-memory layout instead of the per-expert hub names: "
+        "model.layers.1.mlp.experts.gate_up_proj [8, 96, 64] = [E, 2*moe_intermediate, hidden] with rows "
+        "[0,48) = gate_proj and [48,96) = up_proj of each expert, and mlp.experts.down_proj [8, 64, 48] = "
+        "[E, hidden, moe_intermediate]; both used as F.linear weights (y = x @ W[e]^T). from_pretrained loads "
+        "them as they are (the conversion mapping only rewrites per-expert names).",
+        features=["moe:layers=[1]", "moe:dense_layers=[0,2](decoder_sparse_step=2)", "moe:experts=8", "moe:top_k=2",
+                  "moe:router=softmax_topk_renorm", "moe:norm_topk_prob=true",
+                  "moe:names=fused(experts.gate_up_proj[E,2I,H],experts.down_proj[E,H,I])",
+                  "qk_norm:per_head", "head_dim=32!=hidden/heads", "rope:default", "rope_theta=1e6",
+                  "untied_embeddings", "config_layout:v5"],
+    ),
+    dict(
+        name="deepseek_v3",
+        family="deepseek_v3",
+        model=DeepseekV3ForCausalLM,
+        config=DeepseekV3Config,
+        kwargs=dict(SMALL, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                    intermediate_size=128, moe_intermediate_size=32, max_position_embeddings=256,
+                    q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12,
+                    n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, routed_scaling_factor=2.5,
+                    norm_topk_prob=True, n_shared_experts=1, first_k_dense_replace=1,
+                    scoring_func="sigmoid", topk_method="noaux_tc",
+                    rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                     "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                     "rope_theta": 10000.0}),
+        boundaries=[64],
+        moe=dict(e_bias_std=0.1),
+        description="DeepSeek-V3: MLA attention with q_lora_rank 48 (q = q_b_proj(q_a_layernorm(q_a_proj(x))), "
+        "q_a_proj [48,64], q_b_proj [96,48] -> per head [q_nope 16 | q_rope 8]), kv_lora_rank 32, qk_nope_head_dim 16, "
+        "qk_rope_head_dim 8, v_head_dim 12 (deliberately != qk_nope_head_dim), 4 heads; kv_a_proj_with_mqa [40,64] "
+        "-> latent [32] (kv_a_layernorm) + one rope key [8] shared by all heads; kv_b_proj [112,32] -> per head "
+        "[k_nope 16 | v 12]; o_proj [64,48]. "
+        "RoPE only on the last 8 dims of q/k heads, INTERLEAVED pairs (rope_interleave true, the default): pair i = "
+        "dims (2i, 2i+1) rotated by inv_freq[i], and the rotated rope part is written de-interleaved "
+        "[evens' | odds'] (same for q and k, so q.k is unaffected). YaRN factor 4, original 64, "
+        "mscale = mscale_all_dim = 1 -> cos/sin attention_factor 1.0 but softmax scale = qk_head_dim**-0.5 * "
+        "(0.1*ln(4)+1)**2 (yarn_apply_mscale). 3 layers, first_k_dense_replace 1 -> layer 0 dense MLP "
+        "(intermediate 128), layers 1-2 MoE: 8 routed experts (moe_intermediate 32), sigmoid scores, "
+        "non-zero e_score_correction_bias added for the choice only, n_group 2 / topk_group 1 (group score = sum "
+        "of the top-2 biased scores in the group), top-2 within the chosen group, weights = unbiased sigmoid "
+        "scores normalised (norm_topk_prob) then * routed_scaling_factor 2.5; plus 1 shared expert "
+        "(mlp.shared_experts, intermediate 32*n_shared_experts). scoring_func/topk_method are stored but "
+        "ignored by transformers.",
+        features=["mla:q_lora_rank=48", "mla:kv_lora_rank=32", "mla:qk_nope=16,qk_rope=8,v=12",
+                  "mla:q_a_layernorm,kv_a_layernorm(eps=1e-6 fixed)", "rope:yarn", "rope_factor=4",
+                  "original_max_position_embeddings=64", "yarn:mscale=1,mscale_all_dim=1",
+                  "softmax_scale=qk_head_dim**-0.5*mscale(4,1)**2", "rope_interleave=true",
+                  "moe:layers=[1,2]", "moe:dense_layers=[0](first_k_dense_replace=1)", "moe:experts=8",
+                  "moe:top_k=2", "moe:router=sigmoid+e_score_correction_bias(group_limited)", "moe:n_group=2",
+                  "moe:topk_group=1", "moe:norm_topk_prob=true", "moe:routed_scaling_factor=2.5",
+                  "moe:n_shared_experts=1", "moe:e_score_correction_bias!=0", "moe:names=per_expert",
+                  "untied_embeddings", "config_layout:v5"],
+    ),
+    dict(
+        name="deepseek_v3_q_direct",
+        family="deepseek_v3",
+        model=DeepseekV3ForCausalLM,
+        config=DeepseekV3Config,
+        kwargs=dict(SMALL, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                    intermediate_size=128, moe_intermediate_size=24,
+                    q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                    n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1,
+                    routed_scaling_factor=2.446, norm_topk_prob=True, n_shared_experts=2, first_k_dense_replace=1,
+                    scoring_func="sigmoid", topk_method="noaux_tc",
+                    rope_parameters={"rope_type": "default", "rope_theta": 50000.0}),
+        moe=dict(e_bias_std=0.1),
+        description="DeepSeek-V3 architecture as Moonlight/Kimi ship it: q_lora_rank null -> direct q_proj [96,64] "
+        "(no q_a_proj/q_a_layernorm/q_b_proj), default RoPE theta 50000 (interleaved, softmax scale "
+        "qk_head_dim**-0.5 = 24**-0.5), n_group 1 / topk_group 1 (no group limit), routed_scaling_factor 2.446, "
+        "n_shared_experts 2 (shared_experts intermediate 2*24 = 48), moe_intermediate_size 24, v_head_dim 16 "
+        "(= qk_nope_head_dim, as in real checkpoints), non-zero e_score_correction_bias; otherwise as deepseek_v3.",
+        features=["mla:q_lora_rank=null(q_proj)", "mla:kv_lora_rank=32", "mla:qk_nope=16,qk_rope=8,v=16",
+                  "rope:default", "rope_theta=50000", "rope_interleave=true", "softmax_scale=qk_head_dim**-0.5",
+                  "moe:layers=[1,2]", "moe:dense_layers=[0](first_k_dense_replace=1)", "moe:experts=8",
+                  "moe:top_k=2", "moe:router=sigmoid+e_score_correction_bias", "moe:n_group=1", "moe:topk_group=1",
+                  "moe:norm_topk_prob=true", "moe:routed_scaling_factor=2.446", "moe:n_shared_experts=2",
+                  "moe:e_score_correction_bias!=0", "moe:names=per_expert", "untied_embeddings",
+                  "config_layout:v5"],
+    ),
+    dict(
+        name="gpt_oss",
+        family="gpt_oss",
+        model=GptOssForCausalLM,
+        config=GptOssConfig,
+        kwargs=dict(SMALL, head_dim=16, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2,
+                    experts_per_token=2, sliding_window=32, swiglu_limit=7.0,
+                    rope_parameters={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                     "truncate": False, "original_max_position_embeddings": 4096,
+                                     "rope_theta": 150000.0}),
+        boundaries=[32],
+        moe=dict(gate_up_scale=3.0, down_scale=0.3, expert_bias_std=0.1, sink_std=1.0),
+        description="gpt-oss: 2 layers, layer_types [sliding_attention, full_attention] (the default alternation), "
+        "sliding_window 32; q/k/v/o biases; per-head attention sinks self_attn.sinks [4] (non-zero): softmax over "
+        "[scores..., sink_h] and the sink column is dropped. Every layer MoE: 8 experts, top-2 "
+        "(num_experts_per_tok; experts_per_token is stored too but not read), router = linear WITH bias "
+        "(mlp.router.weight/bias), top-2 of the raw logits, softmax over those 2. Experts fused as on the hub: "
+        "mlp.experts.gate_up_proj [E, hidden, 2I] = [8, 64, 96] used as x @ W (not W^T) + gate_up_proj_bias [E, 2I], "
+        "intermediate_size 48; gate = "
+        "columns 0::2, up = columns 1::2 (interleaved); gate = min(gate, 7), up = clamp(up, -7, 7), "
+        "out = ((up + 1) * gate * sigmoid(1.702 * gate)) @ down_proj [E, I, hidden] = [8, 48, 64] + down_proj_bias "
+        "[E, hidden]. "
+        "gate_up weights have std 3/sqrt(64) so both clamps are hit (counts in swiglu_clamp_hits). RoPE: yarn "
+        "factor 32, original 4096, theta 150000, truncate false (the gpt-oss defaults), NeoX halves.",
+        features=["attention_sinks", "attention_bias:q,k,v,o", "layer_types:[sliding,full]", "sliding_window=32",
+                  "moe:all_layers", "moe:experts=8", "moe:top_k=2", "moe:router=linear+bias,topk_then_softmax",
+                  "moe:names=fused(gate_up_proj[E,H,2I] interleaved,down_proj[E,I,H])", "moe:expert_biases",
+                  "swiglu_limit=7(clamp_hit)", "swiglu_alpha=1.702", "rope:yarn", "rope_factor=32",
+                  "original_max_position_embeddings=4096", "yarn:truncate=false", "rope_theta=150000",
+                  "untied_embeddings", "gqa:4q/2kv", "config_layout:v5"],
+    ),
 ]
 
 
@@ -441,8 +638,19 @@ def pick_positions(boundaries):
     return sorted(pos)
 
 
-def init_weights(model, config, embed_std, lm_head_std):
+MOE_INIT = dict(
+    router_scale=1.0,  # router weight std = router_scale / sqrt(hidden)
+    gate_up_scale=1.0,  # 3-D expert gate_up_proj std = gate_up_scale / sqrt(hidden)
+    down_scale=1.0,  # 3-D expert down_proj std = down_scale / sqrt(intermediate)
+    expert_bias_std=0.1,  # gpt-oss gate_up_proj_bias / down_proj_bias
+    sink_std=1.0,  # gpt-oss attention sinks
+    e_bias_std=0.1,  # DeepSeek-V3 e_score_correction_bias (a buffer, zero in transformers)
+)
+
+
+def init_weights(model, config, embed_std, lm_head_std, moe=None):
     """Re-initialise every parameter, then round to BF16-representable values."""
+    moe = dict(MOE_INIT, **(moe or {}))
     seen = set()
     for mod_name, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
@@ -466,9 +674,25 @@ def init_weights(model, config, embed_std, lm_head_std):
                     else:
                         assert torch.all(p == 1), f"{full}: expected one-init norm"
                         p.normal_(0.0, 0.2).add_(1.0)
+                elif "Router" in type(mod).__name__ and pname == "weight":  # [E, hidden], not an nn.Linear
+                    p.normal_(0.0, moe["router_scale"] / math.sqrt(p.shape[1]))
+                elif pname in ("gate_up_proj", "down_proj") and p.dim() == 3:  # fused experts
+                    # [E, out, in] used as F.linear weights, or [E, in, out] (x @ W) when is_transposed (gpt-oss)
+                    fan_in = p.shape[1] if getattr(mod, "is_transposed", False) else p.shape[2]
+                    scale = moe["gate_up_scale"] if pname == "gate_up_proj" else moe["down_scale"]
+                    p.normal_(0.0, scale / math.sqrt(fan_in))
+                elif pname in ("gate_up_proj_bias", "down_proj_bias"):
+                    p.normal_(0.0, moe["expert_bias_std"])
+                elif pname == "sinks":
+                    p.normal_(0.0, moe["sink_std"])
                 else:
                     raise RuntimeError(f"unhandled parameter {full} in {type(mod).__name__}")
     with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # persistent buffer, saved with the weights
+                assert torch.all(b == 0), name
+                b.normal_(0.0, moe["e_bias_std"])
+                b.copy_(b.bfloat16().float())
         for p in model.parameters():
             p.copy_(p.bfloat16().float())
 
@@ -529,6 +753,126 @@ def _rope_norm(rp):
     return rp
 
 
+# --------------------------------------------------------------------------------------- mixture of experts
+
+MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"}
+
+
+def hub_expert_names(family, state):
+    """transformers' in-memory MoE names -> the names save_pretrained writes (the hub layout).
+
+    transformers 5 keeps the experts of a layer fused ([E, 2I, H] gate_up_proj with gate rows first, [E, H, I]
+    down_proj) and its conversion mapping (conversion_mapping.py, "mixtral" / "qwen2_moe") splits them back on
+    save. gpt-oss is stored fused on the hub, so it is left as it is."""
+    if family == "gpt_oss":
+        return dict(state)
+    gate, up, down = ("w1", "w3", "w2") if family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    out = {}
+    for k, v in state.items():
+        if family == "mixtral":  # WeightRenaming(".block_sparse_moe.", ".mlp."), reversed
+            k = k.replace(".mlp.", ".block_sparse_moe.")
+        m = re.fullmatch(r"(.*\.experts\.)(gate_up_proj|down_proj)", k)
+        if m is None:
+            out[k] = v
+            continue
+        for e in range(v.shape[0]):
+            if m.group(2) == "gate_up_proj":
+                g, u = v[e].chunk(2, dim=0)
+                out[f"{m.group(1)}{e}.{gate}.weight"] = g.clone()
+                out[f"{m.group(1)}{e}.{up}.weight"] = u.clone()
+            else:
+                out[f"{m.group(1)}{e}.{down}.weight"] = v[e].clone()
+    return out
+
+
+def install_moe_probes(model, family):
+    """Forward hooks recording every router's output, and (gpt-oss) a counter of SwiGLU clamp hits."""
+    routes, clamps, undo = {}, {}, []
+    for name, mod in model.named_modules():
+        m = re.search(r"layers\.(\d+)\.", name)
+        if "Router" in type(mod).__name__:
+            layer = int(m.group(1))
+
+            def hook(_mod, _inp, out, layer=layer):
+                logits, weights, indices = out
+                routes[layer] = dict(logits=logits.detach().double().clone(), weights=weights.detach().double().clone(),
+                                     indices=indices.detach().clone())
+
+            undo.append(mod.register_forward_hook(hook).remove)
+        if family == "gpt_oss" and type(mod).__name__ == "GptOssExperts":
+            layer, orig, limit = int(m.group(1)), mod._apply_gate, mod.limit
+
+            def counting(gate_up, orig=orig, layer=layer, limit=limit):
+                gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+                ga, uo = gate > limit, up.abs() > limit
+                c = clamps.setdefault(layer, dict(gate_above_limit=0, up_outside_limit=0, token_expert_pairs=0,
+                                                  pairs_clamped=0))
+                c["gate_above_limit"] += int(ga.sum())
+                c["up_outside_limit"] += int(uo.sum())
+                c["token_expert_pairs"] += int(gate_up.shape[0])
+                c["pairs_clamped"] += int((ga | uo).any(-1).sum())
+                return orig(gate_up)
+
+            mod._apply_gate = counting
+            undo.append(lambda mod=mod: delattr(mod, "_apply_gate"))
+    return routes, clamps, undo
+
+
+def deepseek_route(logits, bias, n_group, topk_group, k):
+    """DeepseekV3TopkRouter.forward in float64: (expert indices [T, k], selection margin [T])."""
+    s = logits.sigmoid()
+    sc = s + bias
+    T, E = sc.shape
+    g = sc.view(T, n_group, E // n_group).topk(2, dim=-1).values.sum(-1)  # group score: sum of its top-2
+    inf = torch.full((T,), math.inf, dtype=torch.float64)
+    gs = g.sort(-1, descending=True).values
+    gmargin = gs[:, topk_group - 1] - gs[:, topk_group] if n_group > topk_group else inf
+    gmask = torch.zeros_like(g).scatter_(1, g.topk(topk_group, dim=-1).indices, 1.0).bool()
+    allowed = gmask.repeat_interleave(E // n_group, dim=1)
+    masked = sc.masked_fill(~allowed, -math.inf)
+    srt = masked.sort(-1, descending=True).values
+    emargin = srt[:, k - 1] - srt[:, k] if topk_group * (E // n_group) > k else inf
+    return masked.topk(k, dim=-1).indices, torch.minimum(gmargin, emargin)
+
+
+def moe_stats(case, config, model, routes, clamps):
+    """reference.json entries: expert token counts per MoE layer (all > 0 or the case fails), routing margins."""
+    family, name = case["family"], case["name"]
+    E = config.num_local_experts if family in ("mixtral", "gpt_oss") else (
+        config.n_routed_experts if family == "deepseek_v3" else config.num_experts)
+    k = config.num_experts_per_tok
+    out = dict(moe_layers=sorted(routes), num_experts=E, top_k=k, expert_tokens={}, router_min_margin={},
+               router_near_ties={})
+    bias_changed = {}
+    for layer in sorted(routes):
+        r = routes[layer]
+        idx = r["indices"]
+        assert idx.shape == (T, k), idx.shape
+        counts = torch.bincount(idx.flatten(), minlength=E).tolist()
+        if min(counts) == 0:
+            raise RuntimeError(f"{name}: layer {layer}: an expert got no token: {counts}")
+        out["expert_tokens"][str(layer)] = counts
+        if family == "deepseek_v3":
+            bias = model.model.layers[layer].mlp.gate.e_score_correction_bias.detach().double()
+            mine, margin = deepseek_route(r["logits"], bias, config.n_group, config.topk_group, k)
+            plain, _ = deepseek_route(r["logits"], torch.zeros_like(bias), config.n_group, config.topk_group, k)
+            bias_changed[str(layer)] = int((mine.sort(-1).values != plain.sort(-1).values).any(-1).sum())
+        else:  # softmax routers: the choice is the top-k of the logits (gpt-oss: logits include the router bias)
+            srt = r["logits"].sort(-1, descending=True)
+            mine, margin = srt.indices[:, :k], srt.values[:, k - 1] - srt.values[:, k]
+        if not torch.equal(mine.sort(-1).values, idx.sort(-1).values):
+            raise RuntimeError(f"{name}: layer {layer}: recomputed routing differs from transformers'")
+        out["router_min_margin"][str(layer)] = margin.min().item()
+        out["router_near_ties"][str(layer)] = {f"margin<{t:g}": int((margin < t).sum()) for t in (1e-3, 1e-2)}
+    if bias_changed:
+        out["e_score_correction_bias_changed_tokens"] = bias_changed
+    if family == "gpt_oss":
+        out["swiglu_clamp_hits"] = {str(layer): clamps[layer] for layer in sorted(clamps)}
+        if not all(c["gate_above_limit"] > 0 and c["up_outside_limit"] > 0 for c in clamps.values()):
+            raise RuntimeError(f"{name}: the SwiGLU clamp is not hit in every layer: {clamps}")
+    return out
+
+
 def forward_logits(model, ids):
     with torch.no_grad():
         out = model(input_ids=ids[None].long(), use_cache=False)
@@ -543,20 +887,33 @@ def generate_case(case, out_root):
     cfg_kwargs = json.loads(json.dumps(case["kwargs"]))  # deep copy
     config = case["config"](**cfg_kwargs)
     config._attn_implementation = "eager"
+    is_moe = case["family"] in MOE_FAMILIES
+    load_kwargs = {}
+    if is_moe:  # the plain per-expert loop, not grouped_mm
+        config._experts_implementation = "eager"
+        load_kwargs["experts_implementation"] = "eager"
     model = case["model"](config).float().eval()
     assert model.config._attn_implementation == "eager"
     tied = bool(config.tie_word_embeddings)
 
     embed_std = case.get("embed_std", 0.25 if tied else 1.0)
     torch.manual_seed(seed)
-    init_weights(model, config, embed_std, case.get("lm_head_std"))
+    init_weights(model, config, embed_std, case.get("lm_head_std"), case.get("moe"))
     if tied:
         assert model.lm_head.weight is model.model.embed_tokens.weight
 
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(0, config.vocab_size, (T,), generator=gen, dtype=torch.int64)
+    if is_moe:
+        assert model.config._experts_implementation == "eager"
+        routes, clamps, undo = install_moe_probes(model, case["family"])
     logits = forward_logits(model, ids)  # [T, V]
     rope = rope_tensors(model)
+    moe_meta = {}
+    if is_moe:
+        for fn in undo:
+            fn()
+        moe_meta = moe_stats(case, config, model, routes, clamps)
 
     lp = torch.log_softmax(logits.double(), dim=-1)
     nll64 = -lp[:-1].gather(1, ids[1:, None]).squeeze(1)  # [T-1]
@@ -575,19 +932,36 @@ def generate_case(case, out_root):
             cfg_json = json.load(f)
         with safe_open(os.path.join(tmp, "model.safetensors"), "pt") as f:
             hf_keys = set(f.keys())
+            hf_tensors = {k: f.get_tensor(k) for k in f.keys()} if is_moe else None
     cfg_json["dtype"] = "bfloat16"  # what model.safetensors holds
     if case.get("layout", "v5") == "v4":
         cfg_json = to_v4_layout(cfg_json, case.get("v4_type_key", "rope_type"), case.get("v4_extra"))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         f.write(json.dumps(cfg_json, indent=2, sort_keys=True) + "\n")
 
-    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    sd = model.state_dict()
+    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sd.items()}
     if tied:
         state.pop("lm_head.weight")
-    if set(state) != hf_keys:
+    f32 = sd
+    if is_moe:
+        # What save_pretrained writes (per-expert hub names, except gpt-oss), split here independently and
+        # compared name by name and value by value with its output.
+        hub = hub_expert_names(case["family"], {k: v.detach() for k, v in sd.items()})
+        if set(hub) != hf_keys:
+            raise RuntimeError(f"{name}: hub names differ from save_pretrained: {sorted(set(hub) ^ hf_keys)}")
+        for k, v in hub.items():
+            if not torch.equal(v, hf_tensors[k]):
+                raise RuntimeError(f"{name}: {k} differs from what save_pretrained wrote")
+        if case.get("disk_layout") == "fused":  # transformers' in-memory names and layout, written directly
+            assert set(state) != hf_keys
+        else:
+            state = {k: v.to(torch.bfloat16).contiguous() for k, v in hub.items()}
+            f32 = hub
+    elif set(state) != hf_keys:
         raise RuntimeError(f"{name}: tensor names differ from save_pretrained: {sorted(set(state) ^ hf_keys)}")
     for k, v in state.items():  # BF16 must be exact
-        assert torch.equal(v.float(), model.state_dict()[k]), k
+        assert torch.equal(v.float(), f32[k]), k
     save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
 
     ref = {
@@ -603,7 +977,7 @@ def generate_case(case, out_root):
 
     # Reload the folder as a user would and demand bit-identical logits.
     reloaded, info = AutoModelForCausalLM.from_pretrained(
-        out_dir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True
+        out_dir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True, **load_kwargs
     )
     reloaded.eval()
     if type(reloaded) is not case["model"]:
@@ -641,6 +1015,7 @@ def generate_case(case, out_root):
         "torch_version": torch.__version__,
         "features": case["features"],
     }
+    meta.update(moe_meta)
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         f.write(json.dumps(meta, indent=2) + "\n")
 
@@ -648,6 +1023,13 @@ def generate_case(case, out_root):
         f"{k}={v.tolist() if v.numel() == 1 else '[' + str(v.numel()) + ']'}" for k, v in rope.items() if "scaling" in k
     )
     print(f"{name:22s} ppl={ppl:10.4f} logit_std={logits.std().item():.3f} positions={positions} {rope_desc}")
+    if moe_meta:
+        for layer, counts in moe_meta["expert_tokens"].items():
+            print(f"{'':22s} layer {layer}: expert tokens {counts} min margin "
+                  f"{moe_meta['router_min_margin'][layer]:.2e}")
+        for key in ("e_score_correction_bias_changed_tokens", "swiglu_clamp_hits"):
+            if key in moe_meta:
+                print(f"{'':22s} {key}: {moe_meta[key]}")
     return meta
 
 
