@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "formats/registry.h"
+#include "model/expert_tensors.h"
 #include "targets/target.h"
 
 #include <fmt/format.h>
@@ -316,7 +317,7 @@ uint64_t ModelWeights::weight_bytes_per_token() const {
 }
 
 ModelWeights ModelWeights::load(const std::filesystem::path& dir) {
-  return load(std::make_shared<const Checkpoint>(Checkpoint::open(dir)));
+  return load(open_model_checkpoint(dir));
 }
 
 ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {

@@ -163,6 +163,44 @@ const CheckpointTensor* Checkpoint::find(const std::string& name) const {
                                       : &alias_tensors_[it->second - tensors_.size()];
 }
 
+void Checkpoint::split_tensor(const std::string& name, const std::vector<Part>& parts) {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end() || it->second >= tensors_.size())
+    fail("{}: tensor '{}' to split is missing", dir_.string(), name);
+  for (const auto& [alias, stored] : aliases_)
+    if (stored == name) fail("{}: tensor '{}' to split has the alias '{}'", dir_.string(), name, alias);
+  const size_t index = it->second;
+  const CheckpointTensor whole = tensors_[index];
+  const uint64_t element = dtype_size(whole.entry->dtype);
+  std::vector<CheckpointTensor> replaced;
+  uint64_t at = whole.entry->begin;
+  for (const Part& p : parts) {
+    SafetensorsEntry e;
+    e.name = p.name;
+    e.dtype = whole.entry->dtype;
+    e.shape = p.shape;
+    e.begin = at;
+    e.end = at + uint64_t(shape_numel(p.shape)) * element;
+    at = e.end;
+    part_entries_.push_back(std::move(e));
+    replaced.push_back({p.name, whole.file, &part_entries_.back()});
+  }
+  if (at != whole.entry->end)
+    fail("{}: tensor '{}' ({} bytes) does not split into the {} parts expected of it",
+         whole.file->path().string(), name, whole.entry->end - whole.entry->begin, parts.size());
+  tensors_.erase(tensors_.begin() + int64_t(index));
+  tensors_.insert(tensors_.begin() + int64_t(index), replaced.begin(), replaced.end());
+  // Positions moved: index by name again (aliases after the stored tensors).
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (!by_name.emplace(tensors_[i].name, i).second)
+      fail("{}: split of '{}' gives the name '{}' of another tensor", dir_.string(), name,
+           tensors_[i].name);
+  for (size_t i = 0; i < alias_tensors_.size(); ++i)
+    by_name.emplace(alias_tensors_[i].name, tensors_.size() + i);
+  by_name_ = std::move(by_name);
+}
+
 uint64_t Checkpoint::tensor_bytes() const {
   uint64_t n = 0;
   for (const auto& t : tensors_) n += t.entry->end - t.entry->begin;

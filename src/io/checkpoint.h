@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -48,6 +49,17 @@ class Checkpoint {
   // Sum of the stored tensors' bytes.
   uint64_t tensor_bytes() const;
 
+  // Presents stored tensor `name` as `parts` instead: consecutive byte ranges of it, in order,
+  // each with its own name, shape and the tensor's dtype (a fused 3-D tensor seen as its 2-D
+  // slices). The parts take the tensor's place in tensors(); `name` is no longer found.
+  // Throws qf::Error naming the file when the tensor is absent or aliased, or when the parts'
+  // sizes do not add up to its bytes.
+  struct Part {
+    std::string name;
+    Shape shape;
+  };
+  void split_tensor(const std::string& name, const std::vector<Part>& parts);
+
  private:
   std::filesystem::path dir_;
   nlohmann::json config_;
@@ -57,6 +69,7 @@ class Checkpoint {
   // Index into tensors_, or for aliases tensors_.size() + index into alias_tensors_.
   std::map<std::string, size_t> by_name_;
   std::vector<CheckpointTensor> alias_tensors_;  // name = alias, entry = the stored tensor
+  std::deque<SafetensorsEntry> part_entries_;    // entries of split_tensor's parts (stable)
   std::map<std::string, std::string> aliases_;
   std::vector<std::string> extra_files_;
 };

@@ -139,7 +139,10 @@ MoeConfig read_moe(const ConfigReader& c, const FamilyRow& f, int64_t num_layers
   MoeConfig m;
   MoeSpec& s = m.base;
   m.sparse.assign(size_t(num_layers), true);
-  const char* experts_key = f.mlp == MlpKind::mixtral ? "num_local_experts" : "num_experts";
+  // transformers 5 writes Qwen's expert count as num_local_experts (its attribute map); hub
+  // configs say num_experts.
+  const char* experts_key =
+      f.mlp == MlpKind::mixtral || !c.has("num_experts") ? "num_local_experts" : "num_experts";
   s.num_experts = c.positive(experts_key, 1 << 16);
   s.top_k = c.positive("num_experts_per_tok", 1 << 16);
   if (s.top_k > s.num_experts)

@@ -1,6 +1,7 @@
 #include "pipeline/source_model.h"
 
 #include "core/error.h"
+#include "model/expert_tensors.h"
 #include "targets/target.h"
 
 #include <algorithm>
@@ -12,7 +13,7 @@ SourceModel SourceModel::open(const std::filesystem::path& dir,
   SourceModel m;
   m.dir = dir;
   m.tokenizer_dir = tokenizer_dir;
-  m.checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  m.checkpoint = open_model_checkpoint(dir);
   m.arch = Architecture::from_config(m.checkpoint->config(), (dir / "config.json").string());
   return m;
 }

@@ -1,0 +1,28 @@
+// Two on-disk layouts of a layer's routed experts, one view. Hub checkpoints store one tensor
+// per expert Linear (`mlp.experts.7.gate_proj.weight`); transformers 5 keeps them fused in
+// memory and some checkpoints are written that way: `<block>experts.gate_up_proj` [E, 2I, H]
+// (each expert's gate rows, then its up rows) and `<block>experts.down_proj` [E, H, I]. The
+// fused tensors are presented as the per-expert Linears the layer spec names (views of the same
+// bytes, nothing copied), so the engine, the quantizer and the writers see one layout, and an
+// export is written with the per-expert names engines load.
+#pragma once
+
+#include "io/checkpoint.h"
+#include "model/architecture.h"
+
+#include <filesystem>
+#include <memory>
+
+namespace qf {
+
+// Splits every fused expert tensor of `a`'s MoE layers found in `ck` (for Mixtral also under
+// the `mlp.` block name transformers 5 uses). Throws qf::Error naming the tensor when its
+// shape is not [num_experts, 2 * expert_intermediate, hidden] / [num_experts, hidden,
+// expert_intermediate], or when a layer mixes both layouts.
+void split_fused_experts(Checkpoint& ck, const Architecture& a);
+
+// Checkpoint::open, then split_fused_experts with the architecture of its config.json when
+// it is a supported model (else the checkpoint as stored: callers report the architecture).
+std::shared_ptr<const Checkpoint> open_model_checkpoint(const std::filesystem::path& dir);
+
+}  // namespace qf
