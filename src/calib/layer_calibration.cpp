@@ -10,10 +10,43 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numeric>
 
 namespace qf {
+
+namespace {
+
+// Adds the upper triangle of x^T x for rows x [n, cols] to xtx [cols, cols]; one task per row
+// i, each element summing its rows in order (deterministic whatever the pool).
+void add_upper_xtx(const float* x, int64_t n, int64_t cols, double* xtx, ThreadPool* pool) {
+  auto body = [&](int64_t i) {
+    double* out = xtx + i * cols;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = x + t * cols;
+      const double xi = row[i];
+      if (xi == 0.0) continue;
+      for (int64_t j = i; j < cols; ++j) out[j] += xi * double(row[j]);
+    }
+  };
+  if (pool) pool->parallel_for(cols, body);
+  else for (int64_t i = 0; i < cols; ++i) body(i);
+}
+
+void mirror_upper(std::vector<double>& xtx, int64_t cols) {
+  for (int64_t i = 0; i < cols; ++i)
+    for (int64_t j = 0; j < i; ++j) xtx[size_t(i * cols + j)] = xtx[size_t(j * cols + i)];
+}
+
+}  // namespace
+
+std::vector<double> xtx_of_rows(const std::vector<float>& rows, int64_t cols, ThreadPool* pool) {
+  std::vector<double> xtx(size_t(cols * cols), 0.0);
+  add_upper_xtx(rows.data(), int64_t(rows.size()) / cols, cols, xtx.data(), pool);
+  mirror_upper(xtx, cols);
+  return xtx;
+}
 
 StatsAccumulator::StatsAccumulator(int64_t cols, const CaptureOptions& options, uint64_t stream_seed)
     : cols_(cols), opt_(options), channel_amax_(size_t(cols), 0.f), sum_abs_(size_t(cols), 0.0),
@@ -46,20 +79,7 @@ void StatsAccumulator::add(const float* x, int64_t n, ThreadPool* pool) {
     }
   }
   for (float a : channel_amax_) amax_ = std::max(amax_, a);
-  if (opt_.xtx) {
-    // Upper triangle, one task per row i: each element sums its tokens in order (deterministic).
-    auto body = [&](int64_t i) {
-      double* out = xtx_.data() + i * cols_;
-      for (int64_t t = 0; t < n; ++t) {
-        const float* row = x + t * cols_;
-        const double xi = row[i];
-        if (xi == 0.0) continue;
-        for (int64_t j = i; j < cols_; ++j) out[j] += xi * double(row[j]);
-      }
-    };
-    if (pool) pool->parallel_for(cols_, body);
-    else for (int64_t i = 0; i < cols_; ++i) body(i);
-  }
+  if (opt_.xtx) add_upper_xtx(x, n, cols_, xtx_.data(), pool);
   tokens_ += n;
 }
 
@@ -73,8 +93,7 @@ LinearStats StatsAccumulator::finish() const {
     s.channel_mean_abs[size_t(c)] = tokens_ ? float(sum_abs_[size_t(c)] / double(tokens_)) : 0.f;
   if (opt_.xtx) {
     s.xtx = xtx_;
-    for (int64_t i = 0; i < cols_; ++i)
-      for (int64_t j = 0; j < i; ++j) s.xtx[size_t(i * cols_ + j)] = s.xtx[size_t(j * cols_ + i)];
+    mirror_upper(s.xtx, cols_);
   }
   // Kept rows in arrival order, so the sample does not depend on replacement history.
   std::vector<size_t> idx(sample_order_.size());
@@ -92,7 +111,7 @@ namespace {
 class CaptureObserver final : public LayerObserver {
  public:
   CaptureObserver(const Architecture& a, const CaptureOptions& o, int64_t layer, ThreadPool* pool)
-      : pool_(pool), options_(o), layer_(layer) {
+      : pool_(pool), layer_(layer) {
     const LayerSpec& spec = a.layers[size_t(layer)];
     // An MoE layer's dense mlp_act is its shared expert's activation (none: never fed).
     const int64_t act = !spec.is_moe ? a.intermediate_size : spec.moe.shared_intermediate;
@@ -103,6 +122,12 @@ class CaptureObserver final : public LayerObserver {
     if (spec.is_moe) {
       experts_.resize(size_t(spec.moe.num_experts));
       expert_cols_ = {a.hidden_size, spec.moe.expert_intermediate};
+      // See CaptureOptions::xtx: all rows instead of X^T X.
+      expert_options_ = o;
+      if (o.xtx) {
+        expert_options_.xtx = false;
+        expert_options_.sample_rows = std::numeric_limits<int64_t>::max();
+      }
     }
   }
   void linear_input(LayerInput which, int expert, const float* x, int64_t n, int64_t) override {
@@ -115,7 +140,7 @@ class CaptureObserver final : public LayerObserver {
     auto& acc = experts_[size_t(expert)][j];
     if (!acc)
       acc = std::make_unique<StatsAccumulator>(
-          expert_cols_[j], options_,
+          expert_cols_[j], expert_options_,
           (uint64_t(layer_ + 1) << 40) ^ (uint64_t(expert) * 2 + j));
     acc->add(x, n, pool_);
   }
@@ -141,7 +166,7 @@ class CaptureObserver final : public LayerObserver {
 
  private:
   ThreadPool* pool_;
-  CaptureOptions options_;
+  CaptureOptions expert_options_;
   int64_t layer_;
   std::vector<StatsAccumulator> acc_;
   std::vector<std::array<std::unique_ptr<StatsAccumulator>, 2>> experts_;

@@ -19,10 +19,17 @@ namespace qf {
 class ThreadPool;
 
 struct CaptureOptions {
-  bool xtx = false;           // accumulate X^T X (double; in^2 per input; GPTQ needs it)
+  // Accumulate X^T X (double; in^2 per input; GPTQ needs it). Routed experts accumulate none:
+  // they keep all their rows instead (`samples`), and the caller builds one expert's X^T X at a
+  // time with xtx_of_rows, so memory holds one expert's Hessian, not a layer's worth.
+  bool xtx = false;
   int64_t sample_rows = 512;  // input rows kept per Linear input (seeded reservoir sample)
   uint64_t seed = 0;
 };
+
+// sum over rows of x x^T [cols, cols] (double, full symmetric) of `rows` [n, cols], summed in
+// row order exactly as StatsAccumulator does, so the result is the same bits.
+std::vector<double> xtx_of_rows(const std::vector<float>& rows, int64_t cols, ThreadPool* pool);
 
 // Accumulates the LinearStats of one input stream [*, cols], in the order rows arrive.
 // Deterministic for a given row order, seed and options, whatever the pool size.

@@ -326,7 +326,15 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
       for (size_t k : members) done.insert(k);
       const std::string norm =
           m.fold_norm >= 0 ? arch.layers[size_t(l)].norm(NormSlot(m.fold_norm)) : std::string();
-      quantize_group(members, cap.of(m), norm);
+      if ((gptq || local_hessian) && m.expert >= 0 && cap.of(m).tokens > 0) {
+        // A routed expert kept its rows (CaptureOptions::xtx): its X^T X exists only while
+        // its group is quantized.
+        LinearStats stats = cap.of(m);
+        stats.xtx = xtx_of_rows(stats.samples, stats.in_features(), &pool);
+        quantize_group(members, stats, norm);
+      } else {
+        quantize_group(members, cap.of(m), norm);
+      }
       algo_progress.advance(double(members.size()));
     }
     algo_progress.pause();
