@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +72,42 @@ nlohmann::json eval_kl(const std::string& model, const fs::path& quantized) {
                             " --max-chars 4000 --json");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
+}
+
+std::string byte_level_tokenizer() {
+  std::vector<int> bs;
+  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
+  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
+  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
+  std::vector<int> cs = bs;
+  int extra = 0;
+  for (int b = 0; b < 256; ++b)
+    if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
+      bs.push_back(b);
+      cs.push_back(256 + extra++);
+    }
+  nlohmann::json vocab = nlohmann::json::object();
+  for (size_t i = 0; i < bs.size(); ++i) {
+    std::string utf8;
+    const int c = cs[i];
+    if (c < 0x80) {
+      utf8 += char(c);
+    } else {
+      utf8 += char(0xC0 | (c >> 6));
+      utf8 += char(0x80 | (c & 0x3F));
+    }
+    vocab[utf8] = bs[i];
+  }
+  const nlohmann::json level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                {"trim_offsets", true}, {"use_regex", true}};
+  return nlohmann::json{{"version", "1.0"},
+                        {"added_tokens", nlohmann::json::array()},
+                        {"normalizer", nullptr},
+                        {"pre_tokenizer", level},
+                        {"post_processor", nullptr},
+                        {"decoder", level},
+                        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}}
+      .dump();
 }
 
 nlohmann::json inspect_json(const fs::path& dir) {

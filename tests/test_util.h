@@ -54,6 +54,9 @@ std::string quote(const std::filesystem::path& p);
 // `qforge eval kl` of fixture model `model` against `quantized` on the first 4000 characters
 // of tinystories_valid_subset.txt, parsed; an empty object (and a test failure) if it fails.
 nlohmann::json eval_kl(const std::string& model, const std::filesystem::path& quantized);
+// A tokenizer.json whose 256 tokens are the bytes (GPT-2's byte-to-unicode alphabet, no
+// merges): text in and out for the vocab-256 conformance models.
+std::string byte_level_tokenizer();
 // `qforge inspect DIR --json --brief`, parsed; empty (and a test failure) if it fails.
 nlohmann::json inspect_json(const std::filesystem::path& dir);
 

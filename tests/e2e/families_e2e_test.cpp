@@ -1,4 +1,4 @@
-// Every dense family end to end through the CLI on the conformance models (tiny random weights,
+// Every family (dense and mixture-of-experts) end to end through the CLI on the conformance models (tiny random weights,
 // vocab 256, given a byte-level tokenizer here): weight-only NVFP4 in both exports, AWQ with
 // calibration (which exercises folding into norms, or pre_quant_scale where a family has no
 // foldable norm), the engine loading each export, and `eval kl` against the original.
@@ -16,43 +16,6 @@ namespace fs = std::filesystem;
 using test::quote;
 using test::run_qforge;
 
-// A tokenizer.json whose 256 tokens are the bytes (GPT-2's byte-to-unicode alphabet, no merges).
-std::string byte_level_tokenizer() {
-  std::vector<int> bs;
-  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
-  std::vector<int> cs = bs;
-  int extra = 0;
-  for (int b = 0; b < 256; ++b)
-    if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
-      bs.push_back(b);
-      cs.push_back(256 + extra++);
-    }
-  nlohmann::json vocab = nlohmann::json::object();
-  for (size_t i = 0; i < bs.size(); ++i) {
-    std::string utf8;
-    const int c = cs[i];
-    if (c < 0x80) {
-      utf8 += char(c);
-    } else {
-      utf8 += char(0xC0 | (c >> 6));
-      utf8 += char(0x80 | (c & 0x3F));
-    }
-    vocab[utf8] = bs[i];
-  }
-  const nlohmann::json level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                                {"trim_offsets", true}, {"use_regex", true}};
-  return nlohmann::json{{"version", "1.0"},
-                        {"added_tokens", nlohmann::json::array()},
-                        {"normalizer", nullptr},
-                        {"pre_tokenizer", level},
-                        {"post_processor", nullptr},
-                        {"decoder", level},
-                        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}}
-      .dump();
-}
-
 class FamilyE2E : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FamilyE2E, QuantizeEvalBothExportsAndAwq) {
@@ -61,7 +24,7 @@ TEST_P(FamilyE2E, QuantizeEvalBothExportsAndAwq) {
   if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
   test::ScratchDir dir;
   fs::copy(src, dir / "model");
-  test::write_file(dir / "model" / "tokenizer.json", byte_level_tokenizer());
+  test::write_file(dir / "model" / "tokenizer.json", test::byte_level_tokenizer());
   const fs::path fx = test::fixtures_dir() / "corpora";
   const std::string text = " --text " + quote(fx / "tinystories_valid_subset.txt") +
                            " --max-chars 3000 --ctx 128 --json";
@@ -96,7 +59,7 @@ TEST(GenerateE2E, StopsAtTheContextLimitWithAMessage) {
   if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
   test::ScratchDir dir;
   fs::copy(src, dir / "model");
-  test::write_file(dir / "model" / "tokenizer.json", byte_level_tokenizer());
+  test::write_file(dir / "model" / "tokenizer.json", test::byte_level_tokenizer());
   auto config = nlohmann::json::parse(test::read_file(dir / "model" / "config.json"));
   config["max_position_embeddings"] = 40;
   test::write_file(dir / "model" / "config.json", config.dump());
@@ -109,7 +72,8 @@ TEST(GenerateE2E, StopsAtTheContextLimitWithAMessage) {
 INSTANTIATE_TEST_SUITE_P(Conformance, FamilyE2E,
                          ::testing::Values("llama_bias_headdim", "mistral_sliding", "qwen2",
                                            "qwen3", "phi3_longrope", "gemma3", "granite",
-                                           "olmo2"),
+                                           "olmo2", "mixtral", "qwen2_moe", "qwen3_moe",
+                                           "qwen3_moe_fused"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

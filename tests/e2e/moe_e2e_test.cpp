@@ -1,0 +1,186 @@
+// Mixture-of-experts checkpoints through the CLI, on the conformance models (tiny random
+// Mixtral / Qwen2-MoE / Qwen3-MoE, per-expert and fused on disk, given a byte-level tokenizer):
+// what engines need of an MoE export (routers excluded and unquantized, one NVFP4 tensor scale
+// per expert's gate/up, one input scale per layer and input across the experts), the tokens
+// calibration routed to each expert, per-expert GPTQ, and one-line errors for broken layouts.
+#include "io/checkpoint.h"
+#include "test_util.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace qf {
+namespace {
+
+namespace fs = std::filesystem;
+using test::quote;
+using test::run_qforge;
+
+// The conformance case `name` with a tokenizer, in `dir`/model.
+fs::path prepare(const test::ScratchDir& dir, const std::string& name) {
+  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / name;
+  fs::copy(src, dir / "model");
+  test::write_file(dir / "model" / "tokenizer.json", test::byte_level_tokenizer());
+  return dir / "model";
+}
+
+// The repository's README as calibration and evaluation text (real English, always present).
+std::string readme() { return quote(fs::path(QFORGE_SOURCE_DIR) / "README.md"); }
+
+float scalar(const Checkpoint& c, const std::string& name) {
+  const CheckpointTensor* t = c.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t || t->entry->dtype != DType::F32) return NAN;
+  float f;
+  std::memcpy(&f, t->file->view(*t->entry).data, 4);
+  return f;
+}
+
+// The stored dtype of `name`, or a test failure naming it.
+DType dtype_of(const Checkpoint& c, const std::string& name) {
+  const CheckpointTensor* t = c.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  return t ? t->entry->dtype : DType::F32;
+}
+
+TEST(MoeE2E, Nvfp4W4A4ExportHasWhatFusedMoeKernelsNeed) {
+  test::ScratchDir dir;
+  const fs::path model = prepare(dir, "qwen2_moe");
+  for (const std::string exp : {"modelopt", "compressed-tensors"}) {
+    SCOPED_TRACE(exp);
+    const fs::path out = dir / exp;
+    const auto q = run_qforge("quantize " + quote(model) + " -o " + quote(out) +
+                              " --format nvfp4 --activations nvfp4 --export " + exp + " --calib " +
+                              readme() + " --calib-samples 8 --calib-seq 64 --json -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto summary = nlohmann::json::parse(q.out);
+    // Layers 0 and 2 are MoE (mlp_only_layers [1]); every token goes to top_k = 2 experts.
+    ASSERT_EQ(summary["expert_tokens"].size(), 2u) << q.out;
+    for (const auto& layer : summary["expert_tokens"]) {
+      int64_t sum = 0;
+      for (const auto& t : layer["tokens"]) sum += t.get<int64_t>();
+      EXPECT_EQ(sum, 2 * 8 * 64) << layer.dump();
+      EXPECT_EQ(layer["tokens"].size(), 8u);
+    }
+    const Checkpoint c = Checkpoint::open(out);
+    // Routers and the shared-expert gate stay float and are listed as excluded.
+    const std::string cfg = test::read_file(out / "config.json");
+    for (const std::string l : {"0", "2"}) {
+      const std::string gate = "model.layers." + l + ".mlp.gate";
+      EXPECT_EQ(dtype_of(c, gate + ".weight"), DType::BF16);
+      EXPECT_EQ(c.find(gate + ".weight_scale"), nullptr);
+      EXPECT_NE(cfg.find(fmt::format("\"{}\"", gate)), std::string::npos) << gate;
+      EXPECT_NE(cfg.find(fmt::format("\"model.layers.{}.mlp.shared_expert_gate\"", l)),
+                std::string::npos);
+    }
+    // NVFP4 tensor scale shared by each expert's gate and up; one input scale per layer and
+    // input over all experts (vLLM takes one; an expert without tokens still gets it).
+    const std::string scale2 = exp == "modelopt" ? ".weight_scale_2" : ".weight_global_scale";
+    const std::string in = exp == "modelopt" ? ".input_scale" : ".input_global_scale";
+    for (const std::string l : {"0", "2"}) {
+      std::set<float> gate_up_in, down_in;
+      for (int e = 0; e < 8; ++e) {
+        const std::string p = "model.layers." + l + ".mlp.experts." + std::to_string(e) + ".";
+        EXPECT_EQ(scalar(c, p + "gate_proj" + scale2), scalar(c, p + "up_proj" + scale2)) << p;
+        EXPECT_EQ(dtype_of(c, p + (exp == "modelopt" ? "down_proj.weight" : "down_proj.weight_packed")),
+                  DType::U8) << p;
+        gate_up_in.insert(scalar(c, p + "gate_proj" + in));
+        gate_up_in.insert(scalar(c, p + "up_proj" + in));
+        down_in.insert(scalar(c, p + "down_proj" + in));
+      }
+      EXPECT_EQ(gate_up_in.size(), 1u) << "layer " << l;
+      EXPECT_EQ(down_in.size(), 1u) << "layer " << l;
+    }
+    const auto kl = run_qforge("eval kl " + quote(model) + " " + quote(out) + " --text " +
+                               readme() + " --max-chars 3000 --ctx 128 --json");
+    ASSERT_EQ(kl.exit_code, 0) << kl.err;
+    const auto j = nlohmann::json::parse(kl.out);
+    EXPECT_LT(j["kl_mean"].get<double>(), 0.5) << kl.out;
+  }
+}
+
+// GPTQ builds each expert's Hessian from its own routed rows; its error beats round-to-nearest.
+TEST(MoeE2E, PerExpertGptqBeatsRoundToNearest) {
+  test::ScratchDir dir;
+  const fs::path model = prepare(dir, "qwen3_moe");
+  const std::string calib = " --calib " + readme() + " --calib-samples 8 --calib-seq 128";
+  std::map<std::string, double> kl;
+  for (const std::string algo : {"max", "gptq"}) {
+    const fs::path out = dir / algo;
+    const auto q = run_qforge("quantize " + quote(model) + " -o " + quote(out) +
+                              " --format int4 --algo " + algo + (algo == "gptq" ? calib : "") +
+                              " -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto r = run_qforge("eval kl " + quote(model) + " " + quote(out) + " --text " + readme() +
+                              " --max-chars 6000 --ctx 128 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    kl[algo] = nlohmann::json::parse(r.out)["kl_mean"].get<double>();
+  }
+  EXPECT_LT(kl["gptq"], kl["max"]) << "gptq " << kl["gptq"] << " max " << kl["max"];
+}
+
+// A fused-on-disk checkpoint is written with the per-expert names engines load.
+TEST(MoeE2E, FusedExpertsAreExportedPerExpert) {
+  test::ScratchDir dir;
+  const fs::path model = prepare(dir, "qwen3_moe_fused");
+  const auto q = run_qforge("quantize " + quote(model) + " -o " + quote(dir / "q") + " -q");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const Checkpoint c = Checkpoint::open(dir / "q");
+  EXPECT_EQ(c.find("model.layers.1.mlp.experts.gate_up_proj"), nullptr);
+  EXPECT_NE(c.find("model.layers.1.mlp.experts.7.down_proj.weight_scale"), nullptr);
+  EXPECT_NE(c.find("model.layers.1.mlp.experts.0.gate_proj.weight"), nullptr);
+}
+
+std::string run_error(const std::string& args) {
+  const auto r = run_qforge(args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  return r.err;
+}
+
+TEST(MoeE2E, BrokenLayoutsAreOneLineErrors) {
+  {
+    // top-k larger than the expert count.
+    test::ScratchDir dir;
+    const fs::path model = prepare(dir, "mixtral");
+    auto config = nlohmann::json::parse(test::read_file(model / "config.json"));
+    config["num_experts_per_tok"] = 9;
+    test::write_file(model / "config.json", config.dump());
+    const std::string e = run_error("quantize " + quote(model) + " -o " + quote(dir / "q"));
+    EXPECT_NE(e.find("'num_experts_per_tok' 9 is larger than 'num_local_experts' 8"),
+              std::string::npos) << e;
+  }
+  {
+    // An expert tensor missing: the config says 8 experts, the file holds 7 per layer.
+    test::ScratchDir dir;
+    const fs::path model = prepare(dir, "qwen3_moe");
+    auto config = nlohmann::json::parse(test::read_file(model / "config.json"));
+    config["num_local_experts"] = 9;
+    test::write_file(model / "config.json", config.dump());
+    const std::string e = run_error("eval ppl " + quote(model) + " --text " + readme());
+    EXPECT_NE(e.find("model.layers.1.mlp.experts.8.gate_proj.weight' missing"), std::string::npos)
+        << e;
+    const std::string q = run_error("quantize " + quote(model) + " -o " + quote(dir / "q"));
+    EXPECT_NE(q.find("experts.8.gate_proj.weight"), std::string::npos) << q;
+  }
+  {
+    // A fused expert tensor whose size does not match num_experts.
+    test::ScratchDir dir;
+    const fs::path model = prepare(dir, "qwen3_moe_fused");
+    auto config = nlohmann::json::parse(test::read_file(model / "config.json"));
+    config["num_local_experts"] = 4;
+    test::write_file(model / "config.json", config.dump());
+    const std::string e = run_error("eval ppl " + quote(model) + " --text " + readme());
+    EXPECT_NE(e.find("tensor 'model.layers.1.mlp.experts.gate_up_proj' is [8, 96, 64], expected "
+                     "[4, 96, 64]"), std::string::npos) << e;
+  }
+}
+
+}  // namespace
+}  // namespace qf
