@@ -322,36 +322,43 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
   const MoeSpec& moe = spec.moe;
   const int64_t dim = w_.arch.hidden_size, k = moe.top_k;
   linear(L.router, xb_.data(), n, logits_.data());
-  // Route every token, then list per expert its (token, weight) pairs in token order.
-  std::vector<int> chosen(size_t(n * k));
-  std::vector<float> weight(size_t(n * k));
-  {
-    std::vector<float> probs;
-    std::vector<int> order;
-    for (int64_t t = 0; t < n; ++t)
-      route_softmax_topk(logits_.data() + t * moe.num_experts, moe, probs, order,
-                         chosen.data() + t * k, weight.data() + t * k);
-  }
-  std::vector<std::vector<std::pair<int64_t, float>>> routed(size_t(moe.num_experts));
+  // Route every token, then list per expert its (token, weight) pairs in token order: a
+  // counting sort into route_token_ / route_weight_, expert e's pairs at [start[e], start[e+1]).
+  const int64_t experts = moe.num_experts;
+  chosen_.resize(size_t(n * k));
+  chosen_weight_.resize(size_t(n * k));
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < k; ++j)
-      routed[size_t(chosen[size_t(t * k + j)])].push_back({t, weight[size_t(t * k + j)]});
+    route_softmax_topk(logits_.data() + t * experts, moe, probs_, order_,
+                       chosen_.data() + t * k, chosen_weight_.data() + t * k);
+  route_start_.assign(size_t(experts + 1), 0);
+  for (int64_t i = 0; i < n * k; ++i) ++route_start_[size_t(chosen_[size_t(i)] + 1)];
+  for (int64_t e = 0; e < experts; ++e) route_start_[size_t(e + 1)] += route_start_[size_t(e)];
+  route_token_.resize(size_t(n * k));
+  route_weight_.resize(size_t(n * k));
+  {
+    std::vector<int64_t>& next = route_next_;
+    next.assign(route_start_.begin(), route_start_.end() - 1);
+    for (int64_t i = 0; i < n * k; ++i) {
+      const int64_t at = next[size_t(chosen_[size_t(i)])]++;
+      route_token_[size_t(at)] = i / k;
+      route_weight_[size_t(at)] = chosen_weight_[size_t(i)];
+    }
+  }
 
   // Experts in index order, each once over its rows (one matrix product per expert; decode
   // touches only the top-k experts' weights). The sum follows transformers' order.
   std::fill_n(moe_sum_.begin(), n * dim, 0.f);
-  for (int64_t e = 0; e < moe.num_experts; ++e) {
-    const auto& rows = routed[size_t(e)];
-    if (rows.empty()) continue;
-    const int64_t m = int64_t(rows.size());
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t begin = route_start_[size_t(e)], m = route_start_[size_t(e + 1)] - begin;
+    if (m == 0) continue;
     for (int64_t r = 0; r < m; ++r)
-      std::copy_n(xb_.data() + rows[size_t(r)].first * dim, dim, gathered_.data() + r * dim);
+      std::copy_n(xb_.data() + route_token_[size_t(begin + r)] * dim, dim, gathered_.data() + r * dim);
     if (obs) obs->linear_input(LayerInput::ffn_norm, int(e), gathered_.data(), m, dim);
     gated_mlp(L, moe.experts[size_t(e)], moe.expert_intermediate, gathered_.data(), m,
               expert_out_.data(), int(e), obs);
     for (int64_t r = 0; r < m; ++r) {
-      const auto [t, w] = rows[size_t(r)];
-      float* dst = moe_sum_.data() + t * dim;
+      const float w = route_weight_[size_t(begin + r)];
+      float* dst = moe_sum_.data() + route_token_[size_t(begin + r)] * dim;
       const float* src = expert_out_.data() + r * dim;
       for (int64_t c = 0; c < dim; ++c) dst[c] += src[c] * w;
     }

@@ -114,6 +114,10 @@ class Model {
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, fused_, scaled_, actq_;
   // MoE: router logits [n, experts], rows gathered for one expert and its output, the sum.
   std::vector<float> logits_, gathered_, expert_out_, moe_sum_;
+  // Routing scratch (kept across calls: decode routes one token per layer per step).
+  std::vector<float> probs_, chosen_weight_, route_weight_;
+  std::vector<int> order_, chosen_;
+  std::vector<int64_t> route_start_, route_next_, route_token_;
   int64_t kv_len_ = 0;  // positions the cache has room for
   std::vector<std::vector<float>> key_cache_, value_cache_;  // per layer [kv_len_, kv_dim]
 };

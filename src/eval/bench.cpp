@@ -6,6 +6,8 @@
 #include "core/thread_pool.h"
 #include "engine/generate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -71,6 +73,33 @@ BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat
   s.decode_min = decode.front();
   s.decode_max = decode.back();
   return s;
+}
+
+double stream_read_gbps(int threads, size_t bytes, int repeat) {
+  ThreadPool pool(std::max(threads, 1));
+  const size_t words = bytes / 8;
+  std::vector<uint64_t> buffer(words);
+  for (size_t i = 0; i < words; ++i) buffer[i] = i;  // touch every page before timing
+  const int64_t tasks = 8 * int64_t(pool.size());
+  std::vector<uint64_t> sums(static_cast<size_t>(tasks));
+  std::vector<double> rates;
+  for (int pass = 0; pass <= repeat; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(tasks, [&](int64_t t) {
+      const uint64_t* p = buffer.data();
+      const size_t b = words * size_t(t) / size_t(tasks), e = words * size_t(t + 1) / size_t(tasks);
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      size_t k = b;
+      for (; k + 4 <= e; k += 4) a0 += p[k], a1 += p[k + 1], a2 += p[k + 2], a3 += p[k + 3];
+      for (; k < e; ++k) a0 += p[k];
+      sums[size_t(t)] = a0 + a1 + a2 + a3;
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (sums[0] == 1) fmt::print(stderr, " ");  // keeps the sums observable to the optimizer
+    if (pass > 0) rates.push_back(double(words * 8) / s / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
 }
 
 }  // namespace qf
