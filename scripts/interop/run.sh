@@ -28,31 +28,7 @@ VENV_LLMC="${VENV_LLMC:-/work/interop-venv-llmc}"
 PYTHON="${PYTHON:-python3}"
 export QF_INTEROP_WORK="${QF_INTEROP_WORK:-/tmp/qforge-interop}"
 
-# torch 2.15.0 / transformers 5.24.0 are the conformance venv's versions (pip cache).
-# modelopt 0.47.0 imports requests without declaring it.
-PINS_MODELOPT=(
-  "nvidia-modelopt==0.47.0" "torch==2.15.0" "transformers==5.24.0"
-  "safetensors==0.8.0" "numpy==2.4.6" "requests==2.34.2"
-)
-# llmcompressor 0.14.0.1 requires torch<=2.14.0; these are what pip resolved for it.
-PINS_LLMC=(
-  "llmcompressor==0.14.0.1" "compressed-tensors==0.19.0" "torch==2.14.0" "transformers==5.17.0"
-  "accelerate==1.15.0" "datasets==5.2.0" "safetensors==0.8.0" "numpy==2.4.6"
-)
-
-setup_venv() {  # venv, pins...
-  local venv="$1"; shift
-  local stamp="$venv/.qforge-interop-pins"
-  if [[ ! -x "$venv/bin/python" ]]; then
-    echo "creating venv $venv"
-    "$PYTHON" -m venv "$venv"
-  fi
-  if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$*" ]]; then
-    echo "installing $* into $venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
-    printf '%s' "$*" >"$stamp"
-  fi
-}
+source "$SCRIPT_DIR/venvs.sh"
 
 [[ -x "$QFORGE" ]] || { echo "no qforge binary at $QFORGE (cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C build qforge)" >&2; exit 1; }
 setup_venv "$VENV_MODELOPT" "${PINS_MODELOPT[@]}"

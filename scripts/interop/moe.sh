@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Mixture-of-experts exports against the real tools (issue 10): qforge's NVFP4 exports of the tiny
+# MoE conformance models vs llm-compressor's (bytes, config), loaded by transformers (keys, logits),
+# and their KL / PPL against the originals. See moe.py. Writes $QF_INTEROP_WORK/moe/moe.md.
+#
+# Creates (or reuses) a throwaway venv OUTSIDE the repository, $VENV_MOE (default
+# /work/interop-venv-moe): torch 2.15 / transformers 5.24 (the conformance versions) with
+# compressed-tensors 0.19, which transformers needs to load compressed-tensors exports; and the
+# llm-compressor venv of run.sh ($VENV_LLMC), set up by run.sh's pins.
+# Not part of scripts/test.sh. usage: scripts/interop/moe.sh [QFORGE_BINARY]
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
+QFORGE="${1:-$REPO_ROOT/build/qforge}"
+VENV_MOE="${VENV_MOE:-/work/interop-venv-moe}"
+VENV_LLMC="${VENV_LLMC:-/work/interop-venv-llmc}"
+PYTHON="${PYTHON:-python3}"
+export QF_INTEROP_WORK="${QF_INTEROP_WORK:-/tmp/qforge-interop}"
+
+source "$SCRIPT_DIR/venvs.sh"
+
+[[ -x "$QFORGE" ]] || { echo "no qforge binary at $QFORGE (build it first)" >&2; exit 1; }
+setup_venv "$VENV_MOE" "${PINS_MOE[@]}"
+setup_venv "$VENV_LLMC" "${PINS_LLMC[@]}"
+mkdir -p "$QF_INTEROP_WORK/moe"
+cd "$QF_INTEROP_WORK/moe"
+"$VENV_MOE/bin/python" "$SCRIPT_DIR/moe.py" run "$QFORGE" "$VENV_LLMC/bin/python" 2>"$QF_INTEROP_WORK/moe/moe.log"
