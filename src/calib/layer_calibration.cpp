@@ -119,11 +119,11 @@ class CaptureObserver final : public LayerObserver {
                                         act};
     for (int i = 0; i < kLayerInputs; ++i)
       acc_.emplace_back(cols[i], o, uint64_t(layer) * kLayerInputs + uint64_t(i));
+    expert_options_ = o;
     if (spec.is_moe) {
       experts_.resize(size_t(spec.moe.num_experts));
       expert_cols_ = {a.hidden_size, spec.moe.expert_intermediate};
       // See CaptureOptions::xtx: all rows instead of X^T X.
-      expert_options_ = o;
       if (o.xtx) {
         expert_options_.xtx = false;
         expert_options_.sample_rows = std::numeric_limits<int64_t>::max();
@@ -144,6 +144,7 @@ class CaptureObserver final : public LayerObserver {
           (uint64_t(layer_ + 1) << 40) ^ (uint64_t(expert) * 2 + j));
     acc->add(x, n, pool_);
   }
+  bool experts_see_all_rows() const override { return expert_options_.experts_see_all_rows; }
   void key_value(const float* k, const float* v, int64_t n, int64_t kv_dim) override {
     for (int64_t i = 0; i < n * kv_dim; ++i) {
       k_amax_ = std::max(k_amax_, std::fabs(k[i]));

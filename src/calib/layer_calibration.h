@@ -25,6 +25,9 @@ struct CaptureOptions {
   bool xtx = false;
   int64_t sample_rows = 512;  // input rows kept per Linear input (seeded reservoir sample)
   uint64_t seed = 0;
+  // MoE: every routed expert sees every row of its layer (ModelOpt's calibration), instead of
+  // the rows routed to it (LayerObserver::experts_see_all_rows).
+  bool experts_see_all_rows = false;
 };
 
 // sum over rows of x x^T [cols, cols] (double, full symmetric) of `rows` [n, cols], summed in

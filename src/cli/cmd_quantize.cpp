@@ -211,6 +211,7 @@ void register_quantize(CLI::App& app, Action& run) {
     int threads = 0;
     KernelMode kernels = KernelMode::exact;
     std::string scale_division = "gpu";
+    std::string calib_moe = "routed";
     bool force = false, json = false, quiet = false, calib_quantized_inputs = false,
          allow_nonfinite = false;
     float smoothquant_alpha = 1.0f;
@@ -307,6 +308,13 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
                 "Calibrate each layer on the outputs of the already-quantized previous layers "
                 "(as GPTQ recipes do) instead of the original model's");
+  cmd->add_option("--calib-moe", args->calib_moe,
+                  "Mixture-of-experts calibration: routed (each expert sees the tokens the "
+                  "router sends it; experts that get few are reported) or all (every expert sees "
+                  "every token of its layer, as ModelOpt calibrates: no expert left without "
+                  "statistics, at top_k/experts of the speed)")
+      ->check(name_choice("MoE calibration", {"routed", "all"}))
+      ->capture_default_str();
   cmd->add_option("--scale-division", args->scale_division,
                   "Which ModelOpt build the scale divisions (amax/2688, /448, /127, /7, /6) "
                   "reproduce: gpu (amax * fl32(1/c), as PyTorch on CUDA: checkpoints ModelOpt "
@@ -365,6 +373,7 @@ void register_quantize(CLI::App& app, Action& run) {
       o.calib = args->calib;
       o.calib.files.assign(args->calib_files.begin(), args->calib_files.end());
       o.calib_quantized_inputs = args->calib_quantized_inputs;
+      o.calib_moe_all = args->calib_moe == "all";
       o.smoothquant_alpha = args->smoothquant_alpha;
       const SourceModel source = SourceModel::open(args->model, args->tokenizer);
       source.require_unquantized("quantize");

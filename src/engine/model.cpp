@@ -348,8 +348,23 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
   // Experts in index order, each once over its rows (one matrix product per expert; decode
   // touches only the top-k experts' weights). The sum follows transformers' order.
   std::fill_n(moe_sum_.begin(), n * dim, 0.f);
+  const bool all_rows = obs && obs->experts_see_all_rows();
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t begin = route_start_[size_t(e)], m = route_start_[size_t(e + 1)] - begin;
+    if (all_rows) {
+      // Calibration of every expert on every row: computed over all rows, summed over its own.
+      if (obs) obs->linear_input(LayerInput::ffn_norm, int(e), xb_.data(), n, dim);
+      gated_mlp(L, moe.experts[size_t(e)], moe.expert_intermediate, xb_.data(), n,
+                expert_out_.data(), int(e), obs);
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t t = route_token_[size_t(begin + r)];
+        const float w = route_weight_[size_t(begin + r)];
+        float* dst = moe_sum_.data() + t * dim;
+        const float* src = expert_out_.data() + t * dim;
+        for (int64_t c = 0; c < dim; ++c) dst[c] += src[c] * w;
+      }
+      continue;
+    }
     if (m == 0) continue;
     for (int64_t r = 0; r < m; ++r)
       std::copy_n(xb_.data() + route_token_[size_t(begin + r)] * dim, dim, gathered_.data() + r * dim);

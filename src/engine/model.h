@@ -31,6 +31,10 @@ class LayerObserver {
                             int64_t cols) = 0;
   // Post-RoPE keys and values about to enter the KV cache: [n, kv_dim] each.
   virtual void key_value(const float* k, const float* v, int64_t n, int64_t kv_dim) = 0;
+  // True to run every routed expert over every row of its MoE layer (ModelOpt calibrates
+  // experts this way), each seeing all rows; the layer's output still uses only the routed
+  // rows. False: each expert sees the rows routed to it.
+  virtual bool experts_see_all_rows() const { return false; }
 };
 
 struct ModelOptions {

@@ -179,6 +179,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   co.capture.seed = options.calib.seed;
   co.capture.xtx = gptq || local_hessian;
   co.capture.sample_rows = awq ? 512 : 0;
+  co.capture.experts_see_all_rows = options.calib_moe_all;
   co.quantized_inputs = options.calib_quantized_inputs;
   co.progress = options.progress;
   const bool precompute = data_algo || options.calib_quantized_inputs;

@@ -47,6 +47,10 @@ struct QuantizeOptions {
   bool kv_fp8 = false;                    // --kv-cache fp8
   CalibrationOptions calib;               // --calib files (required when anything calibrates)
   bool calib_quantized_inputs = false;    // layers see the outputs of quantized predecessors
+  // MoE (--calib-moe): false = each expert is calibrated on the tokens routed to it; true =
+  // on all tokens of its layer (ModelOpt's way: no expert goes uncalibrated; E/k times the
+  // expert compute during calibration).
+  bool calib_moe_all = false;
   float smoothquant_alpha = 1.0f;         // migration strength (ModelOpt 1.0, llm-compressor 0.5)
   ExportFormat export_format = ExportFormat::modelopt;
   std::vector<std::string> exclude;  // glob patterns over module names (fnmatch)

@@ -105,6 +105,29 @@ TEST(MoeE2E, Nvfp4W4A4ExportHasWhatFusedMoeKernelsNeed) {
   }
 }
 
+// --calib-moe all: every expert is calibrated on every token of its layer (ModelOpt's way), and
+// the export still loads and stays close to the original.
+TEST(MoeE2E, CalibMoeAllGivesEveryExpertEveryToken) {
+  test::ScratchDir dir;
+  const fs::path model = prepare(dir, "mixtral");
+  const auto q = run_qforge("quantize " + quote(model) + " -o " + quote(dir / "q") +
+                            " --format nvfp4 --activations nvfp4 --calib " + readme() +
+                            " --calib-samples 4 --calib-seq 64 --calib-moe all --json -q");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto summary = nlohmann::json::parse(q.out);
+  ASSERT_EQ(summary["expert_tokens"].size(), 2u) << q.out;
+  for (const auto& layer : summary["expert_tokens"])
+    for (const auto& t : layer["tokens"]) EXPECT_EQ(t.get<int64_t>(), 4 * 64) << layer.dump();
+  const auto kl = run_qforge("eval kl " + quote(model) + " " + quote(dir / "q") + " --text " +
+                             readme() + " --max-chars 3000 --ctx 128 --json");
+  ASSERT_EQ(kl.exit_code, 0) << kl.err;
+  EXPECT_LT(nlohmann::json::parse(kl.out)["kl_mean"].get<double>(), 0.5) << kl.out;
+  const auto bad = run_qforge("quantize " + quote(model) + " -o " + quote(dir / "q2") +
+                              " --calib-moe some");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("routed"), std::string::npos) << bad.err;
+}
+
 // GPTQ builds each expert's Hessian from its own routed rows; its error beats round-to-nearest.
 TEST(MoeE2E, PerExpertGptqBeatsRoundToNearest) {
   test::ScratchDir dir;
