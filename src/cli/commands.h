@@ -77,6 +77,7 @@ struct PlanArgs {
   std::string html;  // --auto: write the plan's HTML report here
   bool auto_plan = false;
   bool auto_exact = false;  // score units with the exact KL instead of the proxy
+  std::string auto_experts = "layer";  // MoE decision units: "layer" or "expert"
   double target_bits = 0, min_speedup = 0;
   int64_t context = 0, batch = 1;
 };

@@ -30,6 +30,13 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                 "--auto: score each module and format by the exact KL of the final logits with "
                 "only it quantized (one model run per module and format over the calibration "
                 "windows) instead of the layer-local proxy: slower, better choices on small models");
+  cmd->add_option("--auto-experts", a.auto_experts,
+                  "--auto on mixtures of experts: layer (one format for all routed experts of a "
+                  "layer, what vLLM's fused-MoE layers load) or expert (each expert's gate/up and "
+                  "down decided alone; for engines that take per-expert formats). Speed targets "
+                  "count top_k / experts of the routed experts' bytes per token")
+      ->check(name_choice("MoE decision unit", {"layer", "expert"}))
+      ->capture_default_str();
   cmd->add_option("--formats", a.formats,
                   "--auto: candidate formats, comma-separated: " + format_names(", ", true) +
                       " (int4: group 128), " + free_block_choice_names(", ") +
@@ -120,6 +127,7 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
     ao.sensitivity.kernels = o.kernels;
     ao.sensitivity.progress = o.progress;
     ao.sensitivity.exact = a.auto_exact;
+    ao.sensitivity.experts_per_layer = a.auto_experts == "layer";
     if (a.target_bits > 0) {
       ao.target = {TargetKind::bits, a.target_bits};
     } else if (!a.target_size.empty()) {

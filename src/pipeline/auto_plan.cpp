@@ -43,6 +43,9 @@ ModelBudgetInfo checkpoint_budget_info(const Checkpoint& ck, const Architecture&
     }
   }
   ModelBudgetInfo info = ModelBudgetInfo::from_architecture(arch, numel, linear_dtype_size);
+  double read = 0;
+  for (const DecisionUnit& u : units) read += double(u.numel) * 2.0 * u.read_fraction;
+  info.bf16_linear_read_bytes = uint64_t(std::llround(read));
   info.original_linear_bytes = original;
   info.fixed_bytes = fixed;
   info.overhead_bytes = header;
@@ -50,6 +53,14 @@ ModelBudgetInfo checkpoint_budget_info(const Checkpoint& ck, const Architecture&
 }
 
 namespace {
+
+// What candidate `c` of unit `u` costs against the target: its stored bytes, or for a speedup
+// target the bytes one decoded token reads of it (routed experts: top_k / num_experts of them).
+uint64_t target_cost(const Target& t, const DecisionUnit& u, size_t c) {
+  const uint64_t bytes = u.candidates[c].bytes;
+  if (t.kind != TargetKind::speedup || u.read_fraction == 1.0) return bytes;
+  return uint64_t(std::ceil(double(bytes) * u.read_fraction));
+}
 
 // Whether every member of unit `u` may take candidate `c`.
 bool unit_allows(const Architecture& arch, const DecisionUnit& u, const Candidate& c,
@@ -93,6 +104,7 @@ Reach formats_reach(const SourceModel& model, const AutoPlanOptions& o,
   co.formats = formats;
   co.stored_bytes = o.sensitivity.stored_bytes;
   co.excluded = o.sensitivity.excluded;
+  co.experts_per_layer = o.sensitivity.experts_per_layer;
   if (!arch.linears.empty())
     if (const CheckpointTensor* t = ck.find(arch.linears[0].weight_name()))
       co.original_dtype = t->entry->dtype;
@@ -102,7 +114,7 @@ Reach formats_reach(const SourceModel& model, const AutoPlanOptions& o,
   const auto allowed = allowed_candidates(arch, units, o);
   for (size_t u = 0; u < units.size(); ++u) {
     uint64_t m = UINT64_MAX;
-    for (int c : allowed[u]) m = std::min(m, units[u].candidates[size_t(c)].bytes);
+    for (int c : allowed[u]) m = std::min(m, target_cost(o.target, units[u], size_t(c)));
     r.min_bytes += m;
   }
   const int64_t budget = target_budget(o.target, r.info);
@@ -135,7 +147,7 @@ AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options) {
   std::vector<KnapsackUnit> ku(s.units.size());
   for (size_t u = 0; u < s.units.size(); ++u)
     for (int c : allowed[u]) {
-      ku[u].cost.push_back(s.units[u].candidates[size_t(c)].bytes);
+      ku[u].cost.push_back(target_cost(o.target, s.units[u], size_t(c)));
       ku[u].score.push_back(s.monotone[u][size_t(c)]);
     }
   p.budget = target_budget(o.target, p.info);
@@ -148,6 +160,14 @@ AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options) {
     p.result.choice[u] = allowed[u][size_t(p.result.choice[u])];
   p.assignment = assignment_from_choices(s.arch, s.units, p.result.choice);
   p.achieved = target_value(options.target, p.info, p.result.total_bytes);
+  p.budgeted_bytes = p.result.total_bytes;
+  // The knapsack counted bytes read per token for a speedup target; from here on total_bytes
+  // is what the Linears store.
+  if (o.target.kind == TargetKind::speedup) {
+    p.result.total_bytes = 0;
+    for (size_t u = 0; u < s.units.size(); ++u)
+      p.result.total_bytes += s.units[u].candidates[size_t(p.result.choice[u])].bytes;
+  }
   p.bits_per_weight = p.info.quantizable_numel
                           ? double(p.result.total_bytes) * 8.0 / double(p.info.quantizable_numel)
                           : 0.0;
@@ -218,9 +238,12 @@ AutoPlanSummary auto_plan_summary(const AutoPlan& p) {
   a.exact_solve = p.result.exact();
   const auto [constraint, reached] = target_words(p.target, p.achieved);
   a.solved = fmt::format(
-      "least total predicted error over {} units with {}; chosen: {} ({} of Linears within a "
+      "least total predicted error over {} units with {}; chosen: {} ({} of Linears{} within a "
       "budget of {})",
       p.units.size(), constraint, reached, human_bytes(double(p.result.total_bytes)),
+      p.target.kind == TargetKind::speedup
+          ? fmt::format(", {} read per token", human_bytes(double(p.budgeted_bytes)))
+          : std::string(),
       human_bytes(double(a.budget_bytes)));
   if (!a.exact_solve)
     a.solved += fmt::format(

@@ -38,6 +38,9 @@ struct AutoPlan {
   KnapsackResult result;
   ModelBudgetInfo info;
   int64_t budget = 0;          // target_budget(target, info)
+  // What the budget counted of the chosen plan: result.total_bytes (stored), or for a speedup
+  // target the bytes read per decoded token (routed experts: top_k / num_experts of theirs).
+  uint64_t budgeted_bytes = 0;
   double achieved = 0;         // target_value of the chosen bytes
   double bits_per_weight = 0;  // average over the units' weights, scales included
   std::string summary;         // one line per chosen format: units, weights, bytes

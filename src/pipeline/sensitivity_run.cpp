@@ -145,6 +145,7 @@ SensitivityResult run_sensitivity(const SourceModel& source, const SensitivityOp
   co.original_dtype = r.original_dtype;
   co.stored_bytes = options.stored_bytes;
   co.excluded = options.excluded;
+  co.experts_per_layer = options.experts_per_layer;
   r.units = decision_units(a, co);
   r.proxy.assign(r.units.size(), {});
 

@@ -31,6 +31,7 @@ struct SensitivityOptions {
   // not scored (CandidateOptions::excluded). Empty: none.
   std::function<bool(const LinearModule&)> excluded;
   bool exact = false;                  // also the exact measure (one model run per candidate)
+  bool experts_per_layer = true;       // MoE units (CandidateOptions::experts_per_layer)
   int64_t proxy_rows = 256;            // calibration rows sampled per Linear input for the proxy
   int threads = 0;                     // 0 = all hardware threads
   KernelMode kernels = KernelMode::exact;  // the model's Linear products (the proxy is BF16 by design)

@@ -139,6 +139,7 @@ ModelBudgetInfo ModelBudgetInfo::from_architecture(const Architecture& arch,
   info.quantizable_numel = quantizable_numel;
   info.original_linear_bytes = quantizable_numel * ds;
   info.bf16_linear_bytes = quantizable_numel * 2;
+  info.bf16_linear_read_bytes = info.bf16_linear_bytes;
   // Elements of the small tensors every layer keeps in float: norms, q/k norms, biases.
   uint64_t small = h;  // the final norm
   for (const LayerSpec& layer : arch.layers)
@@ -200,7 +201,7 @@ int64_t target_budget(const Target& t, const ModelBudgetInfo& info) {
         fail("{}: the context and batch must be at least 1", describe_target(t));
       return clamp_signed(t.value) - int64_t(info.fixed_bytes) - int64_t(kv_of(t, info));
     case TargetKind::speedup:
-      return clamp_signed(double(info.bf16_linear_bytes + info.bf16_fixed_read_bytes_per_token) /
+      return clamp_signed(double(info.bf16_linear_read_bytes + info.bf16_fixed_read_bytes_per_token) /
                           t.value) -
              int64_t(info.fixed_read_bytes_per_token);
   }
@@ -217,7 +218,7 @@ double target_value(const Target& t, const ModelBudgetInfo& info, uint64_t linea
     case TargetKind::memory:
       return double(linear_bytes + info.fixed_bytes + kv_of(t, info));
     case TargetKind::speedup:
-      return double(info.bf16_linear_bytes + info.bf16_fixed_read_bytes_per_token) /
+      return double(info.bf16_linear_read_bytes + info.bf16_fixed_read_bytes_per_token) /
              double(linear_bytes + info.fixed_read_bytes_per_token);
   }
   fail("unknown target kind");

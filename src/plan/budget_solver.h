@@ -48,7 +48,10 @@ KnapsackResult solve_knapsack(const std::vector<KnapsackUnit>& units, uint64_t b
 struct ModelBudgetInfo {
   uint64_t quantizable_numel = 0;  // weights of all decision units (the --target-bits base)
   uint64_t original_linear_bytes = 0;  // the units' Linears in the checkpoint's dtype
-  uint64_t bf16_linear_bytes = 0;      // the same Linears at 2 bytes per weight (speedup base)
+  uint64_t bf16_linear_bytes = 0;      // the same Linears at 2 bytes per weight
+  // What one decoded token reads of them in BF16 (speedup base): bf16_linear_bytes, less the
+  // routed experts a token does not use (DecisionUnit::read_fraction).
+  uint64_t bf16_linear_read_bytes = 0;
   uint64_t fixed_bytes = 0;        // stored tensors never quantized: embeddings, head, norms, biases
   uint64_t overhead_bytes = 0;     // headers, index, configs, tokenizer (the --target-size slack)
   uint64_t fixed_read_bytes_per_token = 0;       // per decoded token, as stored: head + one embedding row + norms
@@ -86,7 +89,8 @@ struct Target {
 //   bits:    floor(B * quantizable_numel / 8)
 //   size:    SIZE - fixed_bytes - overhead_bytes
 //   memory:  SIZE - fixed_bytes - kv_cache_bytes(...)
-//   speedup: floor((bf16_linear_bytes + bf16_fixed_read) / X) - fixed_read_bytes_per_token
+//   speedup: floor((bf16_linear_read_bytes + bf16_fixed_read) / X) - fixed_read_bytes_per_token,
+//            a budget for the Linears' bytes read per token (DecisionUnit::read_fraction)
 // Throws qf::Error for a non-positive value (or a context < 1 / batch < 1 for memory).
 int64_t target_budget(const Target& target, const ModelBudgetInfo& info);
 

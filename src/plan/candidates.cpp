@@ -116,9 +116,21 @@ std::vector<DecisionUnit> decision_units(const Architecture& arch, const Candida
     const LinearModule& lm = arch.linears[i];
     std::vector<size_t> members = lm.group >= 0 ? arch.fused_groups.at(size_t(lm.group))
                                                 : std::vector<size_t>{i};
+    const bool layer_experts = lm.expert >= 0 && options.experts_per_layer;
+    if (layer_experts) {
+      members.clear();
+      for (size_t k : arch.layers[size_t(lm.layer)].linears)
+        if (arch.linears[k].expert >= 0) members.push_back(k);
+    }
     std::sort(members.begin(), members.end());
     DecisionUnit u;
-    u.name = unit_name(arch, members);
+    u.name = layer_experts ? fmt::format("model.layers.{}.experts (all {} routed)", lm.layer,
+                                         arch.layers[size_t(lm.layer)].moe.num_experts)
+                           : unit_name(arch, members);
+    if (lm.expert >= 0) {
+      const MoeSpec& moe = arch.layers[size_t(lm.layer)].moe;
+      u.read_fraction = double(moe.top_k) / double(moe.num_experts);
+    }
     u.layer = lm.layer;
     u.linears = members;
     bool excluded = false;

@@ -76,6 +76,9 @@ struct DecisionUnit {
   int layer = 0;
   std::vector<size_t> linears;  // indices into Architecture::linears, in architecture order
   uint64_t numel = 0;           // weights of all members
+  // The share of the unit's bytes one decoded token reads: 1, or for routed experts top_k /
+  // num_experts (a token reads k of them; which ones is not known ahead).
+  double read_fraction = 1.0;
   // The asked formats the unit can take, in the order asked, then keep (if allowed) last.
   // Never empty: a unit that can take nothing asked keeps its dtype. An asked int4:channel is
   // stored with its concrete block (the unit's in_features, e.g. "int4:172") and only added
@@ -98,6 +101,10 @@ struct CandidateOptions {
   // its tensors included (exports differ: compressed-tensors INT4 adds weight_shape and stores
   // scales in the model dtype). Empty: linear_stored_bytes.
   std::function<uint64_t(const LinearModule&, const FormatChoice&)> stored_bytes;
+  // Routed experts: true = one unit per MoE layer holding every routed expert's Linears (one
+  // format for the layer's experts, what vLLM's fused-MoE layers and ModelOpt's
+  // MIXED_PRECISION per-layer entries load); false = one unit per expert gate/up and down.
+  bool experts_per_layer = true;
 };
 
 // Units in architecture order (layer by layer: q/k/v, o, gate/up, down).

@@ -128,6 +128,36 @@ TEST(MoeE2E, CalibMoeAllGivesEveryExpertEveryToken) {
   EXPECT_NE(bad.err.find("routed"), std::string::npos) << bad.err;
 }
 
+// --auto decides all routed experts of a layer together by default (vLLM's fused-MoE layers
+// take one format), or each expert alone with --auto-experts expert.
+TEST(MoeE2E, AutoDecidesExpertsPerLayerOrPerExpert) {
+  test::ScratchDir dir;
+  const fs::path model = prepare(dir, "qwen2_moe");
+  for (const std::string mode : {"layer", "expert"}) {
+    SCOPED_TRACE(mode);
+    const auto r = run_qforge("quantize " + quote(model) + " -o " + quote(dir / mode) +
+                              " --auto --target-bits 6 --formats nvfp4,fp8 --auto-experts " + mode +
+                              " --calib " + readme() +
+                              " --calib-samples 4 --calib-seq 64 --dry-run --json -q");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    std::map<std::string, std::set<std::string>> formats;  // layer -> formats of its experts
+    for (const auto& m : j["modules"]) {
+      const std::string name = m["name"];
+      const size_t at = name.find(".mlp.experts.");
+      if (at != std::string::npos) formats[name.substr(0, at)].insert(m["format"].get<std::string>());
+    }
+    ASSERT_EQ(formats.size(), 2u) << r.out;
+    if (mode == "layer") {
+      for (const auto& [layer, f] : formats) EXPECT_EQ(f.size(), 1u) << layer;
+    }
+    const auto units = j["auto"]["units"].size();
+    // qwen2_moe: 3 layers x (q/k/v, o) + dense MLP (gate/up, down) + 2 MoE layers x (shared
+    // gate/up, shared down, experts: 1 unit per layer or 8 x 2).
+    EXPECT_EQ(units, mode == "layer" ? 6u + 2u + 2u * 3u : 6u + 2u + 2u * (2u + 16u)) << r.out;
+  }
+}
+
 // GPTQ builds each expert's Hessian from its own routed rows; its error beats round-to-nearest.
 TEST(MoeE2E, PerExpertGptqBeatsRoundToNearest) {
   test::ScratchDir dir;
