@@ -83,8 +83,8 @@ void route_sigmoid_grouped(const float* logits, const MoeSpec& moe, const std::v
   order.resize(size_t(groups));
   for (int64_t g = 0; g < groups; ++g) order[size_t(g)] = int(g);
   auto by = [](const std::vector<float>& v) {
-    return [&v](int x, int y) {
-      return v[size_t(x)] > v[size_t(y)] || (v[size_t(x)] == v[size_t(y)] && x < y);
+    return [&w = v](int x, int y) {
+      return w[size_t(x)] > w[size_t(y)] || (w[size_t(x)] == w[size_t(y)] && x < y);
     };
   };
   std::partial_sort(order.begin(), order.begin() + moe.topk_group, order.end(), by(group_score));
