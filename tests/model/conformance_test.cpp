@@ -167,6 +167,8 @@ TEST_P(Conformance, Bf16MatchesTransformers) {
               fast.max_logit_diff);
   EXPECT_LE(std::fabs(fast.ppl / want - 1), 1e-3);
   const Result exact = run_case(dir, dir, KernelMode::exact);
+  std::printf("[conformance] %-22s BF16 exact ppl %.6f rel %.2e max|dlogit| %.2e\n",
+              GetParam().c_str(), exact.ppl, std::fabs(exact.ppl / want - 1), exact.max_logit_diff);
   EXPECT_LE(std::fabs(exact.ppl / want - 1), 1e-5);
   EXPECT_LE(exact.max_logit_diff, 1e-4);
 }
