@@ -115,10 +115,16 @@ class CaptureObserver final : public LayerObserver {
     const LayerSpec& spec = a.layers[size_t(layer)];
     // An MoE layer's dense mlp_act is its shared expert's activation (none: never fed).
     const int64_t act = !spec.is_moe ? a.intermediate_size : spec.moe.shared_intermediate;
-    const int64_t cols[kLayerInputs] = {a.hidden_size, a.num_heads * a.head_dim, a.hidden_size,
-                                        act};
-    for (int i = 0; i < kLayerInputs; ++i)
-      acc_.emplace_back(cols[i], o, uint64_t(layer) * kLayerInputs + uint64_t(i));
+    // The latent inputs exist with multi-head latent attention only (0 columns otherwise).
+    const int64_t cols[kLayerInputs] = {a.hidden_size, a.num_heads * a.v_head_dim, a.hidden_size,
+                                        act, a.mla.q_lora_rank, a.mla.kv_lora_rank};
+    for (int i = 0; i < kLayerInputs; ++i) {
+      // The four dense inputs keep the stream seeds they had before the latent ones existed,
+      // so that a model's calibration samples do not change.
+      const uint64_t stream = i < 4 ? uint64_t(layer) * 4 + uint64_t(i)
+                                    : (uint64_t(layer + 1) << 32) + uint64_t(i);
+      acc_.emplace_back(cols[i], o, stream);
+    }
     expert_options_ = o;
     if (spec.is_moe) {
       experts_.resize(size_t(spec.moe.num_experts));
@@ -145,11 +151,10 @@ class CaptureObserver final : public LayerObserver {
     acc->add(x, n, pool_);
   }
   bool experts_see_all_rows() const override { return expert_options_.experts_see_all_rows; }
-  void key_value(const float* k, const float* v, int64_t n, int64_t kv_dim) override {
-    for (int64_t i = 0; i < n * kv_dim; ++i) {
-      k_amax_ = std::max(k_amax_, std::fabs(k[i]));
-      v_amax_ = std::max(v_amax_, std::fabs(v[i]));
-    }
+  void key_value(const float* k, const float* v, int64_t n, int64_t k_dim,
+                 int64_t v_dim) override {
+    for (int64_t i = 0; i < n * k_dim; ++i) k_amax_ = std::max(k_amax_, std::fabs(k[i]));
+    for (int64_t i = 0; i < n * v_dim; ++i) v_amax_ = std::max(v_amax_, std::fabs(v[i]));
     if (!std::isfinite(k_amax_) || !std::isfinite(v_amax_))
       fail("calibration: keys or values hold NaN or Inf");
   }

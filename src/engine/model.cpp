@@ -1,8 +1,10 @@
 // The decoder forward pass, one layer spec at a time: embedding (times the family's scale),
-// then per layer [pre-norm] -> q/k/v (fused or not) -> [q/k norm] -> RoPE (partial, scaled) ->
-// causal grouped-query attention over the KV cache (sliding window, soft-capping) -> o_proj ->
-// [post-norm] -> residual; [pre-norm] -> gated MLP (SiLU or GELU) -> [post-norm] -> residual;
-// final norm, output head (divided or soft-capped where the family says).
+// then per layer [pre-norm] -> q/k/v (fused or not; or multi-head latent attention's latents
+// expanded per head) -> [q/k norm] -> RoPE (partial, scaled; interleaved for MLA) -> causal
+// grouped-query attention over the KV cache (sliding window, soft-capping) -> o_proj ->
+// [post-norm] -> residual; [pre-norm] -> gated MLP (SiLU or GELU) or mixture of experts ->
+// [post-norm] -> residual; final norm, output head (divided or soft-capped where the family
+// says).
 #include "engine/model.h"
 
 #include "core/error.h"
@@ -51,6 +53,61 @@ void route_softmax_topk(const float* logits, const MoeSpec& moe, std::vector<flo
     for (int64_t k = 0; k < moe.top_k; ++k) weights[k] /= sum;
 }
 
+// sigmoid_grouped (DeepseekV3TopkRouter, float32 throughout): see Routing. Ties go to the
+// lower index, of groups and of experts.
+void route_sigmoid_grouped(const float* logits, const MoeSpec& moe, const std::vector<float>& bias,
+                           std::vector<float>& scores, std::vector<float>& choice,
+                           std::vector<int>& order, int* experts, float* weights) {
+  const int64_t e = moe.num_experts, groups = moe.n_group, per = e / groups;
+  scores.resize(size_t(e));
+  choice.resize(size_t(e));
+  for (int64_t i = 0; i < e; ++i) {
+    scores[size_t(i)] = 1.f / (1.f + std::exp(-logits[i]));
+    choice[size_t(i)] = scores[size_t(i)] + bias[size_t(i)];
+  }
+  // A group's score: the sum of its two best biased scores.
+  std::vector<float> group_score(static_cast<size_t>(groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    float best = -INFINITY, second = -INFINITY;
+    for (int64_t i = g * per; i < (g + 1) * per; ++i) {
+      const float c = choice[size_t(i)];
+      if (c > best) {
+        second = best;
+        best = c;
+      } else if (c > second) {
+        second = c;
+      }
+    }
+    group_score[size_t(g)] = best + second;
+  }
+  order.resize(size_t(groups));
+  for (int64_t g = 0; g < groups; ++g) order[size_t(g)] = int(g);
+  auto by = [](const std::vector<float>& v) {
+    return [&w = v](int x, int y) {
+      return w[size_t(x)] > w[size_t(y)] || (w[size_t(x)] == w[size_t(y)] && x < y);
+    };
+  };
+  std::partial_sort(order.begin(), order.begin() + moe.topk_group, order.end(), by(group_score));
+  std::vector<bool> kept(size_t(groups), false);
+  for (int64_t g = 0; g < moe.topk_group; ++g) kept[size_t(order[size_t(g)])] = true;
+  // The experts of the kept groups compete on their biased scores.
+  order.clear();
+  for (int64_t i = 0; i < e; ++i)
+    if (kept[size_t(i / per)]) order.push_back(int(i));
+  std::partial_sort(order.begin(), order.begin() + moe.top_k, order.end(), by(choice));
+  float sum = 0.f;
+  for (int64_t k = 0; k < moe.top_k; ++k) {
+    experts[k] = order[size_t(k)];
+    weights[k] = scores[size_t(order[size_t(k)])];
+    sum += weights[k];
+  }
+  if (moe.norm_topk_prob) {
+    const float denominator = sum + 1e-20f;
+    for (int64_t k = 0; k < moe.top_k; ++k) weights[k] /= denominator;
+  }
+  for (int64_t k = 0; k < moe.top_k; ++k) weights[k] *= moe.routed_scaling;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const ModelOptions& opt) {
@@ -86,13 +143,21 @@ void Model::ensure_capacity(int64_t n) {
   if (n <= capacity_) return;
   const Architecture& a = w_.arch;
   const int64_t q_dim = a.num_heads * a.head_dim, kv_dim = a.num_kv_heads * a.head_dim;
+  const int64_t v_dim = a.num_kv_heads * a.v_head_dim, att_dim = a.num_heads * a.v_head_dim;
   const auto sz = [n](int64_t d) { return size_t(n * d); };
   x_.resize(sz(a.hidden_size));
   xb_.resize(sz(std::max(a.hidden_size, q_dim)));
   q_.resize(sz(q_dim));
   k_.resize(sz(kv_dim));
-  v_.resize(sz(kv_dim));
-  att_.resize(sz(q_dim));
+  v_.resize(sz(v_dim));
+  att_.resize(sz(att_dim));
+  if (a.is_mla()) {
+    const MlaSpec& m = a.mla;
+    q_latent_.resize(sz(m.q_lora_rank));
+    kv_a_.resize(sz(m.kv_lora_rank + m.qk_rope_head_dim));
+    kv_latent_.resize(sz(m.kv_lora_rank));
+    kv_b_.resize(sz(a.num_heads * (m.qk_nope_head_dim + a.v_head_dim)));
+  }
   const int64_t inter = max_intermediate(a);
   hb_.resize(sz(inter));
   hb2_.resize(sz(inter));
@@ -109,7 +174,9 @@ void Model::ensure_capacity(int64_t n) {
   for (const auto& l : a.layers)
     fused |= l.slot_of(LinearRole::qkv_proj) >= 0 || l.slot_of(LinearRole::gate_up_proj) >= 0;
   if (fused) fused_.resize(sz(std::max(q_dim + 2 * kv_dim, 2 * a.intermediate_size)));
-  scaled_.resize(sz(std::max({a.hidden_size, q_dim, inter})));
+  int64_t widest_in = std::max({a.hidden_size, q_dim, inter});
+  for (const LinearModule& m : a.linears) widest_in = std::max(widest_in, m.in_features);
+  scaled_.resize(sz(widest_in));
   actq_.resize(scaled_.size());
   capacity_ = n;
 }
@@ -117,14 +184,14 @@ void Model::ensure_capacity(int64_t n) {
 void Model::ensure_kv(int64_t len) {
   if (len <= kv_len_) return;
   const Architecture& a = w_.arch;
-  const int64_t kv_dim = a.num_kv_heads * a.head_dim;
+  const int64_t k_dim = a.num_kv_heads * a.head_dim, v_dim = a.num_kv_heads * a.v_head_dim;
   // Geometric growth keeps token-by-token generation from copying the cache every step.
   const int64_t target = std::min(max_seq_, std::max(len, 2 * kv_len_));
   for (size_t l = 0; l < key_cache_.size(); ++l) {
-    key_cache_[l].reserve(size_t(target * kv_dim));
-    value_cache_[l].reserve(size_t(target * kv_dim));
-    key_cache_[l].resize(size_t(len * kv_dim));
-    value_cache_[l].resize(size_t(len * kv_dim));
+    key_cache_[l].reserve(size_t(target * k_dim));
+    value_cache_[l].reserve(size_t(target * v_dim));
+    key_cache_[l].resize(size_t(len * k_dim));
+    value_cache_[l].resize(size_t(len * v_dim));
   }
   kv_len_ = len;
 }
@@ -167,7 +234,7 @@ void Model::norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int6
     if (out != x) std::copy_n(x, n * cols, out);
     return;
   }
-  const float eps = float(w_.arch.rms_norm_eps);
+  const float eps = float(w_.arch.norm_eps(slot));
   for (int64_t t = 0; t < n; ++t) rmsnorm(x + t * cols, w.data(), cols, eps, out + t * cols);
 }
 
@@ -188,8 +255,9 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits,
 
 void Model::attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n) {
   const Architecture& a = w_.arch;
-  const int64_t hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
-  const int64_t q_dim = nh * hd, kv_dim = nkv * hd, kv_mul = nh / nkv;
+  const int64_t hd = a.head_dim, vd = a.v_head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
+  const int64_t q_dim = nh * hd, k_dim = nkv * hd, v_dim = nkv * vd, att_dim = nh * vd;
+  const int64_t kv_mul = nh / nkv;
   const float* kc = key_cache_[size_t(l)].data();
   const float* vc = value_cache_[size_t(l)].data();
   const float scale = a.attention_scale, cap = a.attn_softcap;
@@ -203,7 +271,7 @@ void Model::attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n) 
     const int64_t kvh = h / kv_mul;
     std::vector<float> scores(static_cast<size_t>(end - begin));
     for (int64_t p = begin; p < end; ++p) {
-      const float* kp = kc + p * kv_dim + kvh * hd;
+      const float* kp = kc + p * k_dim + kvh * hd;
       float s = 0.f;
       for (int64_t i = 0; i < hd; ++i) s += qh[i] * kp[i];
       s *= scale;
@@ -211,12 +279,12 @@ void Model::attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n) 
       scores[size_t(p - begin)] = s;
     }
     softmax(scores.data(), end - begin);
-    float* out = att_.data() + t * q_dim + h * hd;
-    std::fill_n(out, hd, 0.f);
+    float* out = att_.data() + t * att_dim + h * vd;
+    std::fill_n(out, vd, 0.f);
     for (int64_t p = begin; p < end; ++p) {
-      const float* vp = vc + p * kv_dim + kvh * hd;
+      const float* vp = vc + p * v_dim + kvh * vd;
       const float s = scores[size_t(p - begin)];
-      for (int64_t i = 0; i < hd; ++i) out[i] += s * vp[i];
+      for (int64_t i = 0; i < vd; ++i) out[i] += s * vp[i];
     }
   });
 }
@@ -227,12 +295,15 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
   const LayerSpec& spec = a.layers[size_t(l)];
   const int64_t dim = a.hidden_size, hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
   const int64_t q_dim = nh * hd, kv_dim = nkv * hd;
+  const int64_t v_dim = nkv * a.v_head_dim, att_dim = nh * a.v_head_dim;
   const float eps = float(a.rms_norm_eps);
 
   // Attention block.
   norm_rows(L, NormSlot::attn_in, x_.data(), n, dim, xb_.data());
   if (obs) obs->linear_input(LayerInput::attn_norm, kNoExpert, xb_.data(), n, dim);
-  if (spec.slot_of(LinearRole::qkv_proj) >= 0) {
+  if (a.is_mla()) {
+    mla_qkv(spec, L, pos, n, obs);
+  } else if (spec.slot_of(LinearRole::qkv_proj) >= 0) {
     const int64_t width = q_dim + 2 * kv_dim;
     linear(L.linear(spec, LinearRole::qkv_proj), xb_.data(), n, fused_.data());
     for (int64_t t = 0; t < n; ++t) {
@@ -246,33 +317,35 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
     linear(L.linear(spec, LinearRole::k_proj), xb_.data(), n, k_.data());
     linear(L.linear(spec, LinearRole::v_proj), xb_.data(), n, v_.data());
   }
-  if (a.qk_norm == QkNorm::whole) {
-    norm_rows(L, NormSlot::q, q_.data(), n, q_dim, q_.data());
-    norm_rows(L, NormSlot::k, k_.data(), n, kv_dim, k_.data());
-  }
-  const RopeRows& rope = rope_[size_t(spec.rope)];
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < nh; ++h) {
-      float* qh = q_.data() + t * q_dim + h * hd;
-      if (a.qk_norm == QkNorm::per_head) rmsnorm(qh, L.norm(NormSlot::q).data(), hd, eps, qh);
-      rope.apply(qh, pos + t);
+  if (!a.is_mla()) {
+    if (a.qk_norm == QkNorm::whole) {
+      norm_rows(L, NormSlot::q, q_.data(), n, q_dim, q_.data());
+      norm_rows(L, NormSlot::k, k_.data(), n, kv_dim, k_.data());
     }
-    for (int64_t h = 0; h < nkv; ++h) {
-      float* kh = k_.data() + t * kv_dim + h * hd;
-      if (a.qk_norm == QkNorm::per_head) rmsnorm(kh, L.norm(NormSlot::k).data(), hd, eps, kh);
-      rope.apply(kh, pos + t);
+    const RopeRows& rope = rope_[size_t(spec.rope)];
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t h = 0; h < nh; ++h) {
+        float* qh = q_.data() + t * q_dim + h * hd;
+        if (a.qk_norm == QkNorm::per_head) rmsnorm(qh, L.norm(NormSlot::q).data(), hd, eps, qh);
+        rope.apply(qh, pos + t);
+      }
+      for (int64_t h = 0; h < nkv; ++h) {
+        float* kh = k_.data() + t * kv_dim + h * hd;
+        if (a.qk_norm == QkNorm::per_head) rmsnorm(kh, L.norm(NormSlot::k).data(), hd, eps, kh);
+        rope.apply(kh, pos + t);
+      }
     }
   }
-  if (obs) obs->key_value(k_.data(), v_.data(), n, kv_dim);
+  if (obs) obs->key_value(k_.data(), v_.data(), n, kv_dim, v_dim);
   float* kc = key_cache_[size_t(l)].data();
   float* vc = value_cache_[size_t(l)].data();
   std::copy_n(k_.data(), n * kv_dim, kc + pos * kv_dim);
-  std::copy_n(v_.data(), n * kv_dim, vc + pos * kv_dim);
+  std::copy_n(v_.data(), n * v_dim, vc + pos * v_dim);
   if (L.k_scale > 0) fake_quantize_fp8(L.k_scale, kc + pos * kv_dim, n * kv_dim);
-  if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, vc + pos * kv_dim, n * kv_dim);
+  if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, vc + pos * v_dim, n * v_dim);
   attention(l, spec, pos, n);
 
-  if (obs) obs->linear_input(LayerInput::attn_out, kNoExpert, att_.data(), n, q_dim);
+  if (obs) obs->linear_input(LayerInput::attn_out, kNoExpert, att_.data(), n, att_dim);
   linear(L.linear(spec, LinearRole::o_proj), att_.data(), n, xb_.data());
   norm_rows(L, NormSlot::attn_out, xb_.data(), n, dim, xb_.data());
   const float rs = a.residual_scale;
@@ -293,6 +366,47 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
   }
   norm_rows(L, NormSlot::mlp_out, xb_.data(), n, dim, xb_.data());
   for (int64_t i = 0; i < n * dim; ++i) x_[size_t(i)] += xb_[size_t(i)] * rs;
+}
+
+void Model::mla_qkv(const LayerSpec& spec, const LayerWeights& L, int64_t pos, int64_t n,
+                    LayerObserver* obs) {
+  const Architecture& a = w_.arch;
+  const MlaSpec& m = a.mla;
+  const int64_t nh = a.num_heads, hd = a.head_dim, vd = a.v_head_dim;
+  const int64_t dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, lora = m.kv_lora_rank;
+  const int64_t q_dim = nh * hd, v_dim = nh * vd, kv_a = lora + dr, kv_b = dn + vd;
+  if (m.q_lora_rank > 0) {
+    linear(L.linear(spec, LinearRole::q_a_proj), xb_.data(), n, q_latent_.data());
+    norm_rows(L, NormSlot::q_a, q_latent_.data(), n, m.q_lora_rank, q_latent_.data());
+    if (obs) obs->linear_input(LayerInput::q_latent, kNoExpert, q_latent_.data(), n, m.q_lora_rank);
+    linear(L.linear(spec, LinearRole::q_b_proj), q_latent_.data(), n, q_.data());
+  } else {
+    linear(L.linear(spec, LinearRole::q_proj), xb_.data(), n, q_.data());
+  }
+  // [latent | k_rot] per token; the latent is normed, then expanded to [k_nope | v] per head.
+  linear(L.linear(spec, LinearRole::kv_a_proj_with_mqa), xb_.data(), n, kv_a_.data());
+  for (int64_t t = 0; t < n; ++t)
+    std::copy_n(kv_a_.data() + t * kv_a, lora, kv_latent_.data() + t * lora);
+  norm_rows(L, NormSlot::kv_a, kv_latent_.data(), n, lora, kv_latent_.data());
+  if (obs) obs->linear_input(LayerInput::kv_latent, kNoExpert, kv_latent_.data(), n, lora);
+  linear(L.linear(spec, LinearRole::kv_b_proj), kv_latent_.data(), n, kv_b_.data());
+  const RopeRows& rope = rope_[size_t(spec.rope)];
+  auto rotate = [&](float* x, int64_t p) {
+    if (m.rope_interleave) rope.apply_interleaved(x, p);
+    else rope.apply(x, p);
+  };
+  for (int64_t t = 0; t < n; ++t) {
+    float* k_rot = kv_a_.data() + t * kv_a + lora;  // one rope key, shared by every head
+    rotate(k_rot, pos + t);
+    for (int64_t h = 0; h < nh; ++h) {
+      rotate(q_.data() + t * q_dim + h * hd + dn, pos + t);
+      const float* kv = kv_b_.data() + (t * nh + h) * kv_b;
+      float* kh = k_.data() + t * q_dim + h * hd;
+      std::copy_n(kv, dn, kh);
+      std::copy_n(k_rot, dr, kh + dn);
+      std::copy_n(kv + dn, vd, v_.data() + t * v_dim + h * vd);
+    }
+  }
 }
 
 void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, int64_t inter,
@@ -327,9 +441,19 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
   const int64_t experts = moe.num_experts;
   chosen_.resize(size_t(n * k));
   chosen_weight_.resize(size_t(n * k));
-  for (int64_t t = 0; t < n; ++t)
-    route_softmax_topk(logits_.data() + t * experts, moe, probs_, order_,
-                       chosen_.data() + t * k, chosen_weight_.data() + t * k);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = logits_.data() + t * experts;
+    switch (moe.routing) {
+      case Routing::softmax_topk:
+        route_softmax_topk(row, moe, probs_, order_, chosen_.data() + t * k,
+                           chosen_weight_.data() + t * k);
+        break;
+      case Routing::sigmoid_grouped:
+        route_sigmoid_grouped(row, moe, L.score_bias, probs_, choice_, order_,
+                              chosen_.data() + t * k, chosen_weight_.data() + t * k);
+        break;
+    }
+  }
   route_start_.assign(size_t(experts + 1), 0);
   for (int64_t i = 0; i < n * k; ++i) ++route_start_[size_t(chosen_[size_t(i)] + 1)];
   for (int64_t e = 0; e < experts; ++e) route_start_[size_t(e + 1)] += route_start_[size_t(e)];

@@ -29,8 +29,10 @@ class LayerObserver {
   // MoE layer ffn_norm = every row and mlp_act = the shared expert's activation).
   virtual void linear_input(LayerInput which, int expert, const float* x, int64_t n,
                             int64_t cols) = 0;
-  // Post-RoPE keys and values about to enter the KV cache: [n, kv_dim] each.
-  virtual void key_value(const float* k, const float* v, int64_t n, int64_t kv_dim) = 0;
+  // Post-RoPE keys [n, k_dim] and values [n, v_dim] about to enter the KV cache (k_dim =
+  // v_dim except with multi-head latent attention, whose keys and values are per head).
+  virtual void key_value(const float* k, const float* v, int64_t n, int64_t k_dim,
+                         int64_t v_dim) = 0;
   // True to run every routed expert over every row of its MoE layer (ModelOpt calibrates
   // experts this way), each seeing all rows; the layer's output still uses only the routed
   // rows. False: each expert sees the rows routed to it.
@@ -99,6 +101,10 @@ class Model {
   // One layer over x_ [n, hidden] at positions [pos, pos + n).
   void run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n, LayerObserver* obs);
   void attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n);
+  // Multi-head latent attention's queries, keys and values (RoPE applied) into q_, k_, v_
+  // from xb_ [n, hidden] (normed).
+  void mla_qkv(const LayerSpec& spec, const LayerWeights& L, int64_t pos, int64_t n,
+               LayerObserver* obs);
   // The gated MLP act(gate(x)) * up(x) -> down of slots {gate, up, down} (or {-1, gate_up,
   // down} when fused on disk) over x [n, hidden] into y [n, hidden] (y may be x).
   // `expert` is passed to the observer with the activation.
@@ -119,11 +125,15 @@ class Model {
   // MoE: router logits [n, experts], rows gathered for one expert and its output, the sum.
   std::vector<float> logits_, gathered_, expert_out_, moe_sum_;
   // Routing scratch (kept across calls: decode routes one token per layer per step).
-  std::vector<float> probs_, chosen_weight_, route_weight_;
+  std::vector<float> probs_, choice_, chosen_weight_, route_weight_;
   std::vector<int> order_, chosen_;
   std::vector<int64_t> route_start_, route_next_, route_token_;
+  // MLA: the q latent, kv_a_proj_with_mqa's output, the kv latent, kv_b_proj's output.
+  std::vector<float> q_latent_, kv_a_, kv_latent_, kv_b_;
   int64_t kv_len_ = 0;  // positions the cache has room for
-  std::vector<std::vector<float>> key_cache_, value_cache_;  // per layer [kv_len_, kv_dim]
+  // Per layer [kv_len_, k_dim] and [kv_len_, v_dim]. MLA caches the expanded per-head keys
+  // and values, not the latent: simplest and exact (transformers expands the same latent).
+  std::vector<std::vector<float>> key_cache_, value_cache_;
 };
 
 }  // namespace qf

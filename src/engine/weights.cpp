@@ -360,17 +360,14 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
   };
   mw.final_norm = norm(a.final_norm_name, a.hidden_size);
 
-  const int64_t q_out = a.num_heads * a.head_dim, kv_out = a.num_kv_heads * a.head_dim;
+  // Only the layers the config names are read: DeepSeek-V3's multi-token-prediction layer
+  // (model.layers.<num_hidden_layers>.*) is not part of the model.
   for (int64_t l = 0; l < a.num_layers; ++l) {
     const LayerSpec& spec = a.layers[size_t(l)];
     LayerWeights L;
     for (int s = 0; s < kNormSlots; ++s) {
       const NormSlot slot = NormSlot(s);
-      if (!spec.has(slot)) continue;
-      int64_t n = a.hidden_size;
-      if (slot == NormSlot::q || slot == NormSlot::k)
-        n = a.qk_norm == QkNorm::per_head ? a.head_dim : slot == NormSlot::q ? q_out : kv_out;
-      L.norms[size_t(s)] = norm(spec.norm(slot), n);
+      if (spec.has(slot)) L.norms[size_t(s)] = norm(spec.norm(slot), a.norm_size(slot));
     }
     for (size_t i : spec.linears) {
       const LinearModule& m = a.linears[i];
@@ -381,6 +378,8 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
                            /*must_float=*/true);
       if (!spec.moe.shared_gate.empty())
         L.shared_gate = ld.linear(spec.moe.shared_gate, 1, a.hidden_size, scheme, false, true);
+      if (!spec.moe.score_bias.empty())
+        L.score_bias = ld.vector(spec.moe.score_bias, spec.moe.num_experts);
     }
     if (scheme.kv_fp8 && spec.slot_of(LinearRole::k_proj) >= 0) {
       // Named after the projections the exporter writes them with, wherever the target puts them.

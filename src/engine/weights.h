@@ -34,13 +34,15 @@ struct EngineLinear {
 // One decoder layer's weights, laid out by its LayerSpec (model/architecture.h).
 struct LayerWeights {
   // The multipliers each norm applies (Gemma's x * (1 + w) is stored as 1 + w), present where
-  // the spec has the norm: [hidden], or for q/k [head_dim] per head or [heads * head_dim] whole.
+  // the spec has the norm, of Architecture::norm_size elements.
   std::array<std::vector<float>, kNormSlots> norms;
   std::vector<EngineLinear> linears;  // parallel to LayerSpec::linears
   float k_scale = 0.f, v_scale = 0.f;  // FP8 KV cache scales; 0: float32 cache
   // MoE layers: the router [num_experts, hidden] and the shared expert's gate [1, hidden]
-  // (where the spec has one), never quantized.
+  // (where the spec has one), never quantized; the router's score bias [num_experts]
+  // (sigmoid_grouped routing).
   EngineLinear router, shared_gate;
+  std::vector<float> score_bias;
 
   const std::vector<float>& norm(NormSlot s) const { return norms[size_t(s)]; }
   // The Linear of `role`, which the spec must have.

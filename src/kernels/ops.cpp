@@ -40,6 +40,20 @@ void RopeRows::apply(float* head, int64_t pos) const {
   }
 }
 
+void RopeRows::apply_interleaved(float* x, int64_t pos) const {
+  const int64_t half = rotary_dim / 2;
+  const float* c = cos.data() + (pos - first) * half;
+  const float* s = sin.data() + (pos - first) * half;
+  // The output order differs from the input's: rotate a copy.
+  thread_local std::vector<float> in;
+  in.assign(x, x + rotary_dim);
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = in[size_t(2 * i)], b = in[size_t(2 * i + 1)];
+    x[i] = a * c[i] - b * s[i];
+    x[i + half] = b * c[i] + a * s[i];
+  }
+}
+
 void softmax(float* x, int64_t n) {
   const float m = *std::max_element(x, x + n);
   float sum = 0.f;

@@ -21,6 +21,10 @@ struct RopeRows {
   void compute(const std::vector<float>& inv_freq, float scaling, int64_t first, int64_t count);
   // Rotates one head in place at absolute position pos (first <= pos < first + count).
   void apply(float* head, int64_t pos) const;
+  // DeepSeek's interleaved layout over x[0, rotary_dim): pair i = (x[2i], x[2i + 1]) rotates by
+  // angle i, and the result is written de-interleaved: the first elements of the pairs, then
+  // the second ones (transformers' apply_rotary_pos_emb_interleave).
+  void apply_interleaved(float* x, int64_t pos) const;
 };
 
 // In place softmax over x[0, n).

@@ -34,6 +34,9 @@ enum class MlpKind : uint8_t {
   mixtral,    // every layer a block_sparse_moe: router `gate`, experts w1 (gate) w3 (up) w2 (down)
   qwen2_moe,  // mlp.gate + mlp.experts.N + mlp.shared_expert + mlp.shared_expert_gate
   qwen3_moe,  // mlp.gate + mlp.experts.N
+  // mlp.gate (+ gate.e_score_correction_bias) + mlp.experts.N + mlp.shared_experts, after
+  // first_k_dense_replace dense layers
+  deepseek_v3,
 };
 
 struct FamilyRow {
@@ -55,6 +58,7 @@ struct FamilyRow {
   double default_eps;
   bool default_tied;
   MlpKind mlp = MlpKind::dense;
+  bool mla = false;  // multi-head latent attention instead of q/k/v (DeepSeek-V3)
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -84,6 +88,10 @@ constexpr FamilyRow kFamilies[] = {
     {"qwen3_moe", "Qwen3MoeForCausalLM", false, NormPlacement::pre, NormStyle::plain,
      QkNorm::per_head, false, true, false, Sliding::all, false, "hidden_act", 0, 10000.0, 1e-6,
      false, MlpKind::qwen3_moe},
+    // attention_bias gives q_a_proj, kv_a_proj_with_mqa and o_proj a bias (the MLA branch).
+    {"deepseek_v3", "DeepseekV3ForCausalLM", false, NormPlacement::pre, NormStyle::plain,
+     QkNorm::none, false, true, false, Sliding::none, false, "hidden_act", 0, 10000.0, 1e-6,
+     false, MlpKind::deepseek_v3, true},
 };
 
 class ConfigReader {
@@ -91,6 +99,12 @@ class ConfigReader {
   ConfigReader(const nlohmann::json& c, const std::string& label) : c_(c), label_(label) {}
 
   bool has(const char* key) const { return c_.contains(key) && !c_[key].is_null(); }
+  // Present with the value null: where the family's config class has a default that a null
+  // does not take, transformers fails on it, so a caller refuses it.
+  bool is_null(const char* key) const { return c_.contains(key) && c_[key].is_null(); }
+  void refuse_null(const char* key) const {
+    if (is_null(key)) fail("{}: '{}' is null", label_, key);
+  }
 
   // A positive integer no larger than `limit` (shape arithmetic stays far from overflow).
   int64_t positive(const char* key, int64_t limit = int64_t(1) << 24) const {
@@ -135,7 +149,67 @@ struct MoeConfig {
   std::vector<bool> sparse;      // per layer: an MoE block (else a dense MLP)
 };
 
+// DeepSeek-V3 (DeepseekV3TopkRouter, DeepseekV3MoE). An absent field takes DeepseekV3Config's
+// default, as in transformers.
+MoeConfig read_deepseek_moe(const ConfigReader& c, int64_t num_layers) {
+  const std::string& label = c.label();
+  for (const char* key : {"n_routed_experts", "num_experts_per_tok", "n_group", "topk_group",
+                          "moe_intermediate_size", "n_shared_experts", "norm_topk_prob",
+                          "routed_scaling_factor", "first_k_dense_replace"})
+    c.refuse_null(key);
+  // transformers' router always scores with sigmoid and the bias-corrected group choice
+  // (noaux_tc), reading neither field, and its layers are MoE from first_k_dense_replace on
+  // whatever moe_layer_freq says; engines such as vLLM honour them. The values DeepSeek-V3
+  // ships agree with both; any other would make the two disagree, so it is refused.
+  if (const std::string v = c.string_or("scoring_func", "sigmoid"); v != "sigmoid")
+    fail("{}: 'scoring_func' is '{}'; transformers' DeepSeek-V3 ignores it and scores with "
+         "sigmoid, other engines do not: refusing to guess", label, v);
+  if (const std::string v = c.string_or("topk_method", "noaux_tc"); v != "noaux_tc")
+    fail("{}: 'topk_method' is '{}'; transformers' DeepSeek-V3 ignores it and routes as "
+         "noaux_tc, other engines do not: refusing to guess", label, v);
+  if (c.has("moe_layer_freq") && c.positive("moe_layer_freq") != 1)
+    fail("{}: 'moe_layer_freq' is {}; transformers' DeepSeek-V3 ignores it (every layer from "
+         "first_k_dense_replace on is MoE), other engines do not: refusing to guess", label,
+         c["moe_layer_freq"].dump());
+
+  MoeConfig m;
+  MoeSpec& s = m.base;
+  s.routing = Routing::sigmoid_grouped;
+  s.num_experts = c.positive_or("n_routed_experts", 256, 1 << 16);
+  s.top_k = c.positive_or("num_experts_per_tok", 8, 1 << 16);
+  s.n_group = c.positive_or("n_group", 8, 1 << 16);
+  s.topk_group = c.positive_or("topk_group", 4, 1 << 16);
+  s.expert_intermediate = c.positive_or("moe_intermediate_size", 2048);
+  s.shared_intermediate = s.expert_intermediate * c.positive_or("n_shared_experts", 1, 1 << 10);
+  s.norm_topk_prob = c.flag_or("norm_topk_prob", true);
+  const double scaling = c.number_or("routed_scaling_factor", 2.5);
+  if (!(scaling > 0)) fail("{}: 'routed_scaling_factor' {} is not positive", label, scaling);
+  s.routed_scaling = float(scaling);
+  if (s.num_experts % s.n_group != 0)
+    fail("{}: 'n_group' {} does not divide 'n_routed_experts' {}", label, s.n_group, s.num_experts);
+  const int64_t per_group = s.num_experts / s.n_group;
+  if (per_group < 2)
+    fail("{}: 'n_group' {} leaves {} expert per group of 'n_routed_experts' {}; a group scores "
+         "its two best experts", label, s.n_group, per_group, s.num_experts);
+  if (s.topk_group > s.n_group)
+    fail("{}: 'topk_group' {} is larger than 'n_group' {}", label, s.topk_group, s.n_group);
+  if (s.top_k > s.topk_group * per_group)
+    fail("{}: 'num_experts_per_tok' {} is more than the {} experts of 'topk_group' {} groups", label,
+         s.top_k, s.topk_group * per_group, s.topk_group);
+  int64_t dense = 3;
+  if (c.has("first_k_dense_replace")) {
+    const auto& v = c["first_k_dense_replace"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      fail("{}: 'first_k_dense_replace' is {}, not a non-negative integer", label, v.dump());
+    dense = v.get<int64_t>();
+  }
+  m.sparse.assign(size_t(num_layers), false);
+  for (int64_t i = dense; i < num_layers; ++i) m.sparse[size_t(i)] = true;
+  return m;
+}
+
 MoeConfig read_moe(const ConfigReader& c, const FamilyRow& f, int64_t num_layers) {
+  if (f.mlp == MlpKind::deepseek_v3) return read_deepseek_moe(c, num_layers);
   MoeConfig m;
   MoeSpec& s = m.base;
   m.sparse.assign(size_t(num_layers), true);
@@ -228,12 +302,38 @@ std::vector<nlohmann::json> rope_params(const ConfigReader& c, const std::vector
   return out;
 }
 
+// DeepseekV3Attention.scaling: qk_head_dim^-0.5, times yarn_get_mscale(factor,
+// mscale_all_dim)^2 when the rope type is not default and mscale_all_dim is set (non-zero), in
+// double as Python computes it.
+double mla_softmax_scale(const nlohmann::json& rope, int64_t qk_head_dim, const std::string& label) {
+  double scale = std::pow(double(qk_head_dim), -0.5);
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"})
+    if (rope.contains(key) && rope[key].is_string()) {
+      type = rope[key].get<std::string>();
+      break;
+    }
+  if (type == "default" || !rope.contains("mscale_all_dim") || rope["mscale_all_dim"].is_null())
+    return scale;
+  if (!rope["mscale_all_dim"].is_number())
+    fail("{}: rope field 'mscale_all_dim' is not a number", label);
+  const double all_dim = rope["mscale_all_dim"].get<double>();
+  if (all_dim == 0) return scale;
+  if (!rope.contains("factor") || !rope["factor"].is_number())
+    fail("{}: rope field 'factor' missing or not a number; DeepSeek-V3's softmax scale needs it "
+         "with 'mscale_all_dim'", label);
+  const double factor = rope["factor"].get<double>();
+  const double m = factor <= 1 ? 1.0 : 0.1 * all_dim * std::log(factor) + 1.0;
+  if (!std::isfinite(m)) fail("{}: rope fields 'factor' / 'mscale_all_dim' are not finite", label);
+  return scale * m * m;
+}
+
 }  // namespace
 
 std::string_view linear_role_name(LinearRole role) {
   static constexpr std::string_view names[kLinearRoles] = {
       "q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj", "gate_up_proj",
-      "down_proj"};
+      "down_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
   return names[size_t(role)];
 }
 
@@ -272,9 +372,32 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
   a.num_heads = c.positive("num_attention_heads", 65536);
   a.num_kv_heads = c.positive_or("num_key_value_heads", a.num_heads, 65536);
   a.vocab_size = c.positive("vocab_size", int64_t(1) << 26);
-  a.head_dim = c.positive_or("head_dim", f.default_head_dim > 0 ? f.default_head_dim
-                                                                 : a.hidden_size / a.num_heads, 65536);
-  if (a.head_dim <= 0) fail("{}: head_dim resolves to 0", label);
+  if (f.mla) {
+    // DeepseekV3Config's defaults for absent fields; its `head_dim` and `qk_head_dim` are
+    // derived (qk_rope_head_dim and nope + rope) and overwritten on load, so not read.
+    for (const char* key : {"kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                            "rope_interleave"})
+      c.refuse_null(key);
+    MlaSpec& m = a.mla;
+    // q_lora_rank null means q_proj; absent, the config class's 1536.
+    m.q_lora_rank = c.is_null("q_lora_rank") ? 0 : c.positive_or("q_lora_rank", 1536, 1 << 20);
+    m.kv_lora_rank = c.positive_or("kv_lora_rank", 512, 1 << 20);
+    m.qk_nope_head_dim = c.positive_or("qk_nope_head_dim", 128, 65536);
+    m.qk_rope_head_dim = c.positive_or("qk_rope_head_dim", 64, 65536);
+    m.rope_interleave = c.flag_or("rope_interleave", true);
+    if (m.qk_rope_head_dim % 2 != 0)
+      fail("{}: 'qk_rope_head_dim' {} is odd; RoPE rotates pairs", label, m.qk_rope_head_dim);
+    a.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    a.v_head_dim = c.positive_or("v_head_dim", 128, 65536);
+    if (a.num_kv_heads != a.num_heads)
+      fail("{}: 'num_key_value_heads' {} differs from 'num_attention_heads' {}; multi-head latent "
+           "attention expands keys and values to every head", label, a.num_kv_heads, a.num_heads);
+  } else {
+    a.head_dim = c.positive_or("head_dim", f.default_head_dim > 0 ? f.default_head_dim
+                                                                   : a.hidden_size / a.num_heads, 65536);
+    if (a.head_dim <= 0) fail("{}: head_dim resolves to 0", label);
+    a.v_head_dim = a.head_dim;
+  }
   a.max_position_embeddings = c.positive_or("max_position_embeddings", 2048, int64_t(1) << 40);
   a.rms_norm_eps = c.number_or("rms_norm_eps", f.default_eps);
   if (!(a.rms_norm_eps >= 0)) fail("{}: 'rms_norm_eps' {} is negative", label, a.rms_norm_eps);
@@ -367,10 +490,20 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
   const std::vector<std::string> rope_types = {"full_attention", "sliding_attention"};
   const double prf = f.partial_rotary ? c.number_or("partial_rotary_factor", 1.0) : 1.0;
   const auto params = rope_params(c, rope_types, f);
+  // MLA rotates the rope part of each head only: its dimension is the RoPE's head_dim.
+  const int64_t rope_head_dim = f.mla ? a.mla.qk_rope_head_dim : a.head_dim;
   for (size_t i = 0; i < rope_types.size(); ++i)
-    a.ropes.push_back(parse_rope(params[i], f.default_theta, a.head_dim, prf,
+    a.ropes.push_back(parse_rope(params[i], f.default_theta, rope_head_dim, prf,
                                  a.max_position_embeddings,
                                  fmt::format("{} ({})", label, rope_types[i])));
+  if (f.mla) {
+    // transformers rotates all of q_rot / k_rot with the cos/sin it computes; fewer rotary
+    // dims would not broadcast there.
+    if (a.ropes[0].rotary_dim != rope_head_dim)
+      fail("{}: rope field 'partial_rotary_factor' rotates {} of the {} qk_rope_head_dim dims; "
+           "DeepSeek-V3 rotates all of them", label, a.ropes[0].rotary_dim, rope_head_dim);
+    a.attention_scale = float(mla_softmax_scale(params[0], a.head_dim, label));
+  }
 
   // Biases.
   const bool attn_bias = f.reads_attention_bias && c.flag_or("attention_bias", false);
@@ -406,6 +539,10 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       spec.norms[size_t(NormSlot::q)] = p + "self_attn.q_norm.weight";
       spec.norms[size_t(NormSlot::k)] = p + "self_attn.k_norm.weight";
     }
+    if (f.mla) {
+      if (a.mla.q_lora_rank > 0) spec.norms[size_t(NormSlot::q_a)] = p + "self_attn.q_a_layernorm.weight";
+      spec.norms[size_t(NormSlot::kv_a)] = p + "self_attn.kv_a_layernorm.weight";
+    }
     // AWQ / SmoothQuant fold their scales into the pre-norm, when it is a plain x * w.
     const int attn_fold = spec.has(NormSlot::attn_in) && f.norm_style == NormStyle::plain
                               ? int(NormSlot::attn_in) : -1;
@@ -438,8 +575,10 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       ls.is_moe = true;
       ls.moe = base;
       const bool mixtral = f.mlp == MlpKind::mixtral;
+      const bool deepseek = f.mlp == MlpKind::deepseek_v3;
       const std::string block = prefix + (mixtral ? "block_sparse_moe." : "mlp.");
       ls.moe.router = block + "gate";
+      if (deepseek) ls.moe.score_bias = block + "gate.e_score_correction_bias";
       auto expert = [&](const std::string& where, int index, int64_t inter,
                         const std::array<std::string_view, 3>& leaf) {
         std::array<int, 3> slots{};
@@ -471,9 +610,9 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
                                         base.expert_intermediate,
                                         mixtral ? mixtral_leaf : qwen_leaf));
       if (base.shared_intermediate > 0) {
-        ls.moe.shared = expert(block + "shared_expert.", kSharedExpert, base.shared_intermediate,
-                               qwen_leaf);
-        ls.moe.shared_gate = block + "shared_expert_gate";
+        ls.moe.shared = expert(block + (deepseek ? "shared_experts." : "shared_expert."),
+                               kSharedExpert, base.shared_intermediate, qwen_leaf);
+        if (f.mlp == MlpKind::qwen2_moe) ls.moe.shared_gate = block + "shared_expert_gate";
       }
     };
     if (f.fused_on_disk) {
@@ -485,15 +624,45 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       add("mlp.", LinearRole::down_proj, LayerInput::mlp_act, a.intermediate_size, a.hidden_size,
           false, -1);
     } else {
-      const bool qkv_bias = f.qkv_bias_always || attn_bias || qkv_bias_field;
-      const size_t q = add("self_attn.", LinearRole::q_proj, LayerInput::attn_norm, a.hidden_size,
-                           q_out, qkv_bias, attn_fold);
-      const size_t k = add("self_attn.", LinearRole::k_proj, LayerInput::attn_norm, a.hidden_size,
-                           kv_out, qkv_bias, attn_fold);
-      const size_t v = add("self_attn.", LinearRole::v_proj, LayerInput::attn_norm, a.hidden_size,
-                           kv_out, qkv_bias, attn_fold);
-      add("self_attn.", LinearRole::o_proj, LayerInput::attn_out, q_out, a.hidden_size, attn_bias, -1);
-      fuse({q, k, v});
+      if (f.mla) {
+        // The latent norms are plain x * w and feed only q_b_proj / kv_b_proj, so scales fold
+        // into them (llm-compressor's DeepSeek mappings do the same).
+        const MlaSpec& m = a.mla;
+        const int64_t kv_a_out = m.kv_lora_rank + m.qk_rope_head_dim;
+        const int64_t kv_b_out = a.num_heads * (m.qk_nope_head_dim + a.v_head_dim);
+        const bool plain = f.norm_style == NormStyle::plain;
+        if (m.q_lora_rank > 0) {
+          const size_t qa = add("self_attn.", LinearRole::q_a_proj, LayerInput::attn_norm,
+                                a.hidden_size, m.q_lora_rank, attn_bias, attn_fold);
+          add("self_attn.", LinearRole::q_b_proj, LayerInput::q_latent, m.q_lora_rank, q_out,
+              false, plain ? int(NormSlot::q_a) : -1);
+          const size_t kva = add("self_attn.", LinearRole::kv_a_proj_with_mqa, LayerInput::attn_norm,
+                                 a.hidden_size, kv_a_out, attn_bias, attn_fold);
+          // Both read the normed hidden state and vLLM runs them as one product
+          // (fused_qkv_a_proj), which takes one NVFP4 tensor scale.
+          fuse({qa, kva});
+        } else {
+          add("self_attn.", LinearRole::q_proj, LayerInput::attn_norm, a.hidden_size, q_out, false,
+              attn_fold);
+          add("self_attn.", LinearRole::kv_a_proj_with_mqa, LayerInput::attn_norm, a.hidden_size,
+              kv_a_out, attn_bias, attn_fold);
+        }
+        add("self_attn.", LinearRole::kv_b_proj, LayerInput::kv_latent, m.kv_lora_rank, kv_b_out,
+            false, plain ? int(NormSlot::kv_a) : -1);
+        add("self_attn.", LinearRole::o_proj, LayerInput::attn_out, a.num_heads * a.v_head_dim,
+            a.hidden_size, attn_bias, -1);
+      } else {
+        const bool qkv_bias = f.qkv_bias_always || attn_bias || qkv_bias_field;
+        const size_t q = add("self_attn.", LinearRole::q_proj, LayerInput::attn_norm,
+                             a.hidden_size, q_out, qkv_bias, attn_fold);
+        const size_t k = add("self_attn.", LinearRole::k_proj, LayerInput::attn_norm,
+                             a.hidden_size, kv_out, qkv_bias, attn_fold);
+        const size_t v = add("self_attn.", LinearRole::v_proj, LayerInput::attn_norm,
+                             a.hidden_size, kv_out, qkv_bias, attn_fold);
+        add("self_attn.", LinearRole::o_proj, LayerInput::attn_out, q_out, a.hidden_size,
+            attn_bias, -1);
+        fuse({q, k, v});
+      }
       if (moe_family && moe.sparse[size_t(layer)]) {
         // The router reads the same normed input, so a scale folded into the norm would change
         // the routing: AWQ / SmoothQuant keep their scales beside the experts instead.
@@ -526,13 +695,35 @@ std::vector<std::string> Architecture::never_quantized_modules() const {
   return out;
 }
 
+int64_t Architecture::norm_size(NormSlot slot) const {
+  switch (slot) {
+    case NormSlot::q:
+      return qk_norm == QkNorm::per_head ? head_dim : num_heads * head_dim;
+    case NormSlot::k:
+      return qk_norm == QkNorm::per_head ? head_dim : num_kv_heads * head_dim;
+    case NormSlot::q_a: return mla.q_lora_rank;
+    case NormSlot::kv_a: return mla.kv_lora_rank;
+    default: return hidden_size;
+  }
+}
+
+double Architecture::norm_eps(NormSlot slot) const {
+  return slot == NormSlot::q_a || slot == NormSlot::kv_a ? mla.latent_norm_eps : rms_norm_eps;
+}
+
 bool Architecture::has_moe() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_moe; });
 }
 
 std::string Architecture::describe() const {
-  std::string s = fmt::format("{}: {} layers, hidden {}, {} heads / {} KV heads of {}", model_type,
-                              num_layers, hidden_size, num_heads, num_kv_heads, head_dim);
+  std::string s = fmt::format("{}: {} layers, hidden {}, ", model_type, num_layers, hidden_size);
+  if (is_mla())
+    s += fmt::format("{} heads of multi-head latent attention (MLA: q LoRA {}, KV LoRA {}, qk "
+                     "{} + {} rope, v {})", num_heads,
+                     mla.q_lora_rank > 0 ? std::to_string(mla.q_lora_rank) : std::string("none"),
+                     mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, v_head_dim);
+  else
+    s += fmt::format("{} heads / {} KV heads of {}", num_heads, num_kv_heads, head_dim);
   s += fmt::format(", RoPE {}", ropes[0].describe());
   int64_t window = 0;
   for (const auto& l : layers) window = std::max(window, l.sliding_window);
@@ -540,9 +731,15 @@ std::string Architecture::describe() const {
   const auto moe = std::find_if(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_moe; });
   if (moe != layers.end()) {
     const auto sparse = std::count_if(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_moe; });
-    s += fmt::format(", {} MoE layers of {} experts (top {}, {}{})", sparse, moe->moe.num_experts,
-                     moe->moe.top_k, moe->moe.norm_topk_prob ? "renormalised" : "not renormalised",
-                     moe->moe.shared_intermediate > 0 ? ", shared expert" : "");
+    const MoeSpec& m = moe->moe;
+    const std::string routing =
+        m.routing == Routing::sigmoid_grouped
+            ? fmt::format("sigmoid in {} groups, best {}, x{}, ", m.n_group, m.topk_group,
+                          m.routed_scaling)
+            : std::string();
+    s += fmt::format(", {} MoE layers of {} experts (top {}, {}{}{})", sparse, m.num_experts,
+                     m.top_k, routing, m.norm_topk_prob ? "renormalised" : "not renormalised",
+                     m.shared_intermediate > 0 ? ", shared expert" : "");
   }
   return s;
 }

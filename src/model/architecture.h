@@ -18,20 +18,27 @@ namespace qf {
 
 // What a Linear computes in its block. qkv_proj and gate_up_proj are stored fused on disk
 // (Phi-3): one module whose output rows are q, k, v (or gate, up) one after the other.
+// Multi-head latent attention (DeepSeek-V3) has q_a_proj (hidden -> q latent) and q_b_proj
+// (q latent -> queries) where q_lora_rank is set, else q_proj; kv_a_proj_with_mqa (hidden ->
+// kv latent and the shared rope key) and kv_b_proj (kv latent -> per-head k_nope and v).
 enum class LinearRole : uint8_t {
-  q_proj, k_proj, v_proj, qkv_proj, o_proj, gate_proj, up_proj, gate_up_proj, down_proj
+  q_proj, k_proj, v_proj, qkv_proj, o_proj, gate_proj, up_proj, gate_up_proj, down_proj,
+  q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj
 };
-inline constexpr int kLinearRoles = 9;
+inline constexpr int kLinearRoles = 13;
 std::string_view linear_role_name(LinearRole role);
 
-// The four distinct Linear inputs of a dense decoder layer.
+// The distinct Linear inputs of a decoder layer: four in every family, two more with
+// multi-head latent attention.
 enum class LayerInput : uint8_t {
   attn_norm,  // q/k/v: the attention block's input (after its pre-norm, where it has one)
   attn_out,   // o_proj: the attention output
   ffn_norm,   // gate/up: the MLP block's input (after its pre-norm, where it has one)
   mlp_act,    // down_proj: act(gate) * up
+  q_latent,   // q_b_proj: q_a_layernorm(q_a_proj(x)) [q_lora_rank]
+  kv_latent,  // kv_b_proj: kv_a_layernorm(the latent part of kv_a_proj_with_mqa(x)) [kv_lora_rank]
 };
-inline constexpr int kLayerInputs = 4;
+inline constexpr int kLayerInputs = 6;
 
 // The norms a layer may hold, by position.
 enum class NormSlot : uint8_t {
@@ -41,8 +48,10 @@ enum class NormSlot : uint8_t {
   mlp_out,   // on the MLP output, before the residual add (Gemma 3, OLMo 2)
   q,         // on the queries (per head, or over the whole projection)
   k,         // on the keys
+  q_a,       // MLA: q_a_layernorm on the q latent [q_lora_rank]
+  kv_a,      // MLA: kv_a_layernorm on the kv latent [kv_lora_rank]
 };
-inline constexpr int kNormSlots = 6;
+inline constexpr int kNormSlots = 8;
 
 enum class NormStyle : uint8_t { plain, one_plus };  // x * w, or x * (1 + w) (Gemma)
 enum class QkNorm : uint8_t { none, per_head, whole };
@@ -77,6 +86,11 @@ enum class Routing : uint8_t {
   // p = softmax(logits) over all experts, the top k kept, divided by their sum when
   // norm_topk_prob (Mixtral always; Qwen2-MoE / Qwen3-MoE from config.json).
   softmax_topk,
+  // DeepSeek-V3: s = sigmoid(logits), c = s + score bias; the experts fall in n_group groups
+  // of consecutive indices, a group scores the sum of its two best c, the topk_group best
+  // groups stay; the top k of c among them are chosen, weighted by their unbiased s (divided
+  // by their sum + 1e-20 when norm_topk_prob), times routed_scaling.
+  sigmoid_grouped,
 };
 
 // The mixture-of-experts block that replaces a layer's MLP.
@@ -86,9 +100,15 @@ struct MoeSpec {
   int64_t expert_intermediate = 0;  // rows of each expert's gate / up
   Routing routing = Routing::softmax_topk;
   bool norm_topk_prob = false;
+  // sigmoid_grouped: the groups, the groups kept, the weights' multiplier and the tensor of
+  // the score bias [num_experts] (float, never quantized: it only steers the choice).
+  int64_t n_group = 1, topk_group = 1;
+  float routed_scaling = 1.f;
+  std::string score_bias;
   std::string router;  // module of the router Linear [num_experts, hidden], never quantized
-  // The shared expert (absent: shared_intermediate 0) and, when present, its gate, a [1, hidden]
-  // Linear whose sigmoid scales the shared expert's output (Qwen2-MoE); never quantized.
+  // The shared expert (absent: shared_intermediate 0; DeepSeek's n_shared_experts are one MLP
+  // of n times the width) and, when present, its gate, a [1, hidden] Linear whose sigmoid
+  // scales the shared expert's output (Qwen2-MoE; none: added unweighted); never quantized.
   int64_t shared_intermediate = 0;
   std::string shared_gate;
   // Positions in LayerSpec::linears of gate, up, down: per routed expert, and of the shared
@@ -114,6 +134,23 @@ struct LayerSpec {
   const std::string& norm(NormSlot s) const { return norms[size_t(s)]; }
 };
 
+// Multi-head latent attention (DeepSeek-V3). Per token: q = q_b_proj(q_a_layernorm(q_a_proj(x)))
+// (or q_proj(x)) as [heads, nope + rope]; kv_a_proj_with_mqa(x) = [latent | k_rot];
+// kv_b_proj(kv_a_layernorm(latent)) as [heads, nope + v_head_dim] = [k_nope | v]; RoPE on the
+// last `rope` dims of each query head and on k_rot, which every head shares.
+struct MlaSpec {
+  int64_t q_lora_rank = 0;   // 0: q_proj reads the hidden state directly
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  // The pairs RoPE rotates: (2i, 2i + 1), written back de-interleaved (DeepSeek's layout,
+  // rope_interleave), or NeoX halves.
+  bool rope_interleave = true;
+  // q_a_layernorm / kv_a_layernorm are built without eps in transformers: 1e-6 whatever
+  // rms_norm_eps says.
+  double latent_norm_eps = 1e-6;
+};
+
 struct Architecture {
   std::string model_type;  // the family's model_type, e.g. "llama", "gemma3_text"
   int64_t hidden_size = 0;
@@ -121,7 +158,12 @@ struct Architecture {
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
+  // The size of each query and key head, and of each value head (the attention output is
+  // num_heads * v_head_dim wide). Equal except with MLA, where head_dim is qk_nope_head_dim +
+  // qk_rope_head_dim and v_head_dim is the config's (config.json's `head_dim` there is the
+  // rope dimension, which the RoPE spec holds, not the head size).
   int64_t head_dim = 0;
+  int64_t v_head_dim = 0;
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
@@ -138,6 +180,7 @@ struct Architecture {
   float attn_softcap = 0.f;      // tanh soft-capping of attention scores; 0: none
   float final_softcap = 0.f;     // of the logits; 0: none
 
+  MlaSpec mla;                   // kv_lora_rank 0: not MLA
   std::vector<RopeSpec> ropes;   // one per distinct layer type (Gemma 3: local and global)
   std::vector<LayerSpec> layers;
   std::vector<LinearModule> linears;              // layer by layer, in compute order
@@ -154,6 +197,11 @@ struct Architecture {
   // shared-expert gates (engines build them unquantized).
   std::vector<std::string> never_quantized_modules() const;
   bool has_moe() const;
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+  // Elements of the weight of norm `slot` (hidden; per-head or whole q/k norms; MLA latents).
+  int64_t norm_size(NormSlot slot) const;
+  // The epsilon of norm `slot` (rms_norm_eps, except MLA's latent norms).
+  double norm_eps(NormSlot slot) const;
 
   // Builds the description from a parsed config.json. Throws qf::Error starting with `label`
   // for an unsupported architecture, a missing or invalid field, or a field that changes the

@@ -80,6 +80,12 @@ const std::vector<NamedShape>& named_shapes() {
        false, 1000000.0, "qwen3_moe", 128, 8, 768, 128},
       {"mixtral-8x7b", "Mixtral-8x7B (8 experts, top 2)", 4096, 14336, 32, 32, 8, 32000, false,
        1000000.0, "mixtral", 8, 2, 14336, 128},
+      {"tiny-deepseek", "a small DeepSeek-V3 (MLA, 8 experts in 4 groups, top 2) for demos and tests",
+       256, 768, 3, 4, 4, 1024, false, 10000.0, "deepseek_v3", 8, 2, 128, 0, 96, 64, 32, 16, 32, 4,
+       2, 1, 1, 2.5, 4.0},
+      {"deepseek-v3", "DeepSeek-V3 (MLA, 256 experts in 8 groups, top 8)", 7168, 18432, 61, 128,
+       128, 129280, false, 10000.0, "deepseek_v3", 256, 8, 2048, 0, 1536, 512, 128, 64, 128, 8, 4,
+       1, 3, 2.5, 40.0},
   };
   return shapes;
 }
@@ -98,13 +104,18 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   const NamedShape& shape = find_named_shape(o.shape);
   if (!is_quantizable_float(o.dtype)) fail("--dtype must be f32, f16 or bf16");
   const int64_t layers = o.layers > 0 ? o.layers : shape.layers;
-  const int64_t head_dim = shape.head_dim > 0 ? shape.head_dim : shape.hidden / shape.heads;
+  const std::string& family = shape.model_type;
+  const bool deepseek = family == "deepseek_v3";
+  // DeepSeek-V3's config.json says head_dim = qk_rope_head_dim (transformers derives it so).
+  const int64_t head_dim = deepseek             ? shape.qk_rope_head_dim
+                           : shape.head_dim > 0 ? shape.head_dim
+                                                : shape.hidden / shape.heads;
 
   nlohmann::ordered_json config;
-  const std::string& family = shape.model_type;
-  config["architectures"] = {family == "qwen3_moe" ? "Qwen3MoeForCausalLM"
-                             : family == "mixtral"  ? "MixtralForCausalLM"
-                                                    : "LlamaForCausalLM"};
+  config["architectures"] = {family == "qwen3_moe"   ? "Qwen3MoeForCausalLM"
+                             : family == "mixtral"   ? "MixtralForCausalLM"
+                             : deepseek              ? "DeepseekV3ForCausalLM"
+                                                     : "LlamaForCausalLM"};
   config["model_type"] = family;
   config["hidden_size"] = shape.hidden;
   config["intermediate_size"] = shape.intermediate;
@@ -113,9 +124,16 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   config["num_key_value_heads"] = shape.kv_heads;
   config["head_dim"] = head_dim;
   config["vocab_size"] = shape.vocab;
-  config["max_position_embeddings"] = 131072;
-  config["rms_norm_eps"] = 1e-5;
+  config["max_position_embeddings"] =
+      deepseek ? int64_t(4096 * shape.yarn_factor) : int64_t(131072);
+  config["rms_norm_eps"] = deepseek ? 1e-6 : 1e-5;
   config["rope_theta"] = shape.rope_theta;
+  if (deepseek && shape.yarn_factor > 1)
+    config["rope_scaling"] = {{"beta_fast", 32},  {"beta_slow", 1},
+                              {"factor", shape.yarn_factor},
+                              {"mscale", 1.0},    {"mscale_all_dim", 1.0},
+                              {"original_max_position_embeddings", 4096},
+                              {"type", "yarn"}};
   config["hidden_act"] = "silu";
   config["tie_word_embeddings"] = shape.tie_word_embeddings;
   config["attention_bias"] = false;
@@ -130,6 +148,24 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   } else if (family == "mixtral") {
     config["num_local_experts"] = shape.experts;
     config["num_experts_per_tok"] = shape.top_k;
+  } else if (deepseek) {
+    config["q_lora_rank"] = shape.q_lora_rank;
+    config["kv_lora_rank"] = shape.kv_lora_rank;
+    config["qk_nope_head_dim"] = shape.qk_nope_head_dim;
+    config["qk_rope_head_dim"] = shape.qk_rope_head_dim;
+    config["v_head_dim"] = shape.v_head_dim;
+    config["rope_interleave"] = true;
+    config["n_routed_experts"] = shape.experts;
+    config["num_experts_per_tok"] = shape.top_k;
+    config["moe_intermediate_size"] = shape.expert_intermediate;
+    config["n_shared_experts"] = shape.shared_experts;
+    config["n_group"] = shape.n_group;
+    config["topk_group"] = shape.topk_group;
+    config["routed_scaling_factor"] = shape.routed_scaling_factor;
+    config["norm_topk_prob"] = true;
+    config["first_k_dense_replace"] = shape.first_k_dense;
+    config["scoring_func"] = "sigmoid";
+    config["topk_method"] = "noaux_tc";
   }
   config["bos_token_id"] = 1;
   config["eos_token_id"] = 2;
@@ -149,15 +185,15 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   tensors.back().scale = embed_scale;
   for (const LayerSpec& layer : arch.layers) {
     auto norm = [&](NormSlot slot) {
-      if (layer.has(slot)) add(layer.norm(slot), {shape.hidden}, true);
-    };
-    auto head_norm = [&](NormSlot slot) {  // per-head q/k norms (Qwen3-MoE)
-      if (layer.has(slot)) add(layer.norm(slot), {head_dim}, true);
+      if (layer.has(slot)) add(layer.norm(slot), {arch.norm_size(slot)}, true);
     };
     auto linears = [&](bool attention) {
       for (size_t i : layer.linears) {
         const LinearModule& m = arch.linears[i];
-        const bool in_attention = m.input == LayerInput::attn_norm || m.input == LayerInput::attn_out;
+        const bool in_attention = m.input == LayerInput::attn_norm ||
+                                  m.input == LayerInput::attn_out ||
+                                  m.input == LayerInput::q_latent ||
+                                  m.input == LayerInput::kv_latent;
         if (in_attention != attention) continue;
         add(m.weight_name(), {m.out_features, m.in_features});
         if (m.bias) add(m.name + ".bias", {m.out_features});
@@ -165,13 +201,19 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
     };
     norm(NormSlot::attn_in);
     linears(true);
-    head_norm(NormSlot::q);
-    head_norm(NormSlot::k);
+    norm(NormSlot::q);
+    norm(NormSlot::k);
+    norm(NormSlot::q_a);
+    norm(NormSlot::kv_a);
     norm(NormSlot::attn_out);
     norm(NormSlot::mlp_in);
     if (layer.is_moe) {
       add(layer.moe.router + ".weight", {layer.moe.num_experts, shape.hidden});
       if (!layer.moe.shared_gate.empty()) add(layer.moe.shared_gate + ".weight", {1, shape.hidden});
+      if (!layer.moe.score_bias.empty()) {
+        add(layer.moe.score_bias, {layer.moe.num_experts});
+        tensors.back().scale = 0.02f;  // small next to the sigmoid scores it corrects
+      }
     }
     linears(false);
     norm(NormSlot::mlp_out);

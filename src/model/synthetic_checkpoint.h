@@ -1,6 +1,6 @@
-// Synthetic checkpoints with the layer shapes of real models (Llama dense, Qwen3-MoE and
-// Mixtral mixtures of experts) and heavy-tailed random weights, for benchmarks and demos where
-// downloading a real model is not possible.
+// Synthetic checkpoints with the layer shapes of real models (Llama dense, Qwen3-MoE, Mixtral
+// and DeepSeek-V3 mixtures of experts) and heavy-tailed random weights, for benchmarks and
+// demos where downloading a real model is not possible.
 #pragma once
 
 #include "core/dtype.h"
@@ -22,6 +22,13 @@ struct NamedShape {
   // experts per token and each expert's intermediate size; head_dim 0: hidden / heads.
   std::string model_type = "llama";
   int64_t experts = 0, top_k = 0, expert_intermediate = 0, head_dim = 0;
+  // DeepSeek-V3: multi-head latent attention's ranks and head dims, expert groups and the
+  // groups kept, shared experts, the dense layers before the first MoE layer, the routing
+  // weights' multiplier and the YaRN factor over 4096 original positions.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0,
+          v_head_dim = 0;
+  int64_t n_group = 1, topk_group = 1, shared_experts = 0, first_k_dense = 0;
+  double routed_scaling_factor = 1.0, yarn_factor = 1.0;
 };
 
 const std::vector<NamedShape>& named_shapes();

@@ -104,7 +104,9 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     for (const auto& l : arch.layers)
       if (l.slot_of(LinearRole::k_proj) < 0)
         fail("{}: --kv-cache fp8 needs separate k_proj / v_proj modules to carry the scales; "
-             "this {} checkpoint fuses them (qkv_proj)", model_dir.string(), arch.model_type);
+             "this {} checkpoint {}", model_dir.string(), arch.model_type,
+             arch.is_mla() ? "has multi-head latent attention (kv_b_proj makes both)"
+                           : "fuses them (qkv_proj)");
   const bool awq = modes.awq, smoothquant_algo = modes.smoothquant, per_tensor = modes.per_tensor;
   plan.modes = modes;
   plan.int4_channel = int4_channel;

@@ -135,7 +135,7 @@ ModelBudgetInfo ModelBudgetInfo::from_architecture(const Architecture& arch,
   ModelBudgetInfo info;
   const uint64_t ds = uint64_t(dtype_size);
   const uint64_t h = uint64_t(arch.hidden_size);
-  const uint64_t hd = uint64_t(arch.head_dim), vocab = uint64_t(arch.vocab_size);
+  const uint64_t vocab = uint64_t(arch.vocab_size);
   info.quantizable_numel = quantizable_numel;
   info.original_linear_bytes = quantizable_numel * ds;
   info.bf16_linear_bytes = quantizable_numel * 2;
@@ -143,12 +143,8 @@ ModelBudgetInfo ModelBudgetInfo::from_architecture(const Architecture& arch,
   // Elements of the small tensors every layer keeps in float: norms, q/k norms, biases.
   uint64_t small = h;  // the final norm
   for (const LayerSpec& layer : arch.layers)
-    for (int s = 0; s < kNormSlots; ++s) {
-      if (!layer.has(NormSlot(s))) continue;
-      const bool qk = NormSlot(s) == NormSlot::q || NormSlot(s) == NormSlot::k;
-      const uint64_t heads = uint64_t(NormSlot(s) == NormSlot::q ? arch.num_heads : arch.num_kv_heads);
-      small += !qk ? h : arch.qk_norm == QkNorm::per_head ? hd : heads * hd;
-    }
+    for (int s = 0; s < kNormSlots; ++s)
+      if (layer.has(NormSlot(s))) small += uint64_t(arch.norm_size(NormSlot(s)));
   for (const LinearModule& m : arch.linears)
     if (m.bias) small += uint64_t(m.out_features);
   const uint64_t embed = vocab * h;
@@ -162,6 +158,13 @@ ModelBudgetInfo ModelBudgetInfo::from_architecture(const Architecture& arch,
   info.layers = arch.num_layers;
   info.kv_heads = arch.num_kv_heads;
   info.head_dim = arch.head_dim;
+  if (arch.is_mla()) {
+    // Serving engines cache MLA's latent and rope key once per token (kv_lora_rank +
+    // qk_rope_head_dim per layer), not K and V: one "head" of half that (rounded up) in the
+    // K-and-V formula.
+    info.kv_heads = 1;
+    info.head_dim = (arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim + 1) / 2;
+  }
   return info;
 }
 

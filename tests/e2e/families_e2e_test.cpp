@@ -2,11 +2,14 @@
 // vocab 256, given a byte-level tokenizer here): weight-only NVFP4 in both exports, AWQ with
 // calibration (which exercises folding into norms, or pre_quant_scale where a family has no
 // foldable norm), the engine loading each export, and `eval kl` against the original.
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 namespace qf {
@@ -52,6 +55,82 @@ TEST_P(FamilyE2E, QuantizeEvalBothExportsAndAwq) {
     EXPECT_GT(j["top1"].get<double>(), 0.5) << kl.out;
   }
 }
+
+// DeepSeek-V3 end to end on both conformance cases, with a multi-token-prediction layer added
+// as hub checkpoints hold it: every Linear whose in_features fits the block is quantized
+// (experts, shared experts, the MLA projections), AWQ folds into the latent norms, the
+// MTP tensors are copied, the engine loads each export, and the FP8 KV cache is refused.
+class DeepSeekE2E : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeepSeekE2E, QuantizeEvalAwqAndCopiedMtpLayer) {
+  QF_REQUIRE_FIXTURES();
+  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / GetParam();
+  if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
+  test::ScratchDir dir;
+  const fs::path model = dir / "model";
+  fs::create_directories(model);
+  fs::copy_file(src / "config.json", model / "config.json");
+  test::write_file(model / "tokenizer.json", test::byte_level_tokenizer());
+  const std::string mtp = "model.layers.3.eh_proj.weight";
+  {
+    const SafetensorsFile in = SafetensorsFile::open(src / "model.safetensors");
+    std::vector<TensorSpec> specs;
+    for (const auto& e : in.tensors()) specs.push_back({e.name, e.dtype, e.shape});
+    specs.push_back({mtp, DType::BF16, {64, 128}});
+    SafetensorsWriter out(model / "model.safetensors", specs);
+    for (const auto& e : in.tensors()) out.write(e.name, std::span(in.view(e).data, in.view(e).nbytes));
+    out.write(mtp, std::vector<std::byte>(size_t(64 * 128 * 2), std::byte{0x3c}));
+    out.finish();
+  }
+  // deepseek_v3_q_direct's experts have moe_intermediate_size 24: their down_proj (2 layers x 8)
+  // cannot take blocks of 16.
+  const int excluded = GetParam() == "deepseek_v3_q_direct" ? 16 : 0;
+  const fs::path fx = test::fixtures_dir() / "corpora";
+  const std::string text = " --text " + quote(fx / "tinystories_valid_subset.txt") +
+                           " --max-chars 3000 --ctx 128 --json";
+  const std::string calib = " --calib " + quote(fx / "tinyshakespeare.txt") +
+                            " --calib-samples 4 --calib-seq 64";
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
+           {"nvfp4", ""},
+           {"awq-ct", "--algo awq --export compressed-tensors" + calib},
+           {"w4a4", "--qformat nvfp4" + calib},
+           {"fp8-w8a8", "--format fp8 --activations fp8" + calib}}) {
+    SCOPED_TRACE(name);
+    const fs::path out = dir / name;
+    const auto q = run_qforge("quantize " + quote(model) + " -o " + quote(out) + " " + flags +
+                              " --json -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto summary = nlohmann::json::parse(q.out);
+    EXPECT_EQ(summary["modules_excluded"], name == "fp8-w8a8" ? 0 : excluded) << q.out;
+    const SafetensorsFile written = SafetensorsFile::open(out / "model.safetensors");
+    EXPECT_NE(written.find(mtp), nullptr);
+    if (name == "awq-ct") {
+      // compressed-tensors has no pre_quant_scale: q_b_proj's and kv_b_proj's AWQ scales are
+      // folded into the latent norms.
+      const SafetensorsFile orig = SafetensorsFile::open(src / "model.safetensors");
+      for (const std::string norm : {"kv_a_layernorm", "q_a_layernorm"}) {
+        const std::string t = "model.layers.1.self_attn." + norm + ".weight";
+        if (!orig.find(t)) continue;  // no q LoRA
+        const TensorView a = orig.view(*orig.find(t)), b = written.view(*written.find(t));
+        ASSERT_EQ(a.nbytes, b.nbytes);
+        EXPECT_NE(std::memcmp(a.data, b.data, a.nbytes), 0) << t;
+      }
+    }
+    const auto kl = run_qforge("eval kl " + quote(model) + " " + quote(out) + text);
+    ASSERT_EQ(kl.exit_code, 0) << kl.err;
+    const auto j = nlohmann::json::parse(kl.out);
+    const double mean = j["kl_mean"].get<double>();
+    EXPECT_TRUE(std::isfinite(mean) && mean > 0 && mean < 0.5) << kl.out;
+  }
+  const auto kv = run_qforge("quantize " + quote(model) + " -o " + quote(dir / "kv") +
+                             " --kv-cache fp8" + calib + " -q");
+  EXPECT_NE(kv.exit_code, 0);
+  EXPECT_NE(kv.err.find("multi-head latent attention"), std::string::npos) << kv.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, DeepSeekE2E,
+                         ::testing::Values("deepseek_v3", "deepseek_v3_q_direct"),
+                         [](const auto& param_info) { return param_info.param; });
 
 // generate stops with a message at the model's context limit instead of failing or running on.
 TEST(GenerateE2E, StopsAtTheContextLimitWithAMessage) {

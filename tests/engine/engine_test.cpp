@@ -4,6 +4,9 @@
 #include "core/error.h"
 #include "engine/generate.h"
 #include "engine/model.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+#include "model/synthetic_checkpoint.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -74,6 +77,76 @@ TEST(EngineModel, RejectsContextBeyondLimitAndBadIds) {
   EXPECT_THROW(m->forward(std::span<const int32_t>(&id, 1), m->max_seq(), logits.data(), false),
                Error);
   EXPECT_THROW(m->forward(std::span<const int32_t>(&bad, 1), 0, logits.data(), false), Error);
+}
+
+// A synthetic DeepSeek-V3 (multi-head latent attention, keys of 48 and values of 32 per head,
+// sigmoid group routing): it loads, its logits are finite, and decoding token by token through
+// the KV cache gives what the prefill gives.
+TEST(EngineModel, SynthDeepSeekLoadsAndDecodesAsItPrefills) {
+  test::ScratchDir tmp;
+  SynthOptions so;
+  so.shape = "tiny-deepseek";
+  so.layers = 2;  // one dense layer, one MoE layer
+  so.dtype = DType::F32;
+  so.progress = false;
+  so.threads = 2;
+  write_synthetic_checkpoint(tmp / "ds", so);
+  ModelOptions mo;
+  mo.threads = 2;
+  mo.max_seq = 64;
+  auto m = Model::load(tmp / "ds", mo);
+  const Architecture& a = m->arch();
+  ASSERT_TRUE(a.is_mla());
+  ASSERT_TRUE(a.layers[1].is_moe);
+  EXPECT_FALSE(a.layers[0].is_moe);
+  EXPECT_EQ(m->weights().layers[1].score_bias.size(), 8u);
+  const std::vector<int32_t> ids = {1, 400, 17, 300, 1000, 5, 66, 900, 31, 200, 12};
+  const int64_t V = m->vocab_size(), n = int64_t(ids.size());
+  std::vector<float> pre(size_t(n * V)), dec(static_cast<size_t>(V));
+  m->forward(ids, 0, pre.data(), true);
+  for (float x : pre) ASSERT_TRUE(std::isfinite(x));
+  // Per layer and position: keys [heads, nope + rope] and values [heads, v_head_dim].
+  EXPECT_EQ(m->kv_cache_bytes(),
+            uint64_t(a.num_layers) * uint64_t(n) * uint64_t(4 * (48 + 32)) * sizeof(float));
+  for (int64_t t = 0; t < n; ++t) {
+    m->forward(std::span<const int32_t>(&ids[size_t(t)], 1), t, dec.data(), false);
+    for (int64_t v = 0; v < V; ++v)
+      ASSERT_NEAR(dec[size_t(v)], pre[size_t(t * V + v)], 1e-4) << "token " << t << " id " << v;
+  }
+}
+
+// Hub DeepSeek-V3 checkpoints hold the multi-token-prediction layer as
+// model.layers.<num_hidden_layers>.*: not part of the model, so the engine does not read it.
+TEST(EngineModel, DeepSeekIgnoresTheMultiTokenPredictionLayer) {
+  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/deepseek_v3";
+  if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
+  test::ScratchDir tmp;
+  fs::create_directories(tmp / "mtp");
+  fs::copy_file(src / "config.json", tmp / "mtp" / "config.json");
+  const SafetensorsFile in = SafetensorsFile::open(src / "model.safetensors");
+  std::vector<TensorSpec> specs;
+  for (const auto& e : in.tensors()) specs.push_back({e.name, e.dtype, e.shape});
+  const std::vector<TensorSpec> extra = {{"model.layers.3.eh_proj.weight", DType::BF16, {64, 128}},
+                                         {"model.layers.3.self_attn.q_a_proj.weight", DType::BF16, {48, 64}}};
+  specs.insert(specs.end(), extra.begin(), extra.end());
+  {
+    SafetensorsWriter out(tmp / "mtp" / "model.safetensors", specs);
+    for (const auto& e : in.tensors()) {
+      const TensorView v = in.view(e);
+      out.write(e.name, std::span(v.data, v.nbytes));
+    }
+    for (const auto& t : extra)
+      out.write(t.name, std::vector<std::byte>(size_t(t.nbytes()), std::byte{0x3f}));
+    out.finish();
+  }
+  auto base = Model::load(src, {});
+  auto mtp = Model::load(tmp / "mtp", {});
+  const std::vector<int32_t> ids = {1, 40, 17, 30, 100, 5, 66, 90};
+  const int64_t V = base->vocab_size();
+  std::vector<float> a(size_t(int64_t(ids.size()) * V)), b(a.size());
+  base->forward(ids, 0, a.data(), true);
+  mtp->forward(ids, 0, b.data(), true);
+  EXPECT_EQ(a, b);
 }
 
 // A copy of stories260K whose config.json claims a quantization the tensors do not have.

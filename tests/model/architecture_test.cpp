@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -155,6 +157,174 @@ TEST(Architecture, RefusesWhatItCannotCompute) {
     EXPECT_NE(e.find(tc.expect), std::string::npos) << "got: " << e << "\nexpected: " << tc.expect;
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
+}
+
+// The tiny DeepSeek-V3 of the conformance data (tests/data/conformance/deepseek_v3).
+nlohmann::json deepseek_config() {
+  auto c = base_config("deepseek_v3");
+  c["num_hidden_layers"] = 3;
+  c["num_key_value_heads"] = 4;
+  c["max_position_embeddings"] = 256;
+  c["head_dim"] = 8;  // what transformers writes: qk_rope_head_dim, not the head size
+  c["q_lora_rank"] = 48;
+  c["kv_lora_rank"] = 32;
+  c["qk_nope_head_dim"] = 16;
+  c["qk_rope_head_dim"] = 8;
+  c["v_head_dim"] = 12;
+  c["n_routed_experts"] = 8;
+  c["num_experts_per_tok"] = 2;
+  c["n_group"] = 2;
+  c["topk_group"] = 1;
+  c["moe_intermediate_size"] = 32;
+  c["n_shared_experts"] = 1;
+  c["first_k_dense_replace"] = 1;
+  c["routed_scaling_factor"] = 2.5;
+  c["norm_topk_prob"] = true;
+  c["scoring_func"] = "sigmoid";
+  c["topk_method"] = "noaux_tc";
+  c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 32.0},
+                          {"beta_slow", 1.0}, {"mscale", 1.0}, {"mscale_all_dim", 1.0},
+                          {"original_max_position_embeddings", 64}, {"rope_theta", 10000.0}};
+  return c;
+}
+
+TEST(Architecture, DeepSeekV3LayerSpec) {
+  const Architecture a = Architecture::from_config(deepseek_config(), "cfg.json");
+  EXPECT_TRUE(a.is_mla());
+  EXPECT_EQ(a.head_dim, 24);
+  EXPECT_EQ(a.v_head_dim, 12);
+  EXPECT_EQ(a.ropes.size(), 1u);
+  EXPECT_EQ(a.ropes[0].rotary_dim, 8);
+  EXPECT_EQ(a.ropes[0].attention_factor, 1.0);
+  // 24^-0.5 * (0.1 ln 4 + 1)^2
+  EXPECT_FLOAT_EQ(a.attention_scale, 0.26464226f);
+  auto names = [&](const LayerSpec& l) {
+    std::vector<std::string> out;
+    for (size_t i : l.linears) out.push_back(a.linears[i].name);
+    return out;
+  };
+  const LayerSpec& dense = a.layers[0];
+  EXPECT_FALSE(dense.is_moe);
+  EXPECT_EQ(names(dense), (std::vector<std::string>{
+                              "model.layers.0.self_attn.q_a_proj", "model.layers.0.self_attn.q_b_proj",
+                              "model.layers.0.self_attn.kv_a_proj_with_mqa",
+                              "model.layers.0.self_attn.kv_b_proj", "model.layers.0.self_attn.o_proj",
+                              "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj",
+                              "model.layers.0.mlp.down_proj"}));
+  auto lin = [&](const LayerSpec& l, LinearRole r) -> const LinearModule& {
+    return a.linears[l.linears[size_t(l.slot_of(r))]];
+  };
+  EXPECT_EQ(lin(dense, LinearRole::q_b_proj).out_features, 4 * 24);
+  EXPECT_EQ(lin(dense, LinearRole::q_b_proj).input, LayerInput::q_latent);
+  EXPECT_EQ(lin(dense, LinearRole::q_b_proj).fold_norm, int(NormSlot::q_a));
+  EXPECT_EQ(lin(dense, LinearRole::kv_a_proj_with_mqa).out_features, 32 + 8);
+  EXPECT_EQ(lin(dense, LinearRole::kv_b_proj).out_features, 4 * (16 + 12));
+  EXPECT_EQ(lin(dense, LinearRole::kv_b_proj).input, LayerInput::kv_latent);
+  EXPECT_EQ(lin(dense, LinearRole::kv_b_proj).fold_norm, int(NormSlot::kv_a));
+  EXPECT_EQ(lin(dense, LinearRole::o_proj).in_features, 4 * 12);
+  EXPECT_EQ(lin(dense, LinearRole::gate_proj).out_features, 128);
+  // q_a_proj and kv_a_proj_with_mqa: one group (vLLM's fused_qkv_a_proj).
+  EXPECT_GE(lin(dense, LinearRole::q_a_proj).group, 0);
+  EXPECT_EQ(lin(dense, LinearRole::q_a_proj).group, lin(dense, LinearRole::kv_a_proj_with_mqa).group);
+  EXPECT_EQ(lin(dense, LinearRole::q_b_proj).group, -1);
+  EXPECT_EQ(dense.norm(NormSlot::q_a), "model.layers.0.self_attn.q_a_layernorm.weight");
+  EXPECT_EQ(dense.norm(NormSlot::kv_a), "model.layers.0.self_attn.kv_a_layernorm.weight");
+  EXPECT_EQ(a.norm_size(NormSlot::q_a), 48);
+  EXPECT_EQ(a.norm_size(NormSlot::kv_a), 32);
+  EXPECT_EQ(a.norm_eps(NormSlot::kv_a), 1e-6);
+
+  const LayerSpec& sparse = a.layers[1];
+  ASSERT_TRUE(sparse.is_moe);
+  const MoeSpec& m = sparse.moe;
+  EXPECT_EQ(m.routing, Routing::sigmoid_grouped);
+  EXPECT_EQ(m.num_experts, 8);
+  EXPECT_EQ(m.n_group, 2);
+  EXPECT_EQ(m.topk_group, 1);
+  EXPECT_EQ(m.routed_scaling, 2.5f);
+  EXPECT_TRUE(m.norm_topk_prob);
+  EXPECT_EQ(m.router, "model.layers.1.mlp.gate");
+  EXPECT_EQ(m.score_bias, "model.layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_TRUE(m.shared_gate.empty());
+  EXPECT_EQ(m.shared_intermediate, 32);
+  EXPECT_EQ(a.linears[sparse.linears[size_t(m.shared[2])]].name,
+            "model.layers.1.mlp.shared_experts.down_proj");
+  EXPECT_EQ(a.linears[sparse.linears[size_t(m.experts[7][1])]].name,
+            "model.layers.1.mlp.experts.7.up_proj");
+  const auto never = a.never_quantized_modules();
+  EXPECT_NE(std::find(never.begin(), never.end(), "model.layers.2.mlp.gate"), never.end());
+  EXPECT_NE(a.describe().find("MLA"), std::string::npos) << a.describe();
+
+  // Without q LoRA: q_proj reads the hidden state, nothing to fuse it with; two shared experts
+  // are one MLP twice as wide.
+  auto c = deepseek_config();
+  c["q_lora_rank"] = nullptr;
+  c["n_shared_experts"] = 2;
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 50000.0}};
+  const Architecture d = Architecture::from_config(c, "cfg.json");
+  const LayerSpec& l0 = d.layers[0];
+  EXPECT_EQ(l0.slot_of(LinearRole::q_a_proj), -1);
+  EXPECT_FALSE(l0.has(NormSlot::q_a));
+  const LinearModule& q = d.linears[l0.linears[size_t(l0.slot_of(LinearRole::q_proj))]];
+  EXPECT_EQ(q.out_features, 4 * 24);
+  EXPECT_EQ(q.group, -1);
+  EXPECT_EQ(q.fold_norm, int(NormSlot::attn_in));
+  EXPECT_FLOAT_EQ(d.attention_scale, float(std::pow(24.0, -0.5)));
+  EXPECT_EQ(d.layers[1].moe.shared_intermediate, 64);
+  // attention_bias: q_a_proj, kv_a_proj_with_mqa and o_proj only.
+  auto b = deepseek_config();
+  b["attention_bias"] = true;
+  for (const auto& m2 : Architecture::from_config(b, "cfg.json").linears)
+    EXPECT_EQ(m2.bias, m2.role == LinearRole::q_a_proj || m2.role == LinearRole::kv_a_proj_with_mqa ||
+                           m2.role == LinearRole::o_proj) << m2.name;
+}
+
+TEST(Architecture, DeepSeekV3RefusesWhatItCannotCompute) {
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& c) { c["n_group"] = 3; }, "'n_group' 3 does not divide 'n_routed_experts' 8"},
+      {[](auto& c) { c["n_group"] = 8; }, "'n_group' 8 leaves 1 expert per group"},
+      {[](auto& c) { c["topk_group"] = 3; }, "'topk_group' 3 is larger than 'n_group' 2"},
+      {[](auto& c) { c["num_experts_per_tok"] = 5; }, "'num_experts_per_tok' 5 is more than the 4"},
+      {[](auto& c) { c["routed_scaling_factor"] = 0; }, "'routed_scaling_factor' 0 is not positive"},
+      {[](auto& c) { c["routed_scaling_factor"] = "2.5"; }, "'routed_scaling_factor' is not a number"},
+      {[](auto& c) { c["first_k_dense_replace"] = -1; }, "'first_k_dense_replace' is -1"},
+      {[](auto& c) { c["n_routed_experts"] = 0; }, "'n_routed_experts'"},
+      {[](auto& c) { c["n_group"] = nullptr; }, "'n_group' is null"},
+      {[](auto& c) { c["v_head_dim"] = nullptr; }, "'v_head_dim' is null"},
+      {[](auto& c) { c["moe_intermediate_size"] = 0; }, "'moe_intermediate_size'"},
+      {[](auto& c) { c["n_shared_experts"] = 0; }, "'n_shared_experts'"},
+      {[](auto& c) { c["scoring_func"] = "softmax"; }, "'scoring_func' is 'softmax'"},
+      {[](auto& c) { c["topk_method"] = "greedy"; }, "'topk_method' is 'greedy'"},
+      {[](auto& c) { c["moe_layer_freq"] = 2; }, "'moe_layer_freq' is 2"},
+      {[](auto& c) { c["num_key_value_heads"] = 2; }, "'num_key_value_heads' 2 differs"},
+      {[](auto& c) { c["qk_rope_head_dim"] = 7; }, "'qk_rope_head_dim' 7 is odd"},
+      {[](auto& c) { c["kv_lora_rank"] = 0; }, "'kv_lora_rank'"},
+      {[](auto& c) { c["q_lora_rank"] = -4; }, "'q_lora_rank'"},
+      {[](auto& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.5; },
+       "'partial_rotary_factor' rotates 4 of the 8"},
+      {[](auto& c) { c["rope_parameters"] = {{"rope_type", "linear"}, {"mscale_all_dim", 1.0}}; },
+       "field 'factor' missing"},
+  };
+  for (const auto& tc : cases) {
+    auto c = deepseek_config();
+    tc.edit(c);
+    const std::string e = error_of(c);
+    EXPECT_NE(e.find("cfg.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(tc.expect), std::string::npos) << "got: " << e << "\nexpected: " << tc.expect;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  // What DeepSeek-V3 ships, and absent fields (DeepseekV3Config's defaults), are accepted.
+  auto c = deepseek_config();
+  c["moe_layer_freq"] = 1;
+  EXPECT_EQ(error_of(c), "");
+  c.erase("scoring_func");
+  c.erase("topk_method");
+  c.erase("first_k_dense_replace");  // 3: every layer dense here
+  const Architecture a = Architecture::from_config(c, "cfg.json");
+  EXPECT_FALSE(a.has_moe());
 }
 
 // Checkpoint tensors that do not match the spec are named.
