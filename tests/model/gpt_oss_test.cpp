@@ -6,7 +6,9 @@
 #include "core/numeric.h"
 #include "engine/model.h"
 #include "engine/moe_topk_softmax.h"
+#include "formats/mxfp4.h"
 #include "io/checkpoint.h"
+#include "io/safetensors_writer.h"
 #include "kernels/ops.h"
 #include "model/architecture.h"
 #include "model/expert_tensors.h"
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <limits>
 #include <numeric>
+#include <random>
 
 namespace qf {
 namespace {
@@ -246,6 +249,147 @@ TEST(GptOssExperts, WrongShapeNamesTheTensor) {
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
     EXPECT_NE(m.find("tensor 'model.layers.0.mlp.experts.gate_up_proj' is [8, 64, 96], expected "
                      "[8, 64, 80]"), std::string::npos) << m;
+  }
+}
+
+// The original release's MXFP4 experts (`*_blocks` [E, out, in/32, 16] + `*_scales` E8M0,
+// out-major, element 2j in the low nibble) are read as MXFP4 Linears in place: a model made of
+// them computes what the same model with the dequantized values in the BF16 hub layout does.
+TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
+  test::ScratchDir dir;
+  const int64_t E = 8, H = 64, I = 32;  // MXFP4 needs hidden and intermediate multiples of 32
+  nlohmann::json config = case_config();
+  config["intermediate_size"] = I;
+  fs::create_directories(dir / "mx");
+  fs::create_directories(dir / "ref");
+  test::write_file(dir / "ref" / "config.json", config.dump());
+  config["quantization_config"] = {
+      {"quant_method", "mxfp4"},
+      {"modules_to_not_convert",
+       {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
+  test::write_file(dir / "mx" / "config.json", config.dump());
+
+  const SafetensorsFile src = SafetensorsFile::open(case_dir() / "model.safetensors");
+  struct Tensor {
+    TensorSpec spec;
+    std::vector<std::byte> bytes;
+  };
+  std::vector<Tensor> common, mx, ref;
+  for (const auto& e : src.tensors()) {
+    if (e.name.find(".mlp.experts.") != std::string::npos) continue;
+    const TensorView v = src.view(e);
+    common.push_back({{e.name, e.dtype, e.shape}, std::vector<std::byte>(v.data, v.data + v.nbytes)});
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto bf16_bytes = [](const std::vector<float>& f) {
+    std::vector<std::byte> b(f.size() * 2);
+    for (size_t i = 0; i < f.size(); ++i) {
+      const uint16_t h = f32_to_bf16(f[i]);
+      std::memcpy(b.data() + 2 * i, &h, 2);
+    }
+    return b;
+  };
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string p = fmt::format("model.layers.{}.mlp.experts.", layer);
+    // proj 0: gate_up [2I, H] (std 3/sqrt(H): the clamp is hit), 1: down [H, I].
+    for (int proj = 0; proj < 2; ++proj) {
+      const int64_t rows = proj == 0 ? 2 * I : H, cols = proj == 0 ? H : I;
+      const float std_dev = proj == 0 ? 3.f / 8.f : 0.3f / std::sqrt(float(I));
+      std::vector<std::byte> blocks, scales;
+      std::vector<float> stored(size_t(E * rows * cols)), bias(size_t(E * rows));
+      for (int64_t x = 0; x < E; ++x) {
+        std::vector<float> w(size_t(rows * cols));
+        for (float& v : w) v = normal(rng) * std_dev;
+        std::vector<uint8_t> packed(size_t(rows * cols / 2)), sc(size_t(rows * cols / 32));
+        mxfp4_quantize_reference(WeightRows{w.data(), DType::F32, rows, cols}, packed.data(), sc.data());
+        for (uint8_t b : packed) blocks.push_back(std::byte(b));
+        for (uint8_t b : sc) scales.push_back(std::byte(b));
+        std::vector<float> deq(w.size());
+        mxfp4_dequantize(packed.data(), sc.data(), rows, cols, deq.data());
+        // The hub's float layout is x @ W: [in, out] per expert.
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            stored[size_t(x * rows * cols + c * rows + r)] = deq[size_t(r * cols + c)];
+      }
+      for (float& v : bias) v = bf16_to_f32(f32_to_bf16(0.1f * normal(rng)));
+      const std::string name = p + (proj == 0 ? "gate_up_proj" : "down_proj");
+      mx.push_back({{name + "_blocks", DType::U8, {E, rows, cols / 32, 16}}, blocks});
+      mx.push_back({{name + "_scales", DType::U8, {E, rows, cols / 32}}, scales});
+      mx.push_back({{name + "_bias", DType::BF16, {E, rows}}, bf16_bytes(bias)});
+      ref.push_back({{name, DType::BF16, {E, cols, rows}}, bf16_bytes(stored)});
+      ref.push_back({{name + "_bias", DType::BF16, {E, rows}}, bf16_bytes(bias)});
+    }
+  }
+  for (const auto& [sub, extra] : {std::pair{"mx", &mx}, std::pair{"ref", &ref}}) {
+    std::vector<TensorSpec> specs;
+    for (const auto* list : {&common, extra})
+      for (const Tensor& t : *list) specs.push_back(t.spec);
+    SafetensorsWriter w(dir / sub / "model.safetensors", specs);
+    for (const auto* list : {&common, extra})
+      for (const Tensor& t : *list) w.write(t.spec.name, t.bytes);
+    w.finish();
+  }
+
+  ModelOptions mo;
+  mo.threads = 2;
+  auto quantized = Model::load(dir / "mx", mo);
+  auto reference = Model::load(dir / "ref", mo);
+  EXPECT_EQ(quantized->weights().quantization, "gpt-oss-mxfp4 MXFP4");
+  const Architecture& a = quantized->arch();
+  const LayerSpec& spec = a.layers[1];
+  const auto& slots = spec.moe.experts[3];
+  const EngineLinear& gu = quantized->weights().layers[1].linears[size_t(slots[1])];
+  EXPECT_EQ(gu.w.format, WeightFormat::mxfp4);
+  EXPECT_EQ(gu.storage, nullptr);  // a view of the mapped blocks
+  EXPECT_EQ(quantized->weights().layers[1].linears[0].w.format, WeightFormat::bf16);  // q_proj
+  EXPECT_EQ(quantized->weights().layers[1].router.w.format, WeightFormat::bf16);
+
+  std::vector<int32_t> ids(96);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % 256);
+  const int64_t V = a.vocab_size, T = int64_t(ids.size());
+  std::vector<float> lq(size_t(T * V)), lr(size_t(T * V));
+  quantized->forward(ids, 0, lq.data(), true);
+  reference->forward(ids, 0, lr.data(), true);
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < lq.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double(lq[i]) - double(lr[i])));
+    max_abs = std::max(max_abs, std::fabs(double(lr[i])));
+  }
+  EXPECT_LT(max_diff, 1e-4) << "logits up to " << max_abs;
+  EXPECT_GT(max_abs, 0.5);
+
+  // quantize takes unquantized checkpoints only.
+  const auto r = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " +
+                                  test::quote(dir / "out"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("already quantized (mxfp4"), std::string::npos) << r.err;
+}
+
+// A float gpt-oss checkpoint whose experts are also stored in MXFP4 is refused.
+TEST(GptOssExperts, MixedLayoutsAreRefused) {
+  test::ScratchDir dir;
+  fs::copy(case_dir(), dir.path(), fs::copy_options::recursive);
+  const SafetensorsFile src = SafetensorsFile::open(case_dir() / "model.safetensors");
+  std::vector<TensorSpec> specs;
+  for (const auto& e : src.tensors()) specs.push_back({e.name, e.dtype, e.shape});
+  specs.push_back({"model.layers.0.mlp.experts.gate_up_proj_blocks", DType::U8, {8, 96, 2, 16}});
+  {
+    SafetensorsWriter w(dir / "model.safetensors", specs);
+    for (const auto& e : src.tensors()) {
+      const TensorView v = src.view(e);
+      w.write(e.name, {v.data, v.nbytes});
+    }
+    std::vector<std::byte> zeros(8 * 96 * 32);
+    w.write("model.layers.0.mlp.experts.gate_up_proj_blocks", zeros);
+    w.finish();
+  }
+  try {
+    ModelWeights::load(dir.path());
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.experts.gate_up_proj_blocks"),
+              std::string::npos) << e.what();
   }
 }
 
