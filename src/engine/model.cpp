@@ -1,8 +1,9 @@
 // The decoder forward pass, one layer spec at a time: embedding (times the family's scale),
 // then per layer [pre-norm] -> q/k/v (fused or not) -> [q/k norm] -> RoPE (partial, scaled) ->
-// causal grouped-query attention over the KV cache (sliding window, soft-capping) -> o_proj ->
-// [post-norm] -> residual; [pre-norm] -> gated MLP (SiLU or GELU) -> [post-norm] -> residual;
-// final norm, output head (divided or soft-capped where the family says).
+// causal grouped-query attention over the KV cache (sliding window, soft-capping, gpt-oss
+// sinks) -> o_proj -> [post-norm] -> residual; [pre-norm] -> gated MLP (SiLU, GELU, gpt-oss's
+// clamped SwiGLU) or MoE block (routing, experts) -> [post-norm] -> residual; final norm,
+// output head (divided or soft-capped where the family says).
 #include "engine/model.h"
 
 #include "core/error.h"
