@@ -1,14 +1,15 @@
 // The decoder forward pass, one layer spec at a time: embedding (times the family's scale),
 // then per layer [pre-norm] -> q/k/v (fused or not; or multi-head latent attention's latents
 // expanded per head) -> [q/k norm] -> RoPE (partial, scaled; interleaved for MLA) -> causal
-// grouped-query attention over the KV cache (sliding window, soft-capping) -> o_proj ->
-// [post-norm] -> residual; [pre-norm] -> gated MLP (SiLU or GELU) or mixture of experts ->
-// [post-norm] -> residual; final norm, output head (divided or soft-capped where the family
-// says).
+// grouped-query attention over the KV cache (sliding window, soft-capping, gpt-oss sinks) ->
+// o_proj -> [post-norm] -> residual; [pre-norm] -> gated MLP (SiLU, GELU, gpt-oss's clamped
+// SwiGLU) or mixture of experts (routing, experts) -> [post-norm] -> residual; final norm,
+// output head (divided or soft-capped where the family says).
 #include "engine/model.h"
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/moe_topk_softmax.h"
 
 #include <algorithm>
 #include <cmath>
@@ -173,7 +174,12 @@ void Model::ensure_capacity(int64_t n) {
   bool fused = false;
   for (const auto& l : a.layers)
     fused |= l.slot_of(LinearRole::qkv_proj) >= 0 || l.slot_of(LinearRole::gate_up_proj) >= 0;
-  if (fused) fused_.resize(sz(std::max(q_dim + 2 * kv_dim, 2 * a.intermediate_size)));
+  // gpt-oss experts: one gate_up_proj per expert, its rows interleaved.
+  int64_t fused_experts = 0;
+  for (const auto& l : a.layers)
+    if (l.is_moe && l.moe.gate_up_interleaved) fused_experts = std::max(fused_experts, l.moe.expert_intermediate);
+  if (fused || fused_experts > 0)
+    fused_.resize(sz(std::max({q_dim + 2 * kv_dim, 2 * a.intermediate_size, 2 * fused_experts})));
   int64_t widest_in = std::max({a.hidden_size, q_dim, inter});
   for (const LinearModule& m : a.linears) widest_in = std::max(widest_in, m.in_features);
   scaled_.resize(sz(widest_in));
@@ -253,7 +259,8 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits,
   head(x_.data() + first * a.hidden_size, n - first, logits);
 }
 
-void Model::attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n) {
+void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t pos,
+                      int64_t n) {
   const Architecture& a = w_.arch;
   const int64_t hd = a.head_dim, vd = a.v_head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
   const int64_t q_dim = nh * hd, k_dim = nkv * hd, v_dim = nkv * vd, att_dim = nh * vd;
@@ -278,7 +285,9 @@ void Model::attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n) 
       if (cap > 0) s = std::tanh(s / cap) * cap;
       scores[size_t(p - begin)] = s;
     }
-    softmax(scores.data(), end - begin);
+    // gpt-oss: the head's sink joins the softmax and its probability is dropped.
+    if (!L.sinks.empty()) softmax_with_sink(scores.data(), end - begin, L.sinks[size_t(h)]);
+    else softmax(scores.data(), end - begin);
     float* out = att_.data() + t * att_dim + h * vd;
     std::fill_n(out, vd, 0.f);
     for (int64_t p = begin; p < end; ++p) {
@@ -343,7 +352,7 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
   std::copy_n(v_.data(), n * v_dim, vc + pos * v_dim);
   if (L.k_scale > 0) fake_quantize_fp8(L.k_scale, kc + pos * kv_dim, n * kv_dim);
   if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, vc + pos * v_dim, n * v_dim);
-  attention(l, spec, pos, n);
+  attention(l, spec, L, pos, n);
 
   if (obs) obs->linear_input(LayerInput::attn_out, kNoExpert, att_.data(), n, att_dim);
   linear(L.linear(spec, LinearRole::o_proj), att_.data(), n, xb_.data());
@@ -410,8 +419,19 @@ void Model::mla_qkv(const LayerSpec& spec, const LayerWeights& L, int64_t pos, i
 }
 
 void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, int64_t inter,
-                      const float* x, int64_t n, float* y, int expert, LayerObserver* obs) {
-  if (slots[0] < 0) {
+                      const float* x, int64_t n, float* y, int expert, LayerObserver* obs,
+                      bool interleaved) {
+  if (slots[0] < 0 && interleaved) {
+    // gpt-oss experts: slots[1]'s output rows alternate gate, up.
+    linear(L.linears[size_t(slots[1])], x, n, fused_.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = fused_.data() + t * 2 * inter;
+      for (int64_t j = 0; j < inter; ++j) {
+        hb_[size_t(t * inter + j)] = row[2 * j];
+        hb2_[size_t(t * inter + j)] = row[2 * j + 1];
+      }
+    }
+  } else if (slots[0] < 0) {
     // Fused on disk (Phi-3): slots[1] holds the rows of gate, then of up.
     linear(L.linears[size_t(slots[1])], x, n, fused_.data());
     for (int64_t t = 0; t < n; ++t) {
@@ -427,6 +447,10 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
     case Activation::silu: silu_mul(hb_.data(), hb2_.data(), n * inter); break;
     case Activation::gelu_tanh: gelu_tanh_mul(hb_.data(), hb2_.data(), n * inter); break;
     case Activation::gelu: gelu_erf_mul(hb_.data(), hb2_.data(), n * inter); break;
+    case Activation::clamped_swiglu:
+      clamped_swiglu_mul(hb_.data(), hb2_.data(), n * inter, w_.arch.swiglu_limit,
+                         w_.arch.swiglu_alpha);
+      break;
   }
   if (obs) obs->linear_input(LayerInput::mlp_act, expert, hb_.data(), n, inter);
   linear(L.linears[size_t(slots[2])], hb_.data(), n, y);
@@ -451,6 +475,9 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
       case Routing::sigmoid_grouped:
         route_sigmoid_grouped(row, moe, L.score_bias, probs_, choice_, order_,
                               chosen_.data() + t * k, chosen_weight_.data() + t * k);
+        break;
+      case Routing::topk_softmax:
+        route_topk_softmax(row, experts, k, chosen_.data() + t * k, chosen_weight_.data() + t * k);
         break;
     }
   }
@@ -479,7 +506,7 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
       // Calibration of every expert on every row: computed over all rows, summed over its own.
       if (obs) obs->linear_input(LayerInput::ffn_norm, int(e), xb_.data(), n, dim);
       gated_mlp(L, moe.experts[size_t(e)], moe.expert_intermediate, xb_.data(), n,
-                expert_out_.data(), int(e), obs);
+                expert_out_.data(), int(e), obs, moe.gate_up_interleaved);
       for (int64_t r = 0; r < m; ++r) {
         const int64_t t = route_token_[size_t(begin + r)];
         const float w = route_weight_[size_t(begin + r)];
@@ -494,7 +521,7 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
       std::copy_n(xb_.data() + route_token_[size_t(begin + r)] * dim, dim, gathered_.data() + r * dim);
     if (obs) obs->linear_input(LayerInput::ffn_norm, int(e), gathered_.data(), m, dim);
     gated_mlp(L, moe.experts[size_t(e)], moe.expert_intermediate, gathered_.data(), m,
-              expert_out_.data(), int(e), obs);
+              expert_out_.data(), int(e), obs, moe.gate_up_interleaved);
     for (int64_t r = 0; r < m; ++r) {
       const float w = route_weight_[size_t(begin + r)];
       float* dst = moe_sum_.data() + route_token_[size_t(begin + r)] * dim;

@@ -100,16 +100,18 @@ class Model {
                  float* out) const;
   // One layer over x_ [n, hidden] at positions [pos, pos + n).
   void run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n, LayerObserver* obs);
-  void attention(int64_t l, const LayerSpec& spec, int64_t pos, int64_t n);
+  void attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t pos, int64_t n);
   // Multi-head latent attention's queries, keys and values (RoPE applied) into q_, k_, v_
   // from xb_ [n, hidden] (normed).
   void mla_qkv(const LayerSpec& spec, const LayerWeights& L, int64_t pos, int64_t n,
                LayerObserver* obs);
   // The gated MLP act(gate(x)) * up(x) -> down of slots {gate, up, down} (or {-1, gate_up,
-  // down} when fused on disk) over x [n, hidden] into y [n, hidden] (y may be x).
+  // down} when fused on disk: gate rows then up rows, or alternating when `interleaved`, as
+  // gpt-oss experts) over x [n, hidden] into y [n, hidden] (y may be x).
   // `expert` is passed to the observer with the activation.
   void gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, int64_t inter,
-                 const float* x, int64_t n, float* y, int expert, LayerObserver* obs);
+                 const float* x, int64_t n, float* y, int expert, LayerObserver* obs,
+                 bool interleaved = false);
   // The MoE block over xb_ [n, hidden] (normed) into xb_: routing, each routed expert once
   // over the rows routed to it, the shared expert.
   void moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerObserver* obs);

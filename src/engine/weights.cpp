@@ -25,9 +25,13 @@ class Loader {
 
   const CheckpointTensor* find(const std::string& name) const { return ck_.find(name); }
 
+  // A view of a tensor stored as the model reads it (all but float expert weights stored
+  // transposed, which float_weight reads).
   TensorView require(const std::string& name, const std::string& why) const {
     const CheckpointTensor* t = ck_.find(name);
     if (!t) fail("{}: tensor '{}' missing ({})", label_, name, why);
+    if (t->transposed)
+      fail("{}: tensor '{}' is stored transposed and must be a float weight ({})", label_, name, why);
     return t->file->view(*t->entry);
   }
 
@@ -76,9 +80,18 @@ class Loader {
     return out;
   }
 
+  // A float weight [rows, cols]. One stored transposed (gpt-oss experts) is copied to [rows,
+  // cols] and the copy handed to `*owner`, which must then be given (the engine then holds
+  // those experts in memory once; a lazy per-layer conversion would bound that).
   LinearWeight float_weight(const std::string& name, int64_t rows, int64_t cols,
-                            const std::string& why) const {
-    const TensorView v = require(name, why);
+                            const std::string& why,
+                            std::shared_ptr<const void>* owner = nullptr) const {
+    const CheckpointTensor* t = ck_.find(name);
+    if (!t) fail("{}: tensor '{}' missing ({})", label_, name, why);
+    if (t->transposed && !owner)
+      fail("{}: tensor '{}' is stored transposed, which the {} cannot be", label_, name, why);
+    TensorData d = read_tensor(*t);
+    const TensorView& v = d.view;
     if (!is_quantizable_float(v.dtype) || v.shape != Shape{rows, cols})
       mismatch(name, v, fmt::format("F32/F16/BF16 [{}, {}] ({})", rows, cols, why));
     LinearWeight w;
@@ -87,6 +100,7 @@ class Loader {
     w.rows = rows;
     w.cols = cols;
     w.data = v.data;
+    if (d.owned) *owner = std::move(d.owned);
     return w;
   }
 
@@ -131,7 +145,7 @@ class Loader {
         if (find(module + "." + leaf))
           fail("{}: tensor '{}.weight_scale' present but the quantization config does not "
                "quantize '{}'", label_, module, module);
-      L.w = float_weight(module + ".weight", rows, cols, what);
+      L.w = float_weight(module + ".weight", rows, cols, what, &L.storage);
     } else {
       st = target_->stored_linear(module, s);
       if (st.layout == WeightFormat::int8) int8_weight(L, st, rows, cols, what);
@@ -374,13 +388,14 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
       L.linears.push_back(ld.linear(m.name, m.out_features, m.in_features, scheme, m.bias));
     }
     if (spec.is_moe) {
-      L.router = ld.linear(spec.moe.router, spec.moe.num_experts, a.hidden_size, scheme, false,
-                           /*must_float=*/true);
+      L.router = ld.linear(spec.moe.router, spec.moe.num_experts, a.hidden_size, scheme,
+                           spec.moe.router_bias, /*must_float=*/true);
       if (!spec.moe.shared_gate.empty())
         L.shared_gate = ld.linear(spec.moe.shared_gate, 1, a.hidden_size, scheme, false, true);
       if (!spec.moe.score_bias.empty())
         L.score_bias = ld.vector(spec.moe.score_bias, spec.moe.num_experts);
     }
+    if (!spec.sinks.empty()) L.sinks = ld.vector(spec.sinks, a.num_heads);
     if (scheme.kv_fp8 && spec.slot_of(LinearRole::k_proj) >= 0) {
       // Named after the projections the exporter writes them with, wherever the target puts them.
       const std::string kn =

@@ -27,8 +27,9 @@ struct EngineLinear {
   ActQuant act = ActQuant::none;  // input quantization (W4A4, W8A8), applied after pre_scale
   float input_scale = 0.f;        // its static scale, amax / maxbound (as the reader converts it)
   // Owns `w.data` when the weight was made in memory (dequantized INT8, fake-quantized
-  // calibration weights); null for views of the checkpoint.
-  std::shared_ptr<const std::vector<float>> storage;
+  // calibration weights, the [out, in] copy of an expert stored transposed: gpt-oss); null for
+  // views of the checkpoint.
+  std::shared_ptr<const void> storage;
 };
 
 // One decoder layer's weights, laid out by its LayerSpec (model/architecture.h).
@@ -38,9 +39,10 @@ struct LayerWeights {
   std::array<std::vector<float>, kNormSlots> norms;
   std::vector<EngineLinear> linears;  // parallel to LayerSpec::linears
   float k_scale = 0.f, v_scale = 0.f;  // FP8 KV cache scales; 0: float32 cache
-  // MoE layers: the router [num_experts, hidden] and the shared expert's gate [1, hidden]
-  // (where the spec has one), never quantized; the router's score bias [num_experts]
-  // (sigmoid_grouped routing).
+  std::vector<float> sinks;  // per-head attention sink logits [num_heads] (gpt-oss) or empty
+  // MoE layers: the router [num_experts, hidden] (with its bias where the spec says) and the
+  // shared expert's gate [1, hidden] (where the spec has one), never quantized; the router's
+  // score bias [num_experts] (sigmoid_grouped routing).
   EngineLinear router, shared_gate;
   std::vector<float> score_bias;
 

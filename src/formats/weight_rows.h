@@ -5,14 +5,18 @@
 #include "core/dtype.h"
 
 #include <cstdint>
+#include <memory>
 
 namespace qf {
 
 struct WeightRows {
-  const void* data = nullptr;  // not owned
+  const void* data = nullptr;  // not owned (unless `owner` holds it)
   DType dtype = DType::F32;    // F32, F16 or BF16
   int64_t rows = 0;
   int64_t cols = 0;
+  // Keeps `data` alive when it is a copy rather than a view (an expert weight stored
+  // transposed, gpt-oss); copies of the rows share it.
+  std::shared_ptr<const void> owner;
 };
 
 // Largest |x| over the matrix and the number of NaN/Inf elements (amax ignores them).

@@ -7,6 +7,7 @@
 #include "io/json_file.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -72,6 +73,20 @@ std::string json_file_text(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("{}: not found", path.string());
   return read_regular_file(path, "the JSON file", kMaxJsonFileBytes);
+}
+
+// dst [rows, cols] = the transpose of src [cols, rows], in tiles that stay in L1 cache.
+template <typename T>
+void transpose_elements(const std::byte* src, int64_t rows, int64_t cols, std::byte* dst) {
+  constexpr int64_t kTile = 32;
+  for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+      for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) {
+          T v;
+          std::memcpy(&v, src + size_t(c * rows + r) * sizeof(T), sizeof(T));
+          std::memcpy(dst + size_t(r * cols + c) * sizeof(T), &v, sizeof(T));
+        }
 }
 
 }  // namespace
@@ -182,8 +197,11 @@ void Checkpoint::split_tensor(const std::string& name, const std::vector<Part>& 
     e.begin = at;
     e.end = at + uint64_t(shape_numel(p.shape)) * element;
     at = e.end;
+    if (p.transposed && p.shape.size() != 2)
+      fail("{}: part '{}' of tensor '{}' is transposed but not 2-D", whole.file->path().string(),
+           p.name, name);
     part_entries_.push_back(std::move(e));
-    replaced.push_back({p.name, whole.file, &part_entries_.back()});
+    replaced.push_back({p.name, whole.file, &part_entries_.back(), p.transposed});
   }
   if (at != whole.entry->end)
     fail("{}: tensor '{}' ({} bytes) does not split into the {} parts expected of it",
@@ -199,6 +217,27 @@ void Checkpoint::split_tensor(const std::string& name, const std::vector<Part>& 
   for (size_t i = 0; i < alias_tensors_.size(); ++i)
     by_name.emplace(alias_tensors_[i].name, tensors_.size() + i);
   by_name_ = std::move(by_name);
+}
+
+TensorData read_tensor(const CheckpointTensor& t) {
+  TensorData d;
+  d.view = t.file->view(*t.entry);
+  if (!t.transposed) return d;
+  // Stored [cols, rows], wanted [rows, cols].
+  const int64_t rows = d.view.shape[0], cols = d.view.shape[1];
+  auto out = std::make_shared<std::vector<std::byte>>(d.view.nbytes);
+  switch (dtype_size(d.view.dtype)) {
+    case 1: transpose_elements<uint8_t>(d.view.data, rows, cols, out->data()); break;
+    case 2: transpose_elements<uint16_t>(d.view.data, rows, cols, out->data()); break;
+    case 4: transpose_elements<uint32_t>(d.view.data, rows, cols, out->data()); break;
+    case 8: transpose_elements<uint64_t>(d.view.data, rows, cols, out->data()); break;
+    default:
+      fail("{}: tensor '{}' of dtype {} cannot be transposed", t.file->path().string(), t.name,
+           dtype_name(d.view.dtype));
+  }
+  d.view.data = out->data();
+  d.owned = std::move(out);
+  return d;
 }
 
 uint64_t Checkpoint::tensor_bytes() const {

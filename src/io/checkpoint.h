@@ -21,7 +21,19 @@ struct CheckpointTensor {
   std::string name;                 // HF name as the model refers to it
   const SafetensorsFile* file = nullptr;
   const SafetensorsEntry* entry = nullptr;  // the stored tensor (may be stored under an alias)
+  // The entry's bytes hold the transpose of its 2-D shape [r, c]: a [c, r] row-major matrix
+  // (a split part of a tensor stored as x @ W, gpt-oss experts). Its data must be read with
+  // read_tensor, which makes the [r, c] copy; entry->shape is the shape as the model reads it.
+  bool transposed = false;
 };
+
+// A tensor's data in the shape and orientation the model reads it: a view of the mapping, or
+// for a transposed part a row-major copy owned by `owned` (valid while this lives).
+struct TensorData {
+  TensorView view;
+  std::shared_ptr<const std::vector<std::byte>> owned;  // null for views of the mapping
+};
+TensorData read_tensor(const CheckpointTensor& t);
 
 class Checkpoint {
  public:
@@ -53,10 +65,12 @@ class Checkpoint {
   // each with its own name, shape and the tensor's dtype (a fused 3-D tensor seen as its 2-D
   // slices). The parts take the tensor's place in tensors(); `name` is no longer found.
   // Throws qf::Error naming the file when the tensor is absent or aliased, or when the parts'
-  // sizes do not add up to its bytes.
+  // sizes do not add up to its bytes. A `transposed` part is 2-D and stored as the transpose
+  // of `shape` (see CheckpointTensor::transposed).
   struct Part {
     std::string name;
     Shape shape;
+    bool transposed = false;
   };
   void split_tensor(const std::string& name, const std::vector<Part>& parts);
 

@@ -65,6 +65,30 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void softmax_with_sink(float* x, int64_t n, float sink) {
+  // The same steps as softmax, with one more term in the max and the sum.
+  const float m = std::max(*std::max_element(x, x + n), sink);
+  float sum = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  sum += std::exp(sink - m);
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void clamped_swiglu_mul(float* gate, const float* up, int64_t n, float limit, float alpha) {
+  // GptOssExperts._apply_gate: gate.clamp(max=limit), up.clamp(-limit, limit),
+  // (up + 1) * (gate * sigmoid(gate * alpha)).
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    const float glu = g * (1.0f / (1.0f + std::exp(-(g * alpha))));
+    gate[i] = (u + 1.0f) * glu;
+  }
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

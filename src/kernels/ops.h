@@ -29,11 +29,17 @@ struct RopeRows {
 
 // In place softmax over x[0, n).
 void softmax(float* x, int64_t n);
+// In place softmax over [x[0, n), sink], the sink's probability then dropped (gpt-oss attention
+// sinks): x sums to less than 1. A sink of -inf gives softmax(x, n) exactly.
+void softmax_with_sink(float* x, int64_t n, float sink);
 
 // gate[i] = silu(gate[i]) * up[i], i < n.
 void silu_mul(float* gate, const float* up, int64_t n);
 // gate[i] = gelu(gate[i]) * up[i]: the tanh approximation (gelu_pytorch_tanh), or erf.
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
 void gelu_erf_mul(float* gate, const float* up, int64_t n);
+// gpt-oss experts: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+// gate[i] = (u + 1) * g * sigmoid(alpha * g).
+void clamped_swiglu_mul(float* gate, const float* up, int64_t n, float limit, float alpha);
 
 }  // namespace qf

@@ -37,6 +37,7 @@ enum class MlpKind : uint8_t {
   // mlp.gate (+ gate.e_score_correction_bias) + mlp.experts.N + mlp.shared_experts, after
   // first_k_dense_replace dense layers
   deepseek_v3,
+  gpt_oss,    // mlp.router (with bias) + mlp.experts.N.{gate_up_proj (interleaved), down_proj}
 };
 
 struct FamilyRow {
@@ -59,6 +60,7 @@ struct FamilyRow {
   bool default_tied;
   MlpKind mlp = MlpKind::dense;
   bool mla = false;  // multi-head latent attention instead of q/k/v (DeepSeek-V3)
+  bool default_attention_bias = false;  // `attention_bias` when config.json has none
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -92,6 +94,11 @@ constexpr FamilyRow kFamilies[] = {
     {"deepseek_v3", "DeepseekV3ForCausalLM", false, NormPlacement::pre, NormStyle::plain,
      QkNorm::none, false, true, false, Sliding::none, false, "hidden_act", 0, 10000.0, 1e-6,
      false, MlpKind::deepseek_v3, true},
+    // gpt-oss: hidden_act is not read (the experts' clamped SwiGLU is fixed), attention_bias
+    // defaults to true, sliding layers alternate (see from_config).
+    {"gpt_oss", "GptOssForCausalLM", false, NormPlacement::pre, NormStyle::plain, QkNorm::none,
+     false, true, false, Sliding::layer_types, false, "hidden_act", 64, 150000.0, 1e-5, false,
+     MlpKind::gpt_oss, false, true},
 };
 
 class ConfigReader {
@@ -216,7 +223,8 @@ MoeConfig read_moe(const ConfigReader& c, const FamilyRow& f, int64_t num_layers
   // transformers 5 writes Qwen's expert count as num_local_experts (its attribute map); hub
   // configs say num_experts.
   const char* experts_key =
-      f.mlp == MlpKind::mixtral || !c.has("num_experts") ? "num_local_experts" : "num_experts";
+      f.mlp == MlpKind::mixtral || f.mlp == MlpKind::gpt_oss || !c.has("num_experts")
+          ? "num_local_experts" : "num_experts";
   s.num_experts = c.positive(experts_key, 1 << 16);
   s.top_k = c.positive("num_experts_per_tok", 1 << 16);
   if (s.top_k > s.num_experts)
@@ -226,6 +234,14 @@ MoeConfig read_moe(const ConfigReader& c, const FamilyRow& f, int64_t num_layers
   if (f.mlp == MlpKind::mixtral) {
     s.expert_intermediate = c.positive("intermediate_size");
     s.norm_topk_prob = true;
+    return m;
+  }
+  if (f.mlp == MlpKind::gpt_oss) {
+    // GptOssTopKRouter / GptOssExperts: every layer; `experts_per_token` is not read.
+    s.expert_intermediate = c.positive("intermediate_size");
+    s.routing = Routing::topk_softmax;
+    s.router_bias = true;
+    s.gate_up_interleaved = true;
     return m;
   }
   s.expert_intermediate = c.positive("moe_intermediate_size");
@@ -266,6 +282,10 @@ std::vector<nlohmann::json> rope_params(const ConfigReader& c, const std::vector
   nlohmann::json params;
   if (c.has("rope_parameters")) params = c["rope_parameters"];
   else if (c.has("rope_scaling")) params = c["rope_scaling"];
+  else if (f.model_type == "gpt_oss")
+    // GptOssConfig's default when the config has no rope parameters (theta: default_theta).
+    params = {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+              {"truncate", false}, {"original_max_position_embeddings", 4096}};
   if (!params.is_null() && !params.is_object())
     fail("{}: 'rope_parameters' / 'rope_scaling' is not a JSON object", c.label());
   bool nested = false;
@@ -407,7 +427,14 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
          a.num_heads, a.num_kv_heads);
   a.norm_style = f.norm_style;
   a.qk_norm = f.qk_norm;
-  a.activation = parse_activation(c.string_or(f.act_key, "silu"), f.act_key, label);
+  if (f.mlp == MlpKind::gpt_oss) {
+    // GptOssExperts reads swiglu_alpha / swiglu_limit (defaults 1.702 / 7.0), never hidden_act.
+    a.activation = Activation::clamped_swiglu;
+    a.swiglu_limit = float(c.number_or("swiglu_limit", 7.0));
+    a.swiglu_alpha = float(c.number_or("swiglu_alpha", 1.702));
+  } else {
+    a.activation = parse_activation(c.string_or(f.act_key, "silu"), f.act_key, label);
+  }
   a.attention_scale = float(std::pow(double(a.head_dim), -0.5));
 
   // Family settings that change the math.
@@ -455,6 +482,7 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
     // otherwise).
     const bool enabled = qwen ? c.flag_or("use_sliding_window", false) : true;
     if (enabled && c.has("sliding_window")) window = c.positive("sliding_window", int64_t(1) << 40);
+    else if (f.model_type == "gpt_oss") window = 128;  // GptOssConfig's default
     if (c.has("layer_types")) {
       const auto& lt = config["layer_types"];
       if (!lt.is_array() || int64_t(lt.size()) != a.num_layers)
@@ -470,6 +498,10 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       const int64_t last = c.positive_or("max_window_layers", 28, 1 << 20);
       for (int64_t i = 0; i < a.num_layers; ++i)
         if (window > 0 && (i + 1) % 2 == 1 && i < last) layer_types[size_t(i)] = "sliding_attention";
+    } else if (f.model_type == "gpt_oss") {
+      // GptOssConfig: sliding iff (i + 1) % 2 != 0 (even layers slide).
+      for (int64_t i = 0; i < a.num_layers; ++i)
+        if ((i + 1) % 2 != 0) layer_types[size_t(i)] = "sliding_attention";
     } else if (qwen) {
       const int64_t first = c.positive_or("max_window_layers", 28, 1 << 20);
       for (int64_t i = 0; i < a.num_layers; ++i)
@@ -506,7 +538,8 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
   }
 
   // Biases.
-  const bool attn_bias = f.reads_attention_bias && c.flag_or("attention_bias", false);
+  const bool attn_bias =
+      f.reads_attention_bias && c.flag_or("attention_bias", f.default_attention_bias);
   // Qwen2-MoE names its q/k/v bias switch qkv_bias (default true).
   const bool qkv_bias_field = f.model_type == "qwen2_moe" && c.flag_or("qkv_bias", true);
   const bool mlp_bias = f.reads_mlp_bias && c.flag_or("mlp_bias", false);
@@ -543,6 +576,7 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       if (a.mla.q_lora_rank > 0) spec.norms[size_t(NormSlot::q_a)] = p + "self_attn.q_a_layernorm.weight";
       spec.norms[size_t(NormSlot::kv_a)] = p + "self_attn.kv_a_layernorm.weight";
     }
+    if (f.mlp == MlpKind::gpt_oss) spec.sinks = p + "self_attn.sinks";
     // AWQ / SmoothQuant fold their scales into the pre-norm, when it is a plain x * w.
     const int attn_fold = spec.has(NormSlot::attn_in) && f.norm_style == NormStyle::plain
                               ? int(NormSlot::attn_in) : -1;
@@ -615,6 +649,36 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
         if (f.mlp == MlpKind::qwen2_moe) ls.moe.shared_gate = block + "shared_expert_gate";
       }
     };
+    // gpt-oss experts: gate_up_proj [2I, H] (output rows interleaved gate, up) and down_proj
+    // [H, I], both with biases; gate and up are one Linear, so they share their scales and
+    // their fate in a plan without a fused group. The hub stores them as fused, transposed
+    // 3-D tensors (model/expert_tensors.cpp presents them per expert).
+    auto add_gpt_oss_moe = [&](const MoeSpec& base, LayerSpec& ls) {
+      ls.is_moe = true;
+      ls.moe = base;
+      const std::string block = p + "mlp.";
+      ls.moe.router = block + "router";
+      for (int64_t e = 0; e < base.num_experts; ++e) {
+        std::array<int, 3> slots{-1, -1, -1};
+        for (int r = 1; r < 3; ++r) {
+          LinearModule m;
+          m.role = r == 1 ? LinearRole::gate_up_proj : LinearRole::down_proj;
+          m.name = fmt::format("{}experts.{}.{}", block, e, linear_role_name(m.role));
+          m.layer = layer;
+          m.input = r == 1 ? LayerInput::ffn_norm : LayerInput::mlp_act;
+          m.expert = int(e);
+          m.in_features = r == 1 ? a.hidden_size : base.expert_intermediate;
+          m.out_features = r == 1 ? 2 * base.expert_intermediate : a.hidden_size;
+          m.bias = true;
+          m.fold_norm = -1;  // the router reads the same normed input
+          m.slot = int(ls.linears.size());
+          slots[size_t(r)] = m.slot;
+          ls.linears.push_back(a.linears.size());
+          a.linears.push_back(std::move(m));
+        }
+        ls.moe.experts.push_back(slots);
+      }
+    };
     if (f.fused_on_disk) {
       add("self_attn.", LinearRole::qkv_proj, LayerInput::attn_norm, a.hidden_size,
           q_out + 2 * kv_out, false, attn_fold);
@@ -663,7 +727,9 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
             attn_bias, -1);
         fuse({q, k, v});
       }
-      if (moe_family && moe.sparse[size_t(layer)]) {
+      if (f.mlp == MlpKind::gpt_oss) {
+        add_gpt_oss_moe(moe.base, spec);
+      } else if (moe_family && moe.sparse[size_t(layer)]) {
         // The router reads the same normed input, so a scale folded into the norm would change
         // the routing: AWQ / SmoothQuant keep their scales beside the experts instead.
         add_moe(p, moe.base, spec, -1);
@@ -737,9 +803,11 @@ std::string Architecture::describe() const {
             ? fmt::format("sigmoid in {} groups, best {}, x{}, ", m.n_group, m.topk_group,
                           m.routed_scaling)
             : std::string();
+    const char* weights = m.routing == Routing::topk_softmax ? "softmax of the top logits"
+                          : m.norm_topk_prob                  ? "renormalised"
+                                                              : "not renormalised";
     s += fmt::format(", {} MoE layers of {} experts (top {}, {}{}{})", sparse, m.num_experts,
-                     m.top_k, routing, m.norm_topk_prob ? "renormalised" : "not renormalised",
-                     m.shared_intermediate > 0 ? ", shared expert" : "");
+                     m.top_k, routing, weights, m.shared_intermediate > 0 ? ", shared expert" : "");
   }
   return s;
 }

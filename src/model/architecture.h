@@ -55,7 +55,10 @@ inline constexpr int kNormSlots = 8;
 
 enum class NormStyle : uint8_t { plain, one_plus };  // x * w, or x * (1 + w) (Gemma)
 enum class QkNorm : uint8_t { none, per_head, whole };
-enum class Activation : uint8_t { silu, gelu_tanh, gelu };
+// The gated MLP's activation act(gate) * up. clamped_swiglu is gpt-oss's experts:
+// g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) * g * sigmoid(alpha * g)
+// (Architecture::swiglu_limit / swiglu_alpha); the config's hidden_act is not read for it.
+enum class Activation : uint8_t { silu, gelu_tanh, gelu, clamped_swiglu };
 
 // Which expert of a mixture-of-experts block a Linear belongs to: a routed expert's index, or
 // one of these.
@@ -91,6 +94,8 @@ enum class Routing : uint8_t {
   // groups stay; the top k of c among them are chosen, weighted by their unbiased s (divided
   // by their sum + 1e-20 when norm_topk_prob), times routed_scaling.
   sigmoid_grouped,
+  // The top k of the logits (router bias included), then softmax over those k only (gpt-oss).
+  topk_softmax,
 };
 
 // The mixture-of-experts block that replaces a layer's MLP.
@@ -106,13 +111,17 @@ struct MoeSpec {
   float routed_scaling = 1.f;
   std::string score_bias;
   std::string router;  // module of the router Linear [num_experts, hidden], never quantized
+  bool router_bias = false;  // the router has `router.bias` [num_experts] (gpt-oss)
+  // Each expert's gate and up are one Linear (gate_up_proj, [2 x intermediate, hidden]) whose
+  // output rows alternate gate, up, gate, up... (gpt-oss): slots {-1, gate_up, down}.
+  bool gate_up_interleaved = false;
   // The shared expert (absent: shared_intermediate 0; DeepSeek's n_shared_experts are one MLP
   // of n times the width) and, when present, its gate, a [1, hidden] Linear whose sigmoid
   // scales the shared expert's output (Qwen2-MoE; none: added unweighted); never quantized.
   int64_t shared_intermediate = 0;
   std::string shared_gate;
   // Positions in LayerSpec::linears of gate, up, down: per routed expert, and of the shared
-  // expert (-1 when absent).
+  // expert (-1 when absent). With gate_up_interleaved: {-1, gate_up_proj, down_proj}.
   std::vector<std::array<int, 3>> experts;
   std::array<int, 3> shared{-1, -1, -1};
 };
@@ -127,6 +136,9 @@ struct LayerSpec {
   int rope = 0;                // index into Architecture::ropes
   int64_t sliding_window = 0;  // tokens a query sees, itself included; 0: all earlier tokens
   bool is_moe = false;         // the MLP is `moe`
+  // Tensor name of the per-head attention sinks [num_heads] (gpt-oss: one extra logit per
+  // head in the attention softmax, whose probability is dropped); empty: none.
+  std::string sinks;
   MoeSpec moe;
 
   int slot_of(LinearRole r) const { return slot[size_t(r)]; }
@@ -179,6 +191,8 @@ struct Architecture {
   float logits_divisor = 1.f;    // logits are divided by it (Granite logits_scaling)
   float attn_softcap = 0.f;      // tanh soft-capping of attention scores; 0: none
   float final_softcap = 0.f;     // of the logits; 0: none
+  float swiglu_limit = 0.f;      // Activation::clamped_swiglu (gpt-oss swiglu_limit)
+  float swiglu_alpha = 0.f;      // Activation::clamped_swiglu (gpt-oss swiglu_alpha)
 
   MlaSpec mla;                   // kv_lora_rank 0: not MLA
   std::vector<RopeSpec> ropes;   // one per distinct layer type (Gemma 3: local and global)

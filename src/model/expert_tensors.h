@@ -5,6 +5,13 @@
 // fused tensors are presented as the per-expert Linears the layer spec names (views of the same
 // bytes, nothing copied), so the engine, the quantizer and the writers see one layout, and an
 // export is written with the per-expert names engines load.
+// gpt-oss stores its experts fused and transposed (x @ W): `experts.gate_up_proj` [E, H, 2I]
+// (gate/up interleaved along 2I), `gate_up_proj_bias` [E, 2I], `down_proj` [E, I, H],
+// `down_proj_bias` [E, H]. Those become per-expert parts `experts.N.gate_up_proj.weight`
+// [2I, H] / `down_proj.weight` [H, I] marked transposed (read_tensor makes the [out, in] copy,
+// one expert at a time) and per-expert `.bias` views. Its original release stores them in
+// MXFP4 (`gate_up_proj_blocks` / `_scales`, out-major): views `experts.N.gate_up_proj.weight`
+// (codes) and `.weight_scale` (E8M0), read by targets/gpt_oss_mxfp4.cpp.
 #pragma once
 
 #include "io/checkpoint.h"
@@ -18,7 +25,7 @@ namespace qf {
 // Splits every fused expert tensor of `a`'s MoE layers found in `ck` (for Mixtral also under
 // the `mlp.` block name transformers 5 uses). Throws qf::Error naming the tensor when its
 // shape is not [num_experts, 2 * expert_intermediate, hidden] / [num_experts, hidden,
-// expert_intermediate], or when a layer mixes both layouts.
+// expert_intermediate] (gpt-oss: the shapes above), or when a layer mixes layouts.
 void split_fused_experts(Checkpoint& ck, const Architecture& a);
 
 // Checkpoint::open, then split_fused_experts with the architecture of its config.json when

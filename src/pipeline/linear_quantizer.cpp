@@ -16,6 +16,12 @@ WeightRows weight_rows(const TensorView& v) {
   return WeightRows{v.data, v.dtype, v.rows(), v.cols()};
 }
 
+WeightRows weight_rows(const TensorData& d) {
+  WeightRows w = weight_rows(d.view);
+  w.owner = d.owned;
+  return w;
+}
+
 std::vector<float> to_float(const WeightRows& w) {
   std::vector<float> out(size_t(w.rows * w.cols));
   convert_to_f32(w.dtype, w.data, out.data(), out.size());
@@ -29,7 +35,7 @@ LinearQuantizer::LinearQuantizer(const SourceModel& model, const ModulePlan& pla
 
 WeightRows LinearQuantizer::rows(size_t i) const {
   const CheckpointTensor& t = *plan_.weights[i];
-  return weight_rows(t.file->view(*t.entry));
+  return weight_rows(read_tensor(t));
 }
 
 float LinearQuantizer::tensor_amax(size_t i) {

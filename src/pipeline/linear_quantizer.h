@@ -16,6 +16,9 @@ namespace qf {
 
 // A stored tensor as rows for the quantizers (a view into the mapping).
 WeightRows weight_rows(const TensorView& v);
+// The same from read_tensor: a view, or the [out, in] copy of a transposed tensor, which the
+// rows then own.
+WeightRows weight_rows(const TensorData& d);
 // A weight as float32 (the algorithms that rescale or sweep need it).
 std::vector<float> to_float(const WeightRows& w);
 
@@ -25,7 +28,8 @@ class LinearQuantizer {
   LinearQuantizer(const SourceModel& model, const ModulePlan& plan, const QuantizeOptions& options,
                   const Exporter& exporter, ThreadPool& pool);
 
-  // The weight of linear `i` as stored.
+  // The weight of linear `i` as stored ([out, in]; a weight stored transposed is copied here,
+  // one Linear at a time, and the copy lives as long as the rows returned).
   WeightRows rows(size_t i) const;
   // max |w| of linear `i`. Throws qf::Error naming the file and tensor if it holds NaN or Inf.
   float tensor_amax(size_t i);

@@ -165,11 +165,15 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         ++report.tensors_copied;
       } else if (item.linear < 0) {
         // Large tensors (embeddings) are streamed so their pages never all stay resident; the
-        // NaN/Inf check reads each chunk as it goes by.
+        // NaN/Inf check reads each chunk as it goes by. An expert weight stored transposed
+        // (gpt-oss) is written as the [out, in] copy read_tensor makes (its pages are released
+        // whole below).
+        const TensorData data = read_tensor(t);
+        const TensorView& out = data.view;
         uint64_t nonfinite = 0;
-        writer.write(item.specs[0].name, {view.data, view.nbytes}, [&](size_t offset, size_t length) {
-          nonfinite += count_nonfinite(view.dtype, view.data + offset, length);
-          t.file->release(*t.entry, offset, length);
+        writer.write(item.specs[0].name, {out.data, out.nbytes}, [&](size_t offset, size_t length) {
+          nonfinite += count_nonfinite(out.dtype, out.data + offset, length);
+          if (!data.owned) t.file->release(*t.entry, offset, length);
         });
         if (nonfinite > 0) {
           const std::string what = fmt::format("{}: tensor '{}' has {} NaN or Inf values",

@@ -63,9 +63,27 @@ bool excluded_by_patterns(const std::string& name, const std::vector<std::string
 
 namespace {
 
+// gpt-oss: the hub's fused expert tensors are written per expert (mlp.experts.N.gate_up_proj,
+// down_proj), which qforge's engine reads; the engines' gpt-oss loaders read the fused names
+// (vLLM's gpt_oss.py load_weights: gate_up_proj{_blocks,_scales,_bias}, down_proj*; ModelOpt
+// keeps the fused names for gpt-oss: ../shared/specs/moe-hybrid.md §2.2), so none of them is
+// expected to load the export whatever its format.
+void gpt_oss_serving(QuantizeReport& report, const Architecture& arch) {
+  if (std::none_of(arch.layers.begin(), arch.layers.end(),
+                   [](const LayerSpec& l) { return l.is_moe && l.moe.gate_up_interleaved; }))
+    return;
+  for (ServeCommand& c : report.serve) {
+    c.support = EngineSupport::no;
+    c.command.clear();
+    c.note = "gpt-oss experts are written per expert (mlp.experts.N.gate_up_proj / down_proj); "
+             "gpt-oss loaders read the fused mlp.experts.gate_up_proj / down_proj tensors, so only "
+             "qforge's engine reads this export for now";
+  }
+}
+
 // The report's fields that follow from the plan alone (shared by the run and the dry run).
 QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& options,
-                              const fs::path& out_dir) {
+                              const fs::path& out_dir, const Architecture& arch) {
   QuantizeReport report;
   report.algo = std::string(weight_algo_name(options.algo));
   report.activations = std::string(act_quant_name(options.activations));
@@ -95,6 +113,7 @@ QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& opt
     if (plan.quantized(i)) add(plan.exported[i]);
   if (plan.head_src) add(plan.head);
   report.serve = serve_commands(q);
+  gpt_oss_serving(report, arch);
   return report;
 }
 
@@ -124,7 +143,7 @@ QuantizeReport plan_quantization(const SourceModel& source, const QuantizeOption
                                  const fs::path& out_dir) {
   const auto exporter = make_exporter(options.export_format);
   const ModulePlan plan = plan_modules(source, options, *exporter);
-  QuantizeReport report = planned_report(plan, options, out_dir);
+  QuantizeReport report = planned_report(plan, options, out_dir, source.arch);
   report.dry_run = true;
   const Checkpoint& ckpt = *source.checkpoint;
   const Architecture& arch = source.arch;
@@ -188,7 +207,7 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
 
   // 1. Decide what becomes of each Linear and of the output head.
   const ModulePlan plan = plan_modules(source, options, *exporter);
-  QuantizeReport report = planned_report(plan, options, out_dir);
+  QuantizeReport report = planned_report(plan, options, out_dir, source.arch);
 
   ThreadPool pool(options.threads > 0 ? options.threads : ThreadPool::hardware_threads());
   if (!pool.start_failure().empty()) report.warnings.push_back("thread pool: " + pool.start_failure());

@@ -30,11 +30,12 @@ WeightRows weight_of(const Model& model, const LinearModule& m) {
   const auto& ck = model.weights().checkpoint;
   const CheckpointTensor* t = ck ? ck->find(m.weight_name()) : nullptr;
   if (!t) fail("sensitivity: tensor '{}' missing", m.weight_name());
-  const TensorView v = t->file->view(*t->entry);
+  const TensorData d = read_tensor(*t);
+  const TensorView& v = d.view;
   if (!is_quantizable_float(v.dtype) || v.shape.size() != 2)
     fail("sensitivity: tensor '{}' is {} {}, expected a float matrix", m.weight_name(),
          dtype_name(v.dtype), shape_str(v.shape));
-  return WeightRows{v.data, v.dtype, v.rows(), v.cols()};
+  return WeightRows{v.data, v.dtype, v.rows(), v.cols(), d.owned};
 }
 
 // x [n, vocab] -> log-softmax in place.

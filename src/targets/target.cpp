@@ -11,6 +11,8 @@ namespace qf {
 // Defined in each target's file.
 std::unique_ptr<Exporter> make_modelopt_exporter();
 const TargetReader& modelopt_reader();
+// Read only (no --export writes it): the original gpt-oss release's MXFP4 experts.
+const TargetReader& gpt_oss_mxfp4_reader();
 std::unique_ptr<Exporter> make_compressed_tensors_exporter();
 const TargetReader& compressed_tensors_reader();
 
@@ -38,6 +40,8 @@ DetectedTarget detect_target(const Checkpoint& ck, const std::string& label) {
   for (const Target& t : kTargets)
     if (auto scheme = t.reader().read_scheme(ck, label))
       return {&t.reader(), std::move(*scheme)};
+  if (auto scheme = gpt_oss_mxfp4_reader().read_scheme(ck, label))
+    return {&gpt_oss_mxfp4_reader(), std::move(*scheme)};
   const auto& cfg = ck.config();
   if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object()) {
     const std::string method = json_string_member(cfg["quantization_config"], "quant_method",
@@ -77,6 +81,7 @@ std::string declared_algo_name(const nlohmann::json& config) {
   if (!config.is_object()) return "";
   for (const Target& t : kTargets)
     if (auto name = t.reader().algo_name(config)) return *name;
+  if (auto name = gpt_oss_mxfp4_reader().algo_name(config)) return *name;
   return "";
 }
 

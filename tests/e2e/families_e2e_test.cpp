@@ -152,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(Conformance, FamilyE2E,
                          ::testing::Values("llama_bias_headdim", "mistral_sliding", "qwen2",
                                            "qwen3", "phi3_longrope", "gemma3", "granite",
                                            "olmo2", "mixtral", "qwen2_moe", "qwen3_moe",
-                                           "qwen3_moe_fused"),
+                                           "qwen3_moe_fused", "gpt_oss"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

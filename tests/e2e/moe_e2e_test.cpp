@@ -1,5 +1,6 @@
 // Mixture-of-experts checkpoints through the CLI, on the conformance models (tiny random
-// Mixtral / Qwen2-MoE / Qwen3-MoE, per-expert and fused on disk, given a byte-level tokenizer):
+// Mixtral / Qwen2-MoE / Qwen3-MoE, per-expert and fused on disk, gpt-oss, given a byte-level
+// tokenizer):
 // what engines need of an MoE export (routers excluded and unquantized, one NVFP4 tensor scale
 // per expert's gate/up, one input scale per layer and input across the experts), the tokens
 // calibration routed to each expert, per-expert GPTQ, and one-line errors for broken layouts.
@@ -190,6 +191,53 @@ TEST(MoeE2E, FusedExpertsAreExportedPerExpert) {
   EXPECT_NE(c.find("model.layers.1.mlp.experts.0.gate_proj.weight"), nullptr);
 }
 
+// gpt-oss: the hub's fused transposed experts are exported per expert in [out, in] (gate/up
+// rows still interleaved, biases beside them), routers with their bias and the attention sinks
+// copied, routers listed as excluded; the export loads and stays close to the original.
+TEST(MoeE2E, GptOssExportsPerExpertAndRoundTrips) {
+  test::ScratchDir dir;
+  const fs::path model = prepare(dir, "gpt_oss");
+  for (const std::string format : {"nvfp4", "fp8"}) {
+    SCOPED_TRACE(format);
+    const fs::path out = dir / format;
+    const auto q = run_qforge("quantize " + quote(model) + " -o " + quote(out) + " --format " +
+                              format + " --json -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto summary = nlohmann::json::parse(q.out);
+    EXPECT_EQ(summary["modules_quantized"], 40) << q.out;
+    // No engine's gpt-oss loader reads per-expert names: the summary says so.
+    ASSERT_EQ(summary["serve"].size(), 3u) << q.out;
+    for (const auto& serve : summary["serve"]) EXPECT_EQ(serve["support"], "does not load") << q.out;
+    const Checkpoint c = Checkpoint::open(out);
+    EXPECT_EQ(c.find("model.layers.0.mlp.experts.gate_up_proj"), nullptr);
+    EXPECT_EQ(c.find("model.layers.0.mlp.experts.gate_up_proj_bias"), nullptr);
+    const std::string p = "model.layers.1.mlp.experts.5.";
+    const CheckpointTensor* gu = c.find(p + "gate_up_proj.weight");
+    const CheckpointTensor* dn = c.find(p + "down_proj.weight");
+    ASSERT_TRUE(gu && dn);
+    if (format == "nvfp4") {
+      EXPECT_EQ(gu->entry->shape, (Shape{96, 32}));  // [2I, H / 2]
+      EXPECT_EQ(dn->entry->shape, (Shape{64, 24}));  // [H, I / 2]
+    } else {
+      EXPECT_EQ(gu->entry->shape, (Shape{96, 64}));
+      EXPECT_EQ(dn->entry->shape, (Shape{64, 48}));
+    }
+    EXPECT_EQ(dtype_of(c, p + "gate_up_proj.bias"), DType::BF16);
+    EXPECT_EQ(dtype_of(c, p + "down_proj.bias"), DType::BF16);
+    EXPECT_EQ(dtype_of(c, "model.layers.1.mlp.router.weight"), DType::BF16);
+    EXPECT_EQ(dtype_of(c, "model.layers.1.mlp.router.bias"), DType::BF16);
+    EXPECT_EQ(dtype_of(c, "model.layers.0.self_attn.sinks"), DType::BF16);
+    EXPECT_NE(test::read_file(out / "config.json").find("\"model.layers.0.mlp.router\""),
+              std::string::npos);
+    const auto kl = run_qforge("eval kl " + quote(model) + " " + quote(out) + " --text " +
+                               readme() + " --max-chars 3000 --ctx 128 --json");
+    ASSERT_EQ(kl.exit_code, 0) << kl.err;
+    const auto j = nlohmann::json::parse(kl.out);
+    // A wrong expert layout (rows and columns swapped) gives ~0.77 with either format.
+    EXPECT_LT(j["kl_mean"].get<double>(), format == "fp8" ? 0.05 : 0.2) << kl.out;
+  }
+}
+
 std::string run_error(const std::string& args) {
   const auto r = run_qforge(args);
   EXPECT_NE(r.exit_code, 0);
@@ -232,6 +280,20 @@ TEST(MoeE2E, BrokenLayoutsAreOneLineErrors) {
     const std::string e = run_error("eval ppl " + quote(model) + " --text " + readme());
     EXPECT_NE(e.find("tensor 'model.layers.1.mlp.experts.gate_up_proj' is [8, 96, 64], expected "
                      "[4, 96, 64]"), std::string::npos) << e;
+  }
+  {
+    // gpt-oss: a fused transposed expert tensor that does not match intermediate_size.
+    test::ScratchDir dir;
+    const fs::path model = prepare(dir, "gpt_oss");
+    auto config = nlohmann::json::parse(test::read_file(model / "config.json"));
+    config["intermediate_size"] = 32;
+    test::write_file(model / "config.json", config.dump());
+    for (const std::string& cmd : {"eval ppl " + quote(model) + " --text " + readme(),
+                                  "quantize " + quote(model) + " -o " + quote(dir / "q")}) {
+      const std::string e = run_error(cmd);
+      EXPECT_NE(e.find("tensor 'model.layers.0.mlp.experts.gate_up_proj' is [8, 64, 96], "
+                       "expected [8, 64, 64]"), std::string::npos) << e;
+    }
   }
 }
 
