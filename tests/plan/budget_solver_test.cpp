@@ -142,6 +142,7 @@ TEST(BudgetTarget, BudgetsFromTargets) {
   ModelBudgetInfo info;
   info.quantizable_numel = 1000;
   info.bf16_linear_bytes = 2000;
+  info.bf16_linear_read_bytes = 2000;  // a dense model reads every Linear per token
   info.fixed_bytes = 300;
   info.overhead_bytes = 50;
   info.fixed_read_bytes_per_token = 100;
@@ -158,6 +159,12 @@ TEST(BudgetTarget, BudgetsFromTargets) {
   EXPECT_EQ(target_budget(mem, info), 2000 - 300 - 1280);
   EXPECT_EQ(target_budget({TargetKind::speedup, 3.0}, info), 700 - 100);
   EXPECT_DOUBLE_EQ(target_value({TargetKind::speedup, 3.0}, info, 600), 3.0);
+  // Mixtures of experts: the speedup counts the bytes a token reads (1100 of the 2000: top_k of
+  // the routed experts), and the budget is for the units' read bytes.
+  ModelBudgetInfo moe = info;
+  moe.bf16_linear_read_bytes = 1100;
+  EXPECT_EQ(target_budget({TargetKind::speedup, 3.0}, moe), 400 - 100);
+  EXPECT_DOUBLE_EQ(target_value({TargetKind::speedup, 3.0}, moe, 300), 3.0);
   EXPECT_LT(target_budget({TargetKind::size, 100}, info), 0);
   EXPECT_THROW(target_budget({TargetKind::bits, 0}, info), Error);
   EXPECT_THROW(target_budget({TargetKind::memory, 10, 0}, info), Error);
