@@ -7,7 +7,6 @@
 #include "io/json_file.h"
 #include "io/yaml_file.h"
 
-#include <fnmatch.h>
 
 #include <array>
 
@@ -25,8 +24,7 @@ bool known_algo(const std::string& a) {
 }  // namespace
 
 bool RecipeRule::matches(const std::string& module_name) const {
-  if (pattern) return pattern->matches(module_name);
-  return fnmatch(match.c_str(), module_name.c_str(), 0) == 0;
+  return pattern && pattern->matches(module_name);
 }
 
 Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& source,

@@ -38,7 +38,7 @@ struct RecipeRule {
   // Throws qf::Error when a regex exceeds its backtracking budget (core/name_pattern.h).
   bool matches(const std::string& module_name) const;
 
-  std::optional<NamePattern> pattern;  // `match` compiled (set by parse_recipe)
+  std::optional<NamePattern> pattern;  // `match` compiled (set by parse_recipe; unset matches nothing)
   int line = 0;                     // where the rule starts in a YAML file (1-based), else 0
 };
 
