@@ -5,6 +5,7 @@
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
+#include "kernels/memory_read.h"
 
 #include <algorithm>
 #include <chrono>
@@ -89,13 +90,8 @@ double stream_read_gbps(int threads, size_t bytes, int repeat) {
   for (int pass = 0; pass <= repeat; ++pass) {
     const auto t0 = std::chrono::steady_clock::now();
     pool.parallel_for(tasks, [&](int64_t t) {
-      const uint64_t* p = buffer.data();
       const size_t b = words * size_t(t) / size_t(tasks), e = words * size_t(t + 1) / size_t(tasks);
-      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-      size_t k = b;
-      for (; k + 4 <= e; k += 4) a0 += p[k], a1 += p[k + 1], a2 += p[k + 2], a3 += p[k + 3];
-      for (; k < e; ++k) a0 += p[k];
-      sums[size_t(t)] = a0 + a1 + a2 + a3;
+      sums[size_t(t)] = kernels::read_all(buffer.data() + b, (e - b) * 8);
     });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stream_sink = sums[0];
