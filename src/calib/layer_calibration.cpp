@@ -83,7 +83,7 @@ void StatsAccumulator::add(const float* x, int64_t n, ThreadPool* pool) {
   tokens_ += n;
 }
 
-LinearStats StatsAccumulator::finish() const {
+LinearStats StatsAccumulator::finish() && {
   LinearStats s;
   s.tokens = tokens_;
   s.input_amax = amax_;
@@ -92,10 +92,14 @@ LinearStats StatsAccumulator::finish() const {
   for (int64_t c = 0; c < cols_; ++c)
     s.channel_mean_abs[size_t(c)] = tokens_ ? float(sum_abs_[size_t(c)] / double(tokens_)) : 0.f;
   if (opt_.xtx) {
-    s.xtx = xtx_;
+    s.xtx = std::move(xtx_);
     mirror_upper(s.xtx, cols_);
   }
   // Kept rows in arrival order, so the sample does not depend on replacement history.
+  if (std::is_sorted(sample_order_.begin(), sample_order_.end())) {
+    s.samples = std::move(samples_);
+    return s;
+  }
   std::vector<size_t> idx(sample_order_.size());
   std::iota(idx.begin(), idx.end(), size_t(0));
   std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return sample_order_[a] < sample_order_[b]; });
@@ -158,13 +162,18 @@ class CaptureObserver final : public LayerObserver {
     if (!std::isfinite(k_amax_) || !std::isfinite(v_amax_))
       fail("calibration: keys or values hold NaN or Inf");
   }
-  LayerCapture finish() const {
+  // Moves the statistics out (StatsAccumulator::finish): call once.
+  LayerCapture finish() {
     LayerCapture c;
-    for (int i = 0; i < kLayerInputs; ++i) c.inputs[size_t(i)] = acc_[size_t(i)].finish();
+    for (int i = 0; i < kLayerInputs; ++i)
+      c.inputs[size_t(i)] = std::move(acc_[size_t(i)]).finish();
     c.experts.resize(experts_.size());
     for (size_t e = 0; e < experts_.size(); ++e)
       for (size_t j = 0; j < 2; ++j)
-        if (experts_[e][j]) c.experts[e][j] = experts_[e][j]->finish();
+        if (auto& acc = experts_[e][j]) {
+          c.experts[e][j] = std::move(*acc).finish();
+          acc.reset();
+        }
     c.k_amax = k_amax_;
     c.v_amax = v_amax_;
     return c;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace qf {
@@ -41,9 +42,11 @@ class StatsAccumulator {
   StatsAccumulator(int64_t cols, const CaptureOptions& options, uint64_t stream_seed);
   // Adds x [n, cols]. Throws qf::Error for a NaN or Inf value.
   void add(const float* x, int64_t n, ThreadPool* pool);
-  // The statistics so far: input_amax, channel_amax, channel_mean_abs, xtx (full symmetric
-  // matrix, when enabled), samples (in arrival order of the kept rows).
-  LinearStats finish() const;
+  // The statistics: input_amax, channel_amax, channel_mean_abs, xtx (full symmetric matrix,
+  // when enabled), samples (in arrival order of the kept rows). X^T X and the kept rows are
+  // moved out, not copied (an MoE expert keeps all its rows for GPTQ: a copy would double the
+  // peak), so the accumulator is spent: call it once, last.
+  LinearStats finish() &&;
 
  private:
   int64_t cols_;
@@ -74,6 +77,9 @@ struct LayerCapture {
   const LinearStats& of(const LinearModule& m) const {
     if (m.expert >= 0) return experts[size_t(m.expert)][m.input == LayerInput::mlp_act ? 1 : 0];
     return input(m.input);
+  }
+  LinearStats& of(const LinearModule& m) {
+    return const_cast<LinearStats&>(std::as_const(*this).of(m));
   }
 };
 

@@ -330,9 +330,10 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
       if ((gptq || local_hessian) && m.expert >= 0 && cap.of(m).tokens > 0) {
         // A routed expert kept its rows (CaptureOptions::xtx): its X^T X exists only while
         // its group is quantized.
-        LinearStats stats = cap.of(m);
+        LinearStats& stats = cap.of(m);
         stats.xtx = xtx_of_rows(stats.samples, stats.in_features(), &pool);
         quantize_group(members, stats, norm);
+        std::vector<double>().swap(stats.xtx);
       } else {
         quantize_group(members, cap.of(m), norm);
       }

@@ -40,7 +40,7 @@ TEST(StatsAccumulator, AmaxMeanAndXtxOfAKnownInput) {
   StatsAccumulator acc(cols, o, 0);
   acc.add(x.data(), 2, &pool);
   acc.add(x.data() + 6, 1, &pool);
-  const LinearStats s = acc.finish();
+  const LinearStats s = std::move(acc).finish();
   EXPECT_EQ(s.tokens, 3);
   EXPECT_EQ(s.input_amax, 3.f);
   EXPECT_EQ(s.channel_amax, (std::vector<float>{3.f, 2.f, 0.5f}));
@@ -68,7 +68,7 @@ TEST(StatsAccumulator, XtxSymmetricAndIndependentOfThreadsAndChunking) {
   StatsAccumulator a(cols, o, 1), b(cols, o, 1);
   a.add(x.data(), n, &one);
   for (int64_t t = 0; t < n; t += 100) b.add(x.data() + t * cols, 100, &four);
-  const LinearStats sa = a.finish(), sb = b.finish();
+  const LinearStats sa = std::move(a).finish(), sb = std::move(b).finish();
   EXPECT_EQ(sa.xtx, sb.xtx);
   EXPECT_EQ(sa.samples, sb.samples);
   EXPECT_EQ(sa.sample_count(cols), 64);
