@@ -86,6 +86,8 @@ const std::vector<NamedShape>& named_shapes() {
       {"deepseek-v3", "DeepSeek-V3 (MLA, 256 experts in 8 groups, top 8)", 7168, 18432, 61, 128,
        128, 129280, false, 10000.0, "deepseek_v3", 256, 8, 2048, 0, 1536, 512, 128, 64, 128, 8, 4,
        1, 3, 2.5, 40.0},
+      {"gpt-oss-20b", "gpt-oss-20b (32 experts, top 4; the BF16 hub layout)", 2880, 2880, 24, 64, 8,
+       201088, false, 150000.0, "gpt_oss", 32, 4, 2880, 64, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1.0, 32.0},
   };
   return shapes;
 }
@@ -106,6 +108,7 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   const int64_t layers = o.layers > 0 ? o.layers : shape.layers;
   const std::string& family = shape.model_type;
   const bool deepseek = family == "deepseek_v3";
+  const bool gpt_oss = family == "gpt_oss";
   // DeepSeek-V3's config.json says head_dim = qk_rope_head_dim (transformers derives it so).
   const int64_t head_dim = deepseek             ? shape.qk_rope_head_dim
                            : shape.head_dim > 0 ? shape.head_dim
@@ -115,6 +118,7 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   config["architectures"] = {family == "qwen3_moe"   ? "Qwen3MoeForCausalLM"
                              : family == "mixtral"   ? "MixtralForCausalLM"
                              : deepseek              ? "DeepseekV3ForCausalLM"
+                             : gpt_oss               ? "GptOssForCausalLM"
                                                      : "LlamaForCausalLM"};
   config["model_type"] = family;
   config["hidden_size"] = shape.hidden;
@@ -128,6 +132,11 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
       deepseek ? int64_t(4096 * shape.yarn_factor) : int64_t(131072);
   config["rms_norm_eps"] = deepseek ? 1e-6 : 1e-5;
   config["rope_theta"] = shape.rope_theta;
+  if (gpt_oss)  // as openai/gpt-oss-20b's config.json
+    config["rope_scaling"] = {{"beta_fast", 32.0}, {"beta_slow", 1.0},
+                              {"factor", shape.yarn_factor},
+                              {"original_max_position_embeddings", 4096},
+                              {"rope_type", "yarn"}, {"truncate", false}};
   if (deepseek && shape.yarn_factor > 1)
     config["rope_scaling"] = {{"beta_fast", 32},  {"beta_slow", 1},
                               {"factor", shape.yarn_factor},
@@ -136,7 +145,7 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
                               {"type", "yarn"}};
   config["hidden_act"] = "silu";
   config["tie_word_embeddings"] = shape.tie_word_embeddings;
-  config["attention_bias"] = false;
+  config["attention_bias"] = gpt_oss;
   if (family == "llama") config["mlp_bias"] = false;
   if (family == "qwen3_moe") {
     config["num_experts"] = shape.experts;
@@ -166,6 +175,16 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
     config["first_k_dense_replace"] = shape.first_k_dense;
     config["scoring_func"] = "sigmoid";
     config["topk_method"] = "noaux_tc";
+  } else if (gpt_oss) {
+    config["num_local_experts"] = shape.experts;
+    config["num_experts_per_tok"] = shape.top_k;
+    config["experts_per_token"] = shape.top_k;
+    config["sliding_window"] = 128;
+    auto types = nlohmann::ordered_json::array();
+    for (int64_t l = 0; l < layers; ++l)
+      types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+    config["layer_types"] = types;
+    config["swiglu_limit"] = 7.0;
   }
   config["bos_token_id"] = 1;
   config["eos_token_id"] = 2;
@@ -207,15 +226,33 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
     norm(NormSlot::kv_a);
     norm(NormSlot::attn_out);
     norm(NormSlot::mlp_in);
+    if (!layer.sinks.empty()) {
+      add(layer.sinks, {shape.heads});
+      tensors.back().scale = 0.5f;
+    }
     if (layer.is_moe) {
       add(layer.moe.router + ".weight", {layer.moe.num_experts, shape.hidden});
+      if (layer.moe.router_bias) add(layer.moe.router + ".bias", {layer.moe.num_experts});
       if (!layer.moe.shared_gate.empty()) add(layer.moe.shared_gate + ".weight", {1, shape.hidden});
       if (!layer.moe.score_bias.empty()) {
         add(layer.moe.score_bias, {layer.moe.num_experts});
         tensors.back().scale = 0.02f;  // small next to the sigmoid scores it corrects
       }
     }
-    linears(false);
+    if (layer.is_moe && layer.moe.gate_up_interleaved) {
+      // gpt-oss: the hub's fused, transposed expert tensors (model/expert_tensors.h), each
+      // weight scaled by its fan-in (dimension 1, not the last).
+      const std::string block = layer.moe.router.substr(0, layer.moe.router.rfind('.') + 1);
+      const int64_t e = layer.moe.num_experts, h = shape.hidden, i = layer.moe.expert_intermediate;
+      add(block + "experts.gate_up_proj", {e, h, 2 * i});
+      tensors.back().scale = 0.7f / std::sqrt(float(h));
+      add(block + "experts.gate_up_proj_bias", {e, 2 * i});
+      add(block + "experts.down_proj", {e, i, h});
+      tensors.back().scale = 0.7f / std::sqrt(float(i));
+      add(block + "experts.down_proj_bias", {e, h});
+    } else {
+      linears(false);
+    }
     norm(NormSlot::mlp_out);
   }
   add(arch.final_norm_name, {shape.hidden}, true);
