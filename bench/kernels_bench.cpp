@@ -9,6 +9,7 @@
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "kernels/linear.h"
+#include "kernels/memory_read.h"
 
 #include <benchmark/benchmark.h>
 
@@ -112,7 +113,7 @@ std::vector<float> activation(int64_t n) {
 
 // precise: the float-activation kernels (the baseline of the int8-activation ones).
 void MatVec(benchmark::State& state, WeightFormat f, bool precise = false, int64_t rows = kRows,
-            int64_t cols = kCols) {
+            int64_t cols = kCols, bool transposed = false) {
   const auto& ws = copies(f, rows, cols);
   const KernelMode mode = precise ? KernelMode::exact : KernelMode::fast;
   ThreadPool pool(int(state.range(0)));
@@ -121,7 +122,8 @@ void MatVec(benchmark::State& state, WeightFormat f, bool precise = false, int64
   size_t i = 0;
   uint64_t bytes = 0;
   for (auto _ : state) {
-    const LinearWeight& w = ws[i++ % ws.size()]->w;
+    LinearWeight w = ws[i++ % ws.size()]->w;
+    w.transposed = transposed;  // the same bytes read as the transpose (random data either way)
     linear_forward(w, x.data(), 1, y.data(), &pool, mode);
     benchmark::DoNotOptimize(y.data());
     bytes += w.stored_bytes();
@@ -144,7 +146,7 @@ void MatVecCached(benchmark::State& state, WeightFormat f) {
       double(s->w.stored_bytes()) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
-// STREAM-style read (sum of 64-bit words) of the same rotated NVFP4 buffers, split over the
+// STREAM-style read (kernels::read_all, vector loads) of the same rotated NVFP4 buffers, split over the
 // same pool in the same row tasks: the bandwidth ceiling the matrix-vector kernels chase.
 void StreamRead(benchmark::State& state) {
   const auto& ws = copies(WeightFormat::nvfp4);
@@ -157,13 +159,8 @@ void StreamRead(benchmark::State& state) {
     const size_t n = s.data.size() / 8;
     const int64_t tasks = 64;
     pool.parallel_for(tasks, [&](int64_t t) {
-      const auto* p = reinterpret_cast<const uint64_t*>(s.data.data());
       const size_t b = n * size_t(t) / tasks, e = n * size_t(t + 1) / tasks;
-      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-      size_t k = b;
-      for (; k + 4 <= e; k += 4) a0 += p[k], a1 += p[k + 1], a2 += p[k + 2], a3 += p[k + 3];
-      for (; k < e; ++k) a0 += p[k];
-      sums[size_t(t)] = a0 + a1 + a2 + a3;
+      sums[size_t(t)] = kernels::read_all(s.data.data() + b * 8, (e - b) * 8);
     });
     benchmark::DoNotOptimize(sums.data());
     bytes += s.data.size();
@@ -194,6 +191,16 @@ void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
 void KernelMatVecNvfp4Short(benchmark::State& s) {
   MatVec(s, WeightFormat::nvfp4, false, 8192, 2048);
 }
+// A Qwen3-30B-A3B expert's gate/up shape (768 x 2048, 0.9 MB): MoE decode runs dozens of these
+// per layer, so the pool's dispatch cost per product shows against the bytes.
+void KernelMatVecNvfp4Expert(benchmark::State& s) {
+  MatVec(s, WeightFormat::nvfp4, false, 768, 2048);
+}
+// gpt-oss's experts as the hub stores them (x @ W, read in place): gate_up [2 x 2880, 2880] BF16
+// stored transposed, next to the same shape stored row-major.
+void KernelMatVecBf16Transposed(benchmark::State& s) {
+  MatVec(s, WeightFormat::bf16, false, 5760, 2880, s.range(1) != 0);
+}
 void KernelMatVecInt4(benchmark::State& s) { MatVec(s, WeightFormat::int4_row_pairs); }
 void KernelMatVecMxfp4(benchmark::State& s) { MatVec(s, WeightFormat::mxfp4); }
 void KernelMatVecNvfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::nvfp4); }
@@ -206,6 +213,8 @@ BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Short)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecNvfp4Expert)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecBf16Transposed)->Args({2, 0})->Args({2, 1})->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);

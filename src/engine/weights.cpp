@@ -80,18 +80,16 @@ class Loader {
     return out;
   }
 
-  // A float weight [rows, cols]. One stored transposed (gpt-oss experts) is copied to [rows,
-  // cols] and the copy handed to `*owner`, which must then be given (the engine then holds
-  // those experts in memory once; a lazy per-layer conversion would bound that).
+  // A float weight [rows, cols], a view of the mapping. `linear`: it is a Linear's weight, which
+  // may be stored transposed (gpt-oss experts: the kernels read LinearWeight::transposed in
+  // place, so the engine holds no copy of them).
   LinearWeight float_weight(const std::string& name, int64_t rows, int64_t cols,
-                            const std::string& why,
-                            std::shared_ptr<const void>* owner = nullptr) const {
+                            const std::string& why, bool linear = false) const {
     const CheckpointTensor* t = ck_.find(name);
     if (!t) fail("{}: tensor '{}' missing ({})", label_, name, why);
-    if (t->transposed && !owner)
+    if (t->transposed && !linear)
       fail("{}: tensor '{}' is stored transposed, which the {} cannot be", label_, name, why);
-    TensorData d = read_tensor(*t);
-    const TensorView& v = d.view;
+    const TensorView v = t->file->view(*t->entry);
     if (!is_quantizable_float(v.dtype) || v.shape != Shape{rows, cols})
       mismatch(name, v, fmt::format("F32/F16/BF16 [{}, {}] ({})", rows, cols, why));
     LinearWeight w;
@@ -100,7 +98,7 @@ class Loader {
     w.rows = rows;
     w.cols = cols;
     w.data = v.data;
-    if (d.owned) *owner = std::move(d.owned);
+    w.transposed = t->transposed;
     return w;
   }
 
@@ -145,7 +143,7 @@ class Loader {
         if (find(module + "." + leaf))
           fail("{}: tensor '{}.weight_scale' present but the quantization config does not "
                "quantize '{}'", label_, module, module);
-      L.w = float_weight(module + ".weight", rows, cols, what, &L.storage);
+      L.w = float_weight(module + ".weight", rows, cols, what, true);
     } else {
       st = target_->stored_linear(module, s);
       if (st.layout == WeightFormat::int8) int8_weight(L, st, rows, cols, what);

@@ -109,7 +109,8 @@ bool use_int8_matvec(const LinearWeight& w) {
 }
 
 bool use_bf16_matmul(const LinearWeight& w) {
-  return weight_format_row(w.format).bf16_exact && cpu_has_avx512bf16();
+  // Its panels are packed from stored rows; a transposed weight takes the decoded-tile path.
+  return weight_format_row(w.format).bf16_exact && !w.transposed && cpu_has_avx512bf16();
 }
 
 void for_row_tasks(ThreadPool* pool, int64_t rows, int64_t rows_per_task,

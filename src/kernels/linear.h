@@ -44,6 +44,9 @@ struct LinearWeight {
   const float* scales = nullptr;          // fp8, int8 [rows], int4 [rows, cols/group]
   float global_scale = 1.f;               // nvfp4: dequantized = e2m1 * e4m3 * global_scale
   int group = 0;                          // int4 elements per scale
+  // F32/F16/BF16 only: `data` holds the transpose, [cols, rows] (the x @ W layout gpt-oss
+  // stores its experts in), read in place by every product.
+  bool transposed = false;
   std::shared_ptr<std::vector<float>> owned_scales;
 
   // Bytes a product reads from memory: the stored weights and their scales.

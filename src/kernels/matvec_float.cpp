@@ -9,15 +9,76 @@
 #include <hwy/highway.h>
 
 #include "core/numeric.h"
+#include "core/thread_pool.h"
 #include "kernels/simd-inl.h"
+
+#include <algorithm>
+#include <vector>
 
 HWY_BEFORE_NAMESPACE();
 namespace qf::kernels {
 namespace HWY_NAMESPACE {
 
+// A weight stored transposed (LinearWeight::transposed: S = W^T, [cols, rows]): y = sum over c
+// of x[c] * S[c, :], streamed row after row of S. Each task takes a fixed range of c into its own
+// partial y (in L1/L2: rows floats), and the partials are summed in task order, so the result
+// does not depend on the pool's size.
+template <class Load, class Scalar>
+void FloatColumns(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, size_t elem,
+                  const Load& load, const Scalar& scalar) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const int64_t rows = w.rows, cols = w.cols;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t per_task = std::max<int64_t>(16, (cols + 31) / 32);
+  const int64_t tasks = (cols + per_task - 1) / per_task;
+  // Reused across calls: a fresh allocation of this size would be page faults on every call.
+  // (Tasks run on other threads, which must see this thread's buffer: hence the pointer.)
+  thread_local std::vector<float> scratch;
+  scratch.assign(size_t(tasks * rows), 0.f);
+  float* const partial = scratch.data();
+  auto part = [&](int64_t t) {
+    float* acc = partial + t * rows;
+    const int64_t c1 = std::min(cols, (t + 1) * per_task);
+    for (int64_t c = t * per_task; c < c1; c += 4) {
+      const int64_t k = std::min<int64_t>(4, c1 - c);
+      const uint8_t* s[4];
+      float xs[4];
+      for (int64_t i = 0; i < 4; ++i) {
+        // Short groups repeat their last row with a zero weight.
+        s[i] = data + size_t((c + std::min(i, k - 1)) * rows) * elem;
+        xs[i] = i < k ? x[c + i] : 0.f;
+      }
+      const auto x0 = hn::Set(df, xs[0]), x1 = hn::Set(df, xs[1]), x2 = hn::Set(df, xs[2]),
+                 x3 = hn::Set(df, xs[3]);
+      int64_t r = 0;
+      for (; r + N <= rows; r += N) {
+        auto a = hn::LoadU(df, acc + r);
+        a = hn::MulAdd(load(df, s[0], r), x0, a);
+        a = hn::MulAdd(load(df, s[1], r), x1, a);
+        a = hn::MulAdd(load(df, s[2], r), x2, a);
+        a = hn::MulAdd(load(df, s[3], r), x3, a);
+        hn::StoreU(a, df, acc + r);
+      }
+      for (; r < rows; ++r)
+        for (int64_t i = 0; i < 4; ++i) acc[r] += scalar(s[i], r) * xs[i];
+    }
+  };
+  if (pool) pool->parallel_for(tasks, part);
+  else for (int64_t t = 0; t < tasks; ++t) part(t);
+  for_row_tasks(pool, rows, std::max<int64_t>(N, rows / 8), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float sum = 0.f;
+      for (int64_t t = 0; t < tasks; ++t) sum += partial[t * rows + r];
+      y[r] = sum;
+    }
+  });
+}
+
 template <class Load, class Scalar>
 void FloatRows(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, size_t elem,
                const Load& load, const Scalar& scalar) {
+  if (w.transposed) return FloatColumns(w, x, y, pool, elem, load, scalar);
   const hn::ScalableTag<float> df;
   const int64_t N = int64_t(hn::Lanes(df));
   const int64_t cols = w.cols;

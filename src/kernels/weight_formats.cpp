@@ -23,28 +23,42 @@ uint64_t elements(const LinearWeight& w) { return uint64_t(w.rows) * uint64_t(w.
 uint64_t f32_bytes(const LinearWeight& w) { return elements(w) * 4; }
 uint64_t half_bytes(const LinearWeight& w) { return elements(w) * 2; }
 
-void f32_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
-              int64_t ld) {
-  for (int64_t r = 0; r < nr; ++r)
-    std::memcpy(out + r * ld, static_cast<const float*>(w.data) + (r0 + r) * w.cols + c0,
-                size_t(nc) * 4);
+// Element (r, c) of a float weight, whichever way it is stored (LinearWeight::transposed).
+int64_t float_index(const LinearWeight& w, int64_t r, int64_t c) {
+  return w.transposed ? c * w.rows + r : r * w.cols + c;
 }
-void f32_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
-  std::memcpy(out, static_cast<const float*>(w.data) + r0 * w.cols, size_t(n * w.cols) * 4);
+float f32_at(const void* p, int64_t i) {
+  float f;
+  std::memcpy(&f, static_cast<const float*>(p) + i, 4);
+  return f;
 }
 template <float (*ToF32)(uint16_t)>
-void half_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
-               int64_t ld) {
+float half_at(const void* p, int64_t i) {
+  return ToF32(static_cast<const uint16_t*>(p)[i]);
+}
+template <float (*At)(const void*, int64_t)>
+void float_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
+                int64_t ld) {
+  if (w.transposed) {
+    // Stored rows are the tile's columns: read each stored row segment once.
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t r = 0; r < nr; ++r) out[r * ld + c] = At(w.data, (c0 + c) * w.rows + r0 + r);
+    return;
+  }
   for (int64_t r = 0; r < nr; ++r) {
-    const auto* p = static_cast<const uint16_t*>(w.data) + (r0 + r) * w.cols + c0;
-    float* o = out + r * ld;
-    for (int64_t c = 0; c < nc; ++c) o[c] = ToF32(p[c]);
+    if constexpr (At == f32_at) {
+      std::memcpy(out + r * ld, static_cast<const float*>(w.data) + (r0 + r) * w.cols + c0,
+                  size_t(nc) * 4);
+    } else {
+      for (int64_t c = 0; c < nc; ++c) out[r * ld + c] = At(w.data, (r0 + r) * w.cols + c0 + c);
+    }
   }
 }
-template <float (*ToF32)(uint16_t)>
-void half_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
-  const auto* p = static_cast<const uint16_t*>(w.data) + r0 * w.cols;
-  for (int64_t i = 0; i < n * w.cols; ++i) out[i] = ToF32(p[i]);
+template <float (*At)(const void*, int64_t)>
+void float_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  if (!w.transposed) return float_tile<At>(w, r0, n, 0, w.cols, out, w.cols);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < w.cols; ++c) out[r * w.cols + c] = At(w.data, float_index(w, r0 + r, c));
 }
 
 // ---- E2M1 blocks (NVFP4, MXFP4) -----------------------------------------------------------
@@ -178,12 +192,12 @@ void int4_packed32_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c
 using F = WeightFormat;
 using O = OutputFactor;
 constexpr std::array<WeightFormatRow, 9> kRows = {{
-    {F::f32, "F32", 0, f32_bytes, matvec_f32, nullptr, nullptr, false, O::none, f32_tile,
-     f32_rows},
+    {F::f32, "F32", 0, f32_bytes, matvec_f32, nullptr, nullptr, false, O::none,
+     float_tile<f32_at>, float_rows<f32_at>},
     {F::f16, "F16", 0, half_bytes, matvec_f16, nullptr, nullptr, false, O::none,
-     half_tile<f16_to_f32>, half_rows<f16_to_f32>},
+     float_tile<half_at<f16_to_f32>>, float_rows<half_at<f16_to_f32>>},
     {F::bf16, "BF16", 0, half_bytes, matvec_bf16, nullptr, nullptr, true, O::none,
-     half_tile<bf16_to_f32>, half_rows<bf16_to_f32>},
+     float_tile<half_at<bf16_to_f32>>, float_rows<half_at<bf16_to_f32>>},
     {F::nvfp4, "NVFP4", kNvfp4Block, nvfp4_bytes, matvec_nvfp4, fits_vnni_nvfp4,
      matvec_nvfp4_avx512vnni, true, O::tensor, fp4_tile<true>, nvfp4_rows},
     {F::mxfp4, "MXFP4", kMxfp4Block, mxfp4_bytes, matvec_mxfp4, fits_vnni_mxfp4,

@@ -243,6 +243,47 @@ INSTANTIATE_TEST_SUITE_P(
       return n + "_" + std::to_string(p.param.rows) + "x" + std::to_string(p.param.cols);
     });
 
+// A float weight stored transposed (gpt-oss experts, read in place): every product equals the
+// same weight stored row-major, for decode (the column-streaming kernel) and prefill, at any
+// thread count; shapes with row counts no vector width divides and input counts no 4 divides.
+TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
+  ThreadPool one(1), two(2);
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 301}, {64, 2050}, {5, 7}}) {
+      auto t = make_weight(f, rows, cols);
+      // The transpose of t's stored values, viewed as the same logical weight.
+      std::vector<float> f32(t->f32.size());
+      std::vector<uint16_t> half(t->half.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t from = size_t(r * cols + c), to = size_t(c * rows + r);
+          if (f == WeightFormat::f32) f32[to] = t->f32[from];
+          else half[to] = t->half[from];
+        }
+      LinearWeight wt = t->w;
+      wt.transposed = true;
+      wt.data = f == WeightFormat::f32 ? static_cast<const void*>(f32.data()) : half.data();
+      std::vector<float> a(static_cast<size_t>(cols)), b(a.size());
+      for (int64_t r = 0; r < rows; r += std::max<int64_t>(1, rows / 5)) {
+        dequantize_weight_rows(t->w, r, 1, a.data());
+        dequantize_weight_rows(wt, r, 1, b.data());
+        ASSERT_EQ(a, b) << weight_format_name(f) << " row " << r;
+      }
+      for (int64_t tokens : {1, 3}) {
+        const auto x = random_vector(size_t(tokens * cols), 11);
+        std::vector<float> ref(size_t(tokens * rows)), y1(ref.size()), y2(ref.size());
+        linear_reference(t->w, x.data(), tokens, ref.data());
+        for (KernelMode mode : {KernelMode::fast, KernelMode::exact}) {
+          linear_forward(wt, x.data(), tokens, y1.data(), &one, mode);
+          linear_forward(wt, x.data(), tokens, y2.data(), &two, mode);
+          expect_close(t->w, x, tokens, y1, ref);
+          ASSERT_EQ(y1, y2) << weight_format_name(f) << " thread count changed the output";
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelLinear, Int8ActivationQuantizationRoundsPerBlock) {
   std::vector<float> x(32, 0.f);
   x[0] = 1.f, x[1] = -0.5f, x[2] = 0.3f;  // block 0: amax 1
