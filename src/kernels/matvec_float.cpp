@@ -83,8 +83,52 @@ void FloatRows(const LinearWeight& w, const float* x, float* y, ThreadPool* pool
   const int64_t N = int64_t(hn::Lanes(df));
   const int64_t cols = w.cols;
   const auto* data = static_cast<const uint8_t*>(w.data);
-  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 1), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
+  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 4), [&](int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    // Four rows at a time share each activation load and keep four weight streams in flight
+    // (one row at a time left BF16 decode at ~2/3 of the memory's read rate).
+    for (; r + 4 <= r1; r += 4) {
+      const uint8_t* p0 = data + size_t(r * cols) * elem;
+      const uint8_t* p1 = p0 + size_t(cols) * elem;
+      const uint8_t* p2 = p1 + size_t(cols) * elem;
+      const uint8_t* p3 = p2 + size_t(cols) * elem;
+      auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+      auto b0 = hn::Zero(df), b1 = hn::Zero(df), b2 = hn::Zero(df), b3 = hn::Zero(df);
+      int64_t c = 0;
+      for (; c + 2 * N <= cols; c += 2 * N) {
+        const auto x0 = hn::LoadU(df, x + c), x1 = hn::LoadU(df, x + c + N);
+        a0 = hn::MulAdd(load(df, p0, c), x0, a0);
+        b0 = hn::MulAdd(load(df, p0, c + N), x1, b0);
+        a1 = hn::MulAdd(load(df, p1, c), x0, a1);
+        b1 = hn::MulAdd(load(df, p1, c + N), x1, b1);
+        a2 = hn::MulAdd(load(df, p2, c), x0, a2);
+        b2 = hn::MulAdd(load(df, p2, c + N), x1, b2);
+        a3 = hn::MulAdd(load(df, p3, c), x0, a3);
+        b3 = hn::MulAdd(load(df, p3, c + N), x1, b3);
+      }
+      for (; c + N <= cols; c += N) {
+        const auto x0 = hn::LoadU(df, x + c);
+        a0 = hn::MulAdd(load(df, p0, c), x0, a0);
+        a1 = hn::MulAdd(load(df, p1, c), x0, a1);
+        a2 = hn::MulAdd(load(df, p2, c), x0, a2);
+        a3 = hn::MulAdd(load(df, p3, c), x0, a3);
+      }
+      float d0 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, b0)));
+      float d1 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a1, b1)));
+      float d2 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a2, b2)));
+      float d3 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a3, b3)));
+      for (; c < cols; ++c) {
+        d0 += scalar(p0, c) * x[c];
+        d1 += scalar(p1, c) * x[c];
+        d2 += scalar(p2, c) * x[c];
+        d3 += scalar(p3, c) * x[c];
+      }
+      y[r] = d0;
+      y[r + 1] = d1;
+      y[r + 2] = d2;
+      y[r + 3] = d3;
+    }
+    for (; r < r1; ++r) {
       const uint8_t* row = data + size_t(r * cols) * elem;
       auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
       int64_t c = 0;
