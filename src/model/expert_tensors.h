@@ -28,6 +28,11 @@ namespace qf {
 // expert_intermediate] (gpt-oss: the shapes above), or when a layer mixes layouts.
 void split_fused_experts(Checkpoint& ck, const Architecture& a);
 
+// Architecture::from_config for `ck`'s config.json, with the options its tensors imply
+// (ArchitectureOptions: gpt-oss experts stored linearised, `mlp.experts.0.gate_proj.*`).
+// `label` starts error messages (the config's path).
+Architecture checkpoint_architecture(const Checkpoint& ck, const std::string& label);
+
 // Checkpoint::open, then split_fused_experts with the architecture of its config.json when
 // it is a supported model (else the checkpoint as stored: callers report the architecture).
 std::shared_ptr<const Checkpoint> open_model_checkpoint(const std::filesystem::path& dir);

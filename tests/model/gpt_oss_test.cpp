@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "engine/model.h"
+#include "kernels/linear.h"
 #include "engine/moe_topk_softmax.h"
 #include "formats/mxfp4.h"
 #include "io/checkpoint.h"
@@ -21,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -252,11 +254,12 @@ TEST(GptOssExperts, WrongShapeNamesTheTensor) {
   }
 }
 
-// The original release's MXFP4 experts (`*_blocks` [E, out, in/32, 16] + `*_scales` E8M0,
-// out-major, element 2j in the low nibble) are read as MXFP4 Linears in place: a model made of
-// them computes what the same model with the dequantized values in the BF16 hub layout does.
-TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
-  test::ScratchDir dir;
+// A synthetic original release in `dir`/mx (MXFP4 experts, `*_blocks` [E, out, in/32, 16] +
+// `*_scales` E8M0, out-major, element 2j in the low nibble) and the same model with the
+// dequantized experts in the BF16 hub layout in `dir`/ref. With `wide`, rows 0-3 of layer 1
+// expert 2's gate_up are scaled by 2^-30, so that tensor's block scales span more than 18
+// binades.
+void write_mxfp4_release(const fs::path& dir, bool wide = false) {
   const int64_t E = 8, H = 64, I = 32;  // MXFP4 needs hidden and intermediate multiples of 32
   nlohmann::json config = case_config();
   config["intermediate_size"] = I;
@@ -268,6 +271,7 @@ TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
       {"modules_to_not_convert",
        {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
   test::write_file(dir / "mx" / "config.json", config.dump());
+  test::write_file(dir / "mx" / "tokenizer.json", test::byte_level_tokenizer());
 
   const SafetensorsFile src = SafetensorsFile::open(case_dir() / "model.safetensors");
   struct Tensor {
@@ -301,6 +305,8 @@ TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
       for (int64_t x = 0; x < E; ++x) {
         std::vector<float> w(size_t(rows * cols));
         for (float& v : w) v = normal(rng) * std_dev;
+        if (wide && layer == 1 && proj == 0 && x == 2)
+          for (size_t i = 0; i < size_t(4 * cols); ++i) w[i] = std::ldexp(w[i], -30);
         std::vector<uint8_t> packed(size_t(rows * cols / 2)), sc(size_t(rows * cols / 32));
         mxfp4_quantize_reference(WeightRows{w.data(), DType::F32, rows, cols}, packed.data(), sc.data());
         for (uint8_t b : packed) blocks.push_back(std::byte(b));
@@ -330,7 +336,13 @@ TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
       for (const Tensor& t : *list) w.write(t.spec.name, t.bytes);
     w.finish();
   }
+}
 
+// The original release's MXFP4 experts are read as MXFP4 Linears in place: a model made of
+// them computes what the same model with the dequantized values in the BF16 hub layout does.
+TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
+  test::ScratchDir dir;
+  write_mxfp4_release(dir.path());
   ModelOptions mo;
   mo.threads = 2;
   auto quantized = Model::load(dir / "mx", mo);
@@ -359,11 +371,110 @@ TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
   EXPECT_LT(max_diff, 1e-4) << "logits up to " << max_abs;
   EXPECT_GT(max_abs, 0.5);
 
-  // quantize takes unquantized checkpoints only.
+  // quantize casts the MXFP4 experts to NVFP4 only.
   const auto r = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " +
-                                  test::quote(dir / "out"));
+                                  test::quote(dir / "out") + " --format fp8");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("already quantized (mxfp4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("can be cast to NVFP4 weight-only"), std::string::npos) << r.err;
+}
+
+// Every expert weight of `a` dequantized, by module name (engine weights of any format).
+std::map<std::string, std::vector<float>> expert_values(const ModelWeights& w) {
+  std::map<std::string, std::vector<float>> out;
+  const Architecture& a = w.arch;
+  for (size_t l = 0; l < a.layers.size(); ++l)
+    for (size_t s = 0; s < a.layers[l].linears.size(); ++s) {
+      const LinearModule& m = a.linears[a.layers[l].linears[s]];
+      if (m.expert < 0) continue;
+      const LinearWeight& lw = w.layers[l].linears[s].w;
+      std::vector<float> v(size_t(lw.rows * lw.cols));
+      dequantize_weight_rows(lw, 0, lw.rows, v.data());
+      out[m.name] = std::move(v);
+    }
+  return out;
+}
+
+// `quantize --format nvfp4` of the MXFP4 release casts the experts (formats/mxfp4_nvfp4_cast.h):
+// in both exports every expert weight dequantizes to exactly the MXFP4 value, the summary says
+// the cast was exact, and with attention kept the logits are the release's.
+TEST(GptOssMxfp4Cast, ReleaseCastsToNvfp4ExactlyInBothExports) {
+  test::ScratchDir dir;
+  write_mxfp4_release(dir.path());
+  ModelOptions mo;
+  mo.threads = 2;
+  auto source = Model::load(dir / "mx", mo);
+  const auto want = expert_values(source->weights());
+  for (const std::string exp : {"modelopt", "compressed-tensors"}) {
+    SCOPED_TRACE(exp);
+    const fs::path out = dir / exp;
+    const auto q = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " +
+                                    test::quote(out) + " --export " + exp +
+                                    " --exclude '*self_attn*' --json -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto j = nlohmann::json::parse(q.out);
+    EXPECT_EQ(j["mxfp4_cast"]["exact"], true) << q.out;
+    EXPECT_EQ(j["mxfp4_cast"]["inexact_blocks"], 0) << q.out;
+    EXPECT_EQ(j["mxfp4_cast"]["blocks"], 2 * 8 * (64 * 2 + 64 * 1)) << q.out;
+    EXPECT_EQ(j["modules_quantized"], 32) << q.out;
+    auto cast = Model::load(out, mo);
+    const auto got = expert_values(cast->weights());
+    // The compressed-tensors export reads back linearised (gate_proj / up_proj): compare the
+    // interleaved rows.
+    for (const auto& [name, values] : want) {
+      if (exp == "modelopt" || name.find("gate_up_proj") == std::string::npos) {
+        ASSERT_TRUE(got.count(name)) << name;
+        ASSERT_EQ(got.at(name), values) << name;
+        continue;
+      }
+      const std::string prefix = name.substr(0, name.size() - std::string("gate_up_proj").size());
+      const auto& gate = got.at(prefix + "gate_proj");
+      const auto& up = got.at(prefix + "up_proj");
+      const size_t cols = 64, half = values.size() / cols / 2;
+      for (size_t r = 0; r < half; ++r)
+        for (size_t c = 0; c < cols; ++c) {
+          ASSERT_EQ(gate[r * cols + c], values[2 * r * cols + c]) << name;
+          ASSERT_EQ(up[r * cols + c], values[(2 * r + 1) * cols + c]) << name;
+        }
+    }
+    std::vector<int32_t> ids(64);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 29 + 3) % 256);
+    const int64_t V = source->arch().vocab_size, T = int64_t(ids.size());
+    std::vector<float> lc(size_t(T * V)), ls(size_t(T * V));
+    cast->forward(ids, 0, lc.data(), true);
+    source->forward(ids, 0, ls.data(), true);
+    double max_diff = 0;
+    for (size_t i = 0; i < lc.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(lc[i]) - double(ls[i])));
+    EXPECT_LT(max_diff, 1e-4);
+  }
+}
+
+// Block scales spanning more than 18 binades in one tensor: those blocks are requantized and
+// counted, the summary warns, and only that expert changes.
+TEST(GptOssMxfp4Cast, WideSpanIsReportedAndOnlyThoseBlocksChange) {
+  test::ScratchDir dir;
+  write_mxfp4_release(dir.path(), /*wide=*/true);
+  const fs::path out = dir / "ct";
+  const auto q = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " + test::quote(out) +
+                                  " --export compressed-tensors --json -q");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto j = nlohmann::json::parse(q.out);
+  EXPECT_EQ(j["mxfp4_cast"]["exact"], false) << q.out;
+  const int64_t inexact = j["mxfp4_cast"]["inexact_blocks"].get<int64_t>();
+  EXPECT_GT(inexact, 0);
+  EXPECT_LE(inexact, 4 * 2);  // rows 0-3 of one [64, 64] tensor: 2 blocks each
+  EXPECT_NE(j["warnings"].dump().find("requantized"), std::string::npos) << q.out;
+  ModelOptions mo;
+  mo.threads = 2;
+  const auto want = expert_values(Model::load(dir / "mx", mo)->weights());
+  const auto got = expert_values(Model::load(out, mo)->weights());
+  EXPECT_EQ(got.at("model.layers.0.mlp.experts.2.down_proj"), want.at("model.layers.0.mlp.experts.2.down_proj"));
+  EXPECT_EQ(got.at("model.layers.1.mlp.experts.3.down_proj"), want.at("model.layers.1.mlp.experts.3.down_proj"));
+  // The ModelOpt export shares one tensor scale across the 8 experts of the layer: the same
+  // blocks are the inexact ones (their expert holds the small rows), the others stay exact.
+  const auto mo_run = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " +
+                                       test::quote(dir / "mo") + " --json -q");
+  ASSERT_EQ(mo_run.exit_code, 0) << mo_run.err;
+  EXPECT_GT(nlohmann::json::parse(mo_run.out)["mxfp4_cast"]["inexact_blocks"].get<int64_t>(), 0);
 }
 
 // A float gpt-oss checkpoint whose experts are also stored in MXFP4 is refused.
