@@ -44,8 +44,21 @@ void split_gpt_oss_experts(Checkpoint& ck, const Architecture& a, const LayerSpe
   if (const CheckpointTensor* f = ck.find(base + "gate_up_proj"); mxfp4 && f)
     fail("{}: '{}' stores the experts in float and '{}' in MXFP4; keep one layout",
          f->file->path().string(), f->name, base + "gate_up_proj_blocks");
+  // ModelOpt's FP8 per-tensor export: the [E, in, out] weight in E4M3 with one F32 scale [].
+  const CheckpointTensor* scale = ck.find(base + "gate_up_proj_weight_scale");
+  if (!scale) scale = ck.find(base + "down_proj_weight_scale");
+  const bool modelopt_fp8 = modelopt && scale->entry->shape.size() <= 1;
   std::vector<Fused> fused;
-  if (modelopt) {
+  if (modelopt_fp8) {
+    fused = {{base + "gate_up_proj", {e, h, 2 * inter},
+              "num_experts, hidden, 2 x intermediate: FP8 codes", 0, "weight", {2 * inter, h}, true,
+              DType::F8_E4M3},
+             {base + "gate_up_proj_bias", {e, 2 * inter}, "num_experts, 2 x intermediate", 0, "bias",
+              {2 * inter}, false},
+             {base + "down_proj", {e, inter, h}, "num_experts, intermediate, hidden: FP8 codes", 1,
+              "weight", {h, inter}, true, DType::F8_E4M3},
+             {base + "down_proj_bias", {e, h}, "num_experts, hidden", 1, "bias", {h}, false}};
+  } else if (modelopt) {
     // ModelOpt's NVFP4 export of GptOssExperts (_QuantGptOssExperts: the [E, in, out] weight
     // transposed, quantized, transposed back; modelopt-nvfp4.md §3.2): codes [E, in/2, out] and
     // E4M3 block scales [E, in/16, out], i.e. each expert's [out, in/2] / [out, in/16] stored
@@ -137,7 +150,7 @@ void split_gpt_oss_experts(Checkpoint& ck, const Architecture& a, const LayerSpe
   if (!modelopt) return;
   for (int proj = 0; proj < 2; ++proj) {
     const std::string attr = base + (proj == 0 ? "gate_up_proj" : "down_proj");
-    for (const char* leaf : {"weight_scale_2", "input_scale"}) {
+    for (const char* leaf : {modelopt_fp8 ? "weight_scale" : "weight_scale_2", "input_scale"}) {
       const std::string name = attr + "_" + leaf;
       if (!ck.find(name)) {
         if (leaf == std::string_view("input_scale")) continue;  // weight-only

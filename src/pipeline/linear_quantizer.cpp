@@ -95,8 +95,10 @@ QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
   const WeightRows w = rows(i);
   RtnOptions rtn{l.format, l.block, exporter_.scale_dtype(l), exporter_.numerics()};
   if (l.per_tensor) {
-    // FP8 W8A8: one scale from the tensor's own amax (FP8 per-tensor is not group-unified).
-    const float amax = tensor_amax(i);
+    // FP8 W8A8: one scale from the tensor's own amax (FP8 per-tensor is not group-unified),
+    // or from all experts of a fused tensor (one quantizer per tensor).
+    const bool fused = l.fused_expert != FusedExpert::none && exporter_.fuses_experts();
+    const float amax = fused ? amax_for(i) : tensor_amax(i);
     std::vector<float> amaxes(size_t(l.rows), amax);
     QuantizedTensor q = scales_from_amax(Format::fp8, l.rows, l.cols, 0, amaxes.data(), 0.f,
                                          rtn.scale_dtype);
@@ -116,7 +118,9 @@ QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
       convert_to_f32(w.dtype, static_cast<const std::byte*>(w.data) + r * w.cols * int64_t(dtype_size(w.dtype)),
                      f.data(), f.size());
       for (int64_t c = 0; c < w.cols; ++c) {
-        const float v = round_through(w.dtype, f[size_t(c)] / s);
+        // ModelOpt's fused gpt-oss experts keep the float32 quotient (ModelOpt 0.47's export
+        // of _QuantGptOssExperts, compared byte for byte).
+        const float v = fused ? f[size_t(c)] / s : round_through(w.dtype, f[size_t(c)] / s);
         q.codes[size_t(r * w.cols + c)] = f32_to_e4m3(std::clamp(v, -448.f, 448.f));
       }
     });

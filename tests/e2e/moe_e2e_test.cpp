@@ -277,14 +277,37 @@ TEST(MoeE2E, GptOssExportsInTheToolsLayouts) {
     EXPECT_LT(j["kl_mean"].get<double>(), 0.25) << kl.out;
   }
   {
-    // ModelOpt's fused expert tensors are NVFP4 only: with FP8 the experts stay BF16, in the
-    // hub's own layout and bytes.
+    // FP8 per tensor (W8A8): ModelOpt's fused [E, in, out] E4M3 weight with one weight_scale.
+    const fs::path out = dir / "fp8-w8a8";
+    const auto q = run_qforge("quantize " + quote(model) + " -o " + quote(out) +
+                              " --format fp8 --activations fp8 --calib " + readme() +
+                              " --calib-samples 4 --calib-seq 64 --json -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    EXPECT_EQ(nlohmann::json::parse(q.out)["modules_quantized"], 40) << q.out;
+    const Checkpoint c = Checkpoint::open(out);
+    const std::string x = "model.layers.1.mlp.experts.";
+    EXPECT_EQ(dtype_of(c, x + "gate_up_proj"), DType::F8_E4M3);
+    EXPECT_EQ(shape_of(c, x + "gate_up_proj"), (Shape{8, 64, 96}));
+    EXPECT_EQ(shape_of(c, x + "gate_up_proj_weight_scale"), Shape{});
+    EXPECT_EQ(shape_of(c, x + "gate_up_proj_input_scale"), Shape{});
+    EXPECT_EQ(shape_of(c, x + "down_proj"), (Shape{8, 48, 64}));
+    EXPECT_EQ(shape_of(c, x + "down_proj_weight_scale"), Shape{});
+    const auto kl = run_qforge("eval kl " + quote(model) + " " + quote(out) + " --text " +
+                               readme() + " --max-chars 2000 --ctx 128 --json");
+    ASSERT_EQ(kl.exit_code, 0) << kl.err;
+    EXPECT_LT(nlohmann::json::parse(kl.out)["kl_mean"].get<double>(), 0.1) << kl.out;
+  }
+  {
+    // Per-channel FP8 has no fused ModelOpt layout: the experts stay BF16, in the hub's own
+    // layout and bytes, listed as their module `mlp.experts`.
     const fs::path out = dir / "fp8";
     const auto q = run_qforge("quantize " + quote(model) + " -o " + quote(out) +
                               " --format fp8 --json -q");
     ASSERT_EQ(q.exit_code, 0) << q.err;
     EXPECT_EQ(nlohmann::json::parse(q.out)["modules_quantized"], 8) << q.out;
-    EXPECT_NE(q.out.find("NVFP4 only"), std::string::npos) << q.out;
+    EXPECT_NE(q.out.find("NVFP4 or FP8 per tensor only"), std::string::npos) << q.out;
+    EXPECT_NE(test::read_file(out / "hf_quant_config.json").find("\"model.layers.1.mlp.experts\""),
+              std::string::npos);
     const Checkpoint c = Checkpoint::open(out);
     for (const std::string t : {"model.layers.1.mlp.experts.gate_up_proj",
                                 "model.layers.1.mlp.experts.down_proj"}) {
