@@ -179,6 +179,9 @@ void append_note(std::string& note, const std::string& more) {
 std::optional<Verdict> gpt_oss_verdict(std::string_view engine, const ServeQuery& q) {
   if (!q.gpt_oss_experts) return std::nullopt;
   if (q.target == ExportFormat::modelopt) {
+    if (!q.formats.count(Format::nvfp4))
+      return unverified("", "gpt-oss's fused FP8 experts (one weight_scale per tensor) are not "
+                            "covered by our notes");
     if (engine == "vLLM")
       return no("vLLM's gpt-oss loader drops ModelOpt's fused expert scales "
                 "(gate_up_proj_weight_scale / _weight_scale_2 / _input_scale) and its NVFP4 MoE "
