@@ -4,7 +4,12 @@
 // The whole forward pass is checked against transformers in conformance_test.cpp.
 #include "core/error.h"
 #include "core/numeric.h"
+#include "algo/round_to_nearest.h"
+#include "core/thread_pool.h"
 #include "engine/model.h"
+#include "engine/weights.h"
+#include "formats/weight_rows.h"
+#include "pipeline/linear_quantizer.h"
 #include "kernels/linear.h"
 #include "engine/moe_topk_softmax.h"
 #include "formats/mxfp4.h"
@@ -501,6 +506,66 @@ TEST(GptOssExperts, MixedLayoutsAreRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.experts.gate_up_proj_blocks"),
               std::string::npos) << e.what();
+  }
+}
+
+// Both gpt-oss exports read back expert by expert as the quantizer made them from the hub's
+// fused tensors: ModelOpt's fused layout (codes and scales transposed per expert, one
+// weight_scale_2 for all experts = max amax over them) and compressed-tensors' linearised
+// layout (gate_proj = the even rows of gate_up, up_proj = the odd, one global scale per expert).
+TEST(GptOssExports, EngineReadsEveryExpertAsQuantizedFromTheHub) {
+  test::ScratchDir dir;
+  fs::copy(case_dir(), dir / "model");
+  const auto hub = open_model_checkpoint(dir / "model");
+  const Architecture a = Architecture::from_config(hub->config(), "config.json");
+  ThreadPool pool(2);
+  for (const std::string exp : {"modelopt", "compressed-tensors"}) {
+    SCOPED_TRACE(exp);
+    const auto q = test::run_qforge("quantize " + test::quote(dir / "model") + " -o " +
+                                    test::quote(dir / exp) + " --export " + exp + " -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const ModelWeights w = ModelWeights::load(dir / exp);
+    const bool ct = exp != "modelopt";
+    const RtnOptions rtn{Format::nvfp4, 16, DType::F32,
+                         ct ? ExportNumerics::llm_compressor : ExportNumerics::modelopt};
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      const LayerSpec& spec = a.layers[l];
+      for (int proj = 1; proj < 3; ++proj) {
+        std::vector<WeightRows> rows;
+        float stack_amax = 0.f;
+        for (const auto& slots : spec.moe.experts) {
+          const LinearModule& m = a.linears[spec.linears[size_t(slots[size_t(proj)])]];
+          rows.push_back(weight_rows(read_tensor(*hub->find(m.weight_name()))));
+          stack_amax = std::max(stack_amax, weight_amax(rows.back(), pool).amax);
+        }
+        for (size_t e = 0; e < rows.size(); ++e) {
+          const float amax = ct ? weight_amax(rows[e], pool).amax : stack_amax;
+          const QuantizedTensor want = quantize_rtn(rows[e], rtn, amax, pool);
+          const LayerSpec& read = w.arch.layers[l];
+          // The linear(s) holding this expert's projection in the export as read: one, or for
+          // compressed-tensors' gate_up two (gate: even rows, up: odd rows).
+          std::vector<std::pair<const EngineLinear*, QuantizedTensor>> parts;
+          const auto& slots = read.moe.experts[e];
+          if (ct && proj == 1) {
+            parts.push_back({&w.layers[l].linears[size_t(slots[0])], every_other_row(want, 0)});
+            parts.push_back({&w.layers[l].linears[size_t(slots[1])], every_other_row(want, 1)});
+          } else {
+            parts.push_back({&w.layers[l].linears[size_t(slots[size_t(proj)])], want});
+          }
+          for (const auto& [lin, qt] : parts) {
+            const LinearWeight& lw = lin->w;
+            ASSERT_EQ(lw.format, WeightFormat::nvfp4) << lin->name;
+            ASSERT_EQ(lw.rows, qt.rows) << lin->name;
+            const auto* codes = static_cast<const uint8_t*>(lw.data);
+            ASSERT_TRUE(std::equal(qt.codes.begin(), qt.codes.end(), codes)) << lin->name;
+            ASSERT_TRUE(std::equal(qt.block_scales.begin(), qt.block_scales.end(), lw.block_scales))
+                << lin->name;
+            EXPECT_NEAR(lw.global_scale, qt.global_scale, 1e-6 * qt.global_scale) << lin->name;
+            EXPECT_EQ(lin->bias.size(), size_t(qt.rows)) << lin->name;
+          }
+        }
+      }
+    }
   }
 }
 
