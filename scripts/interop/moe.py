@@ -10,11 +10,17 @@ Per case:
   3. transformers (this venv) loads qforge's compressed-tensors export (missing / unexpected keys), and
      its logits on the reference input_ids are compared with the same model built from qforge's tensors
      dequantized here (w = e2m1 * e4m3 scale / global scale), before and after compensating
-     transformers #48371 (NVFP4 MoE experts decompressed without weight_global_scale).
+     transformers #48371 (NVFP4 MoE experts decompressed without weight_global_scale). gpt-oss's
+     linearised experts (llm-compressor's layout) are not loaded by transformers at all: only the
+     keys are reported.
+  4. gpt-oss only: ModelOpt (its venv, CPU: `moe.py modelopt SRC OUT`, W4A16_NVFP4, max calibration)
+     exports the fused `mlp.experts.gate_up_proj*` layout; qforge's ModelOpt export (with
+     --scale-division cpu, ModelOpt's CPU arithmetic) is compared with it tensor by tensor (bytes) and hf_quant_config.json / quantization_config field by field.
 Writes $QF_INTEROP_WORK/moe/moe.md.
 
-usage: moe.py run QFORGE_BINARY LLMC_PYTHON        (the harness, in the MoE venv)
-       moe.py llmc SRC OUT                         (llm-compressor, in its venv)
+usage: moe.py run QFORGE_BINARY LLMC_PYTHON [MODELOPT_PYTHON]   (the harness, in the MoE venv)
+       moe.py llmc SRC OUT                                     (llm-compressor, in its venv)
+       moe.py modelopt SRC OUT                                 (ModelOpt, in its venv)
 """
 import json
 import os
@@ -40,6 +46,26 @@ def llmc(src, out):
     ignore = ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$", "re:.*block_sparse_moe.gate$", "re:.*router$"]
     oneshot(model=m, recipe=QuantizationModifier(targets="Linear", scheme="NVFP4A16", ignore=ignore))
     m.save_pretrained(out, save_compressed=True)
+
+
+def modelopt(src, out):
+    import torch
+    import modelopt.torch.quantization as mtq
+    from modelopt.torch.export import export_hf_checkpoint
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16).eval()
+    # Weight-only: max calibration needs no data, but quantize() wants a forward loop.
+    ids = torch.tensor([[(i * 37 + 11) % 256 for i in range(32)]])
+    mtq.quantize(m, mtq.W4A16_NVFP4_CFG, forward_loop=lambda mm: mm(ids))
+    export_hf_checkpoint(m, export_dir=out)
+
+
+def compare_dirs(a_dir, b_dir):
+    """(tensors in a, in b, identical, differing names) of two checkpoint folders."""
+    a, b = raw_tensors(a_dir), raw_tensors(b_dir)
+    same = sum(1 for k in a if k in b and a[k] == b[k])
+    diff = sorted(set(a) ^ set(b)) + [k for k in a if k in b and a[k] != b[k]]
+    return len(a), len(b), same, diff
 
 
 def byte_level_tokenizer():
@@ -160,7 +186,7 @@ def compensate_48371(mq, t):
                 full[e, off:off + i] /= g
 
 
-def run(qforge, llmc_python):
+def run(qforge, llmc_python, modelopt_python=None):
     import torch
     import transformers
     from safetensors.torch import load_file
@@ -174,6 +200,7 @@ def run(qforge, llmc_python):
     ref = ["| case | tensors | identical to llm-compressor | differing | quantization_config differences |", "|---|---|---|---|---|"]
     load = ["| case | transformers load of qforge's export | max abs logit diff vs qforge tensors dequantized | after #48371 compensation |", "|---|---|---|---|"]
     experts = ["| case | layer | tokens per expert (calibration, W4A4) |", "|---|---|---|"]
+    mo = ["| case | tensors (ModelOpt / qforge) | identical | differing | config differences |", "|---|---|---|---|---|"]
     for case in CASES:
         src = os.path.join(CONF, case)
         if not os.path.exists(src):
@@ -231,6 +258,32 @@ def run(qforge, llmc_python):
             note = f" ({renamed} expert names mapped gate_proj/up_proj/down_proj -> w1/w3/w2)" if renamed else ""
             ref.append(f"| {case} | {len(a)} / {len(b)} | {same}{note} | {len(diff)}{': ' + ', '.join(diff[:3]) if diff else ''} | {', '.join(fields) or 'none'} |")
         print(ref[-1], flush=True)
+        if case == "gpt_oss" and modelopt_python:
+            mo_out = os.path.join(WORK, case, "modelopt_ref")
+            r = subprocess.run([modelopt_python, __file__, "modelopt", base, mo_out], capture_output=True, text=True)
+            if r.returncode:
+                mo.append(f"| {case} | ModelOpt FAILED: {r.stderr.strip().splitlines()[-1][:160]} | | | |")
+            else:
+                # ModelOpt on the CPU divides by constants exactly: qforge's --scale-division cpu.
+                mo_q = os.path.join(WORK, case, "modelopt_cpu")
+                qf(qforge, "quantize", base, "-o", mo_q, "--format", "nvfp4", "--scale-division", "cpu", "--json", "-q")
+                na, nb, same, diff = compare_dirs(mo_out, mo_q)
+                fields = []
+                for f, key in (("hf_quant_config.json", "quantization"), ("config.json", "quantization_config")):
+                    qa = json.load(open(os.path.join(mo_out, f)))[key]
+                    qb = json.load(open(os.path.join(mo_q, f)))[key]
+                    fields += [f"{f}:{k}" for k in sorted(set(qa) | set(qb)) if k != "producer" and qa.get(k) != qb.get(k)]
+                mo.append(f"| {case} | {na} / {nb} | {same} | {len(diff)}{': ' + ', '.join(diff[:4]) if diff else ''} | {', '.join(fields) or 'none (producer aside)'} |")
+            print(mo[-1], flush=True)
+        if case == "gpt_oss":
+            # transformers keeps gpt-oss experts fused ([E, H, 2I], interleaved): it does not map
+            # per-expert names, llm-compressor's own output included. Only the keys are reported.
+            from transformers import AutoModelForCausalLM
+            _, info = AutoModelForCausalLM.from_pretrained(outs["ct"], dtype=torch.float32, output_loading_info=True)
+            n = {k: len(v) for k, v in info.items() if v}
+            load.append(f"| {case} | does not load the experts: {json.dumps(n)} (llm-compressor's own export: the same) | | |")
+            print(load[-1], flush=True)
+            continue
         # transformers loads qforge's export.
         try:
             m, mq, info, t = dequantized_model(base, outs["ct"])
@@ -250,6 +303,7 @@ def run(qforge, llmc_python):
             "## NVFP4 vs the original (qforge eval kl)\n\n" + "\n".join(quality) +
             "\n\n## qforge's compressed-tensors export vs llm-compressor's (NVFP4A16, routers ignored)\n\n" + "\n".join(ref) +
             "\n\n## transformers loads qforge's compressed-tensors export\n\n" + "\n".join(load) +
+            "\n\n## qforge's ModelOpt export vs ModelOpt's (W4A16_NVFP4, fused gpt-oss experts)\n\n" + "\n".join(mo) +
             "\n\n## Calibration tokens per expert (8 windows of 128 tokens of README.md)\n\n" + "\n".join(experts) + "\n")
     with open(os.path.join(WORK, "moe.md"), "w") as f:
         f.write(text)
@@ -259,5 +313,7 @@ def run(qforge, llmc_python):
 if __name__ == "__main__":
     if sys.argv[1] == "llmc":
         llmc(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "modelopt":
+        modelopt(sys.argv[2], sys.argv[3])
     else:
-        run(os.path.abspath(sys.argv[2]), sys.argv[3])
+        run(os.path.abspath(sys.argv[2]), sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)

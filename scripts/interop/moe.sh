@@ -6,7 +6,7 @@
 # Creates (or reuses) a throwaway venv OUTSIDE the repository, $VENV_MOE (default
 # /work/interop-venv-moe): torch 2.15 / transformers 5.24 (the conformance versions) with
 # compressed-tensors 0.19, which transformers needs to load compressed-tensors exports; and the
-# llm-compressor venv of run.sh ($VENV_LLMC), set up by run.sh's pins.
+# llm-compressor and ModelOpt venvs of run.sh ($VENV_LLMC, $VENV_MODELOPT), set up by run.sh's pins.
 # Not part of scripts/test.sh. usage: scripts/interop/moe.sh [QFORGE_BINARY]
 set -euo pipefail
 
@@ -15,6 +15,7 @@ REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
 QFORGE="${1:-$REPO_ROOT/build/qforge}"
 VENV_MOE="${VENV_MOE:-/work/interop-venv-moe}"
 VENV_LLMC="${VENV_LLMC:-/work/interop-venv-llmc}"
+VENV_MODELOPT="${VENV_MODELOPT:-/work/interop-venv-modelopt}"
 PYTHON="${PYTHON:-python3}"
 export QF_INTEROP_WORK="${QF_INTEROP_WORK:-/tmp/qforge-interop}"
 
@@ -23,6 +24,7 @@ source "$SCRIPT_DIR/venvs.sh"
 [[ -x "$QFORGE" ]] || { echo "no qforge binary at $QFORGE (build it first)" >&2; exit 1; }
 setup_venv "$VENV_MOE" "${PINS_MOE[@]}"
 setup_venv "$VENV_LLMC" "${PINS_LLMC[@]}"
+setup_venv "$VENV_MODELOPT" "${PINS_MODELOPT[@]}"
 mkdir -p "$QF_INTEROP_WORK/moe"
 cd "$QF_INTEROP_WORK/moe"
-"$VENV_MOE/bin/python" "$SCRIPT_DIR/moe.py" run "$QFORGE" "$VENV_LLMC/bin/python" 2>"$QF_INTEROP_WORK/moe/moe.log"
+"$VENV_MOE/bin/python" "$SCRIPT_DIR/moe.py" run "$QFORGE" "$VENV_LLMC/bin/python" "$VENV_MODELOPT/bin/python" 2>"$QF_INTEROP_WORK/moe/moe.log"

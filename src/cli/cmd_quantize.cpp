@@ -92,6 +92,14 @@ void print_quantize_summary(const QuantizeReport& r) {
                                                "serve lines below)",
                                                r.format)
                                  : std::string(kLmHeadKept));
+  if (r.mxfp4_cast && !r.dry_run)
+    fmt::print("  {:<28} {}\n", "MXFP4 experts -> NVFP4",
+               r.mxfp4_inexact_blocks == 0
+                   ? fmt::format("exact ({} blocks: same values)", r.mxfp4_blocks)
+                   : fmt::format("{} of {} blocks requantized (beyond 18 binades), the rest exact",
+                                 r.mxfp4_inexact_blocks, r.mxfp4_blocks));
+  else if (r.mxfp4_cast)
+    fmt::print("  {:<28} {}\n", "MXFP4 experts -> NVFP4", "cast (exact within 18 binades)");
   fmt::print("  {:<28} {}\n", "tensors copied unchanged", r.tensors_copied);
   fmt::print("  {:<28} {} ({} bytes)\n", "bytes in", human_bytes(double(r.bytes_in)), r.bytes_in);
   fmt::print("  {:<28} {} ({} bytes)\n", r.dry_run ? "bytes out (predicted)" : "bytes out",
@@ -143,6 +151,10 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["modules_excluded"] = r.modules_excluded;
   j["lm_head_quantized"] = r.lm_head_quantized;
   if (!r.lm_head_quantized) j["lm_head_hint"] = kLmHeadKept;
+  if (r.mxfp4_cast)
+    j["mxfp4_cast"] = {{"blocks", r.mxfp4_blocks},
+                       {"inexact_blocks", r.mxfp4_inexact_blocks},
+                       {"exact", !r.dry_run && r.mxfp4_inexact_blocks == 0}};
   j["tensors_copied"] = r.tensors_copied;
   j["quantized_weights"] = r.quantized_weights;
   j["bits_per_quantized_weight"] = r.bits_per_quantized_weight();
@@ -376,7 +388,8 @@ void register_quantize(CLI::App& app, Action& run) {
       o.calib_moe_all = args->calib_moe == "all";
       o.smoothquant_alpha = args->smoothquant_alpha;
       const SourceModel source = SourceModel::open(args->model, args->tokenizer);
-      source.require_unquantized("quantize");
+      // gpt-oss's MXFP4 release is the one quantized input: plan_modules casts its experts.
+      if (!source.is_gpt_oss_mxfp4()) source.require_unquantized("quantize");
       // --auto scores the model before quantize_checkpoint starts: a long part of the run
       // that the summary's wall time must include.
       const auto plan_start = std::chrono::steady_clock::now();

@@ -25,14 +25,24 @@ class Loader {
 
   const CheckpointTensor* find(const std::string& name) const { return ck_.find(name); }
 
-  // A view of a tensor stored as the model reads it (all but float expert weights stored
-  // transposed, which float_weight reads).
+  // A view of a tensor as the model reads it. One stored transposed (gpt-oss experts: float
+  // weights are read by float_weight; ModelOpt's fused NVFP4 codes and scales here) is copied,
+  // and the copy kept until take_copies() hands it to the Linear that uses it.
   TensorView require(const std::string& name, const std::string& why) const {
     const CheckpointTensor* t = ck_.find(name);
     if (!t) fail("{}: tensor '{}' missing ({})", label_, name, why);
-    if (t->transposed)
-      fail("{}: tensor '{}' is stored transposed and must be a float weight ({})", label_, name, why);
-    return t->file->view(*t->entry);
+    if (!t->transposed) return t->file->view(*t->entry);
+    TensorData d = read_tensor(*t);
+    copies_.push_back(std::move(d.owned));
+    return d.view;
+  }
+
+  // The copies require() made since the last call, as one owner (null when none).
+  std::shared_ptr<const void> take_copies() const {
+    if (copies_.empty()) return nullptr;
+    auto owner = std::make_shared<std::vector<std::shared_ptr<const void>>>(std::move(copies_));
+    copies_.clear();
+    return owner;
   }
 
   [[noreturn]] void mismatch(const std::string& name, const TensorView& v,
@@ -148,6 +158,7 @@ class Loader {
       st = target_->stored_linear(module, s);
       if (st.layout == WeightFormat::int8) int8_weight(L, st, rows, cols, what);
       else L.w = quantized_weight(module, st, rows, cols, s, what);
+      L.storage = take_copies();
     }
     if (bias) {
       L.bias = vector(module + ".bias", rows);
@@ -286,6 +297,7 @@ class Loader {
   const Checkpoint& ck_;
   std::string label_;
   const TargetReader* target_;
+  mutable std::vector<std::shared_ptr<const void>> copies_;  // see require()
 };
 
 }  // namespace
@@ -337,7 +349,7 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
   mw.checkpoint = std::move(checkpoint);
   const Checkpoint& ck = *mw.checkpoint;
   const std::string label = ck.dir().string();
-  mw.arch = Architecture::from_config(ck.config(), label + "/config.json");
+  mw.arch = checkpoint_architecture(ck, label + "/config.json");
   const Architecture& a = mw.arch;
   const DetectedTarget target = detect_target(ck, label);
   const QuantScheme& scheme = target.scheme;

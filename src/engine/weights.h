@@ -27,7 +27,8 @@ struct EngineLinear {
   ActQuant act = ActQuant::none;  // input quantization (W4A4, W8A8), applied after pre_scale
   float input_scale = 0.f;        // its static scale, amax / maxbound (as the reader converts it)
   // Owns `w.data` when the weight was made in memory (dequantized INT8, fake-quantized
-  // calibration weights); null for views of the checkpoint.
+  // calibration weights, the [out, in] copies of quantized codes and scales stored transposed:
+  // ModelOpt's fused gpt-oss experts); null for views of the checkpoint.
   std::shared_ptr<const void> storage;
 };
 

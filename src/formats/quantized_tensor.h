@@ -31,4 +31,9 @@ struct QuantizedTensor {
   float global_scale_reciprocal = 0.f;
 };
 
+// Rows first, first + 2, first + 4, ... of q with their scales (every format's codes and scales
+// are laid out row by row; a per-tensor scale is kept): the even or odd rows of a Linear whose
+// output rows interleave two projections (gpt-oss gate_up_proj).
+QuantizedTensor every_other_row(const QuantizedTensor& q, int64_t first);
+
 }  // namespace qf

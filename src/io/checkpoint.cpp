@@ -219,6 +219,19 @@ void Checkpoint::split_tensor(const std::string& name, const std::vector<Part>& 
   by_name_ = std::move(by_name);
 }
 
+void Checkpoint::share_tensor(const std::string& name, const std::vector<std::string>& names) {
+  const CheckpointTensor* t = find(name);
+  if (!t) fail("{}: tensor '{}' to share is missing", dir_.string(), name);
+  const CheckpointTensor whole = *t;  // alias_tensors_ may move
+  for (const std::string& n : names) {
+    if (by_name_.count(n))
+      fail("{}: tensor '{}' cannot also be named '{}', which another tensor has",
+           whole.file->path().string(), name, n);
+    by_name_.emplace(n, tensors_.size() + alias_tensors_.size());
+    alias_tensors_.push_back({n, whole.file, whole.entry, false});
+  }
+}
+
 TensorData read_tensor(const CheckpointTensor& t) {
   TensorData d;
   d.view = t.file->view(*t.entry);

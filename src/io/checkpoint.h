@@ -73,6 +73,10 @@ class Checkpoint {
     bool transposed = false;
   };
   void split_tensor(const std::string& name, const std::vector<Part>& parts);
+  // Finds stored tensor `name` under each of `names` too (one scalar that several modules read:
+  // the tensor scale of a fused expert tensor, per expert). Not listed in aliases(). Throws
+  // qf::Error naming the file when `name` is absent or a new name is taken.
+  void share_tensor(const std::string& name, const std::vector<std::string>& names);
 
  private:
   std::filesystem::path dir_;

@@ -363,7 +363,8 @@ std::string supported_model_types() {
   return s;
 }
 
-Architecture Architecture::from_config(const nlohmann::json& config, const std::string& label) {
+Architecture Architecture::from_config(const nlohmann::json& config, const std::string& label,
+                                       const ArchitectureOptions& options) {
   if (!config.is_object()) fail("{}: not a JSON object", label);
   const ConfigReader c(config, label);
   const std::string model_type = c.has("model_type") && config["model_type"].is_string()
@@ -658,17 +659,24 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
       ls.moe = base;
       const std::string block = p + "mlp.";
       ls.moe.router = block + "router";
+      // Linearised (llm-compressor): gate_proj and up_proj [I, H] of their own, one fused group.
+      const bool split = options.gpt_oss_split_gate_up;
+      ls.moe.gate_up_interleaved = !split;
+      const LinearRole roles[3] = {LinearRole::gate_proj,
+                                   split ? LinearRole::up_proj : LinearRole::gate_up_proj,
+                                   LinearRole::down_proj};
       for (int64_t e = 0; e < base.num_experts; ++e) {
         std::array<int, 3> slots{-1, -1, -1};
-        for (int r = 1; r < 3; ++r) {
+        for (int r = split ? 0 : 1; r < 3; ++r) {
           LinearModule m;
-          m.role = r == 1 ? LinearRole::gate_up_proj : LinearRole::down_proj;
+          m.role = roles[r];
           m.name = fmt::format("{}experts.{}.{}", block, e, linear_role_name(m.role));
           m.layer = layer;
-          m.input = r == 1 ? LayerInput::ffn_norm : LayerInput::mlp_act;
+          m.input = r < 2 ? LayerInput::ffn_norm : LayerInput::mlp_act;
           m.expert = int(e);
-          m.in_features = r == 1 ? a.hidden_size : base.expert_intermediate;
-          m.out_features = r == 1 ? 2 * base.expert_intermediate : a.hidden_size;
+          m.in_features = r < 2 ? a.hidden_size : base.expert_intermediate;
+          m.out_features = r == 2 ? a.hidden_size
+                           : split ? base.expert_intermediate : 2 * base.expert_intermediate;
           m.bias = true;
           m.fold_norm = -1;  // the router reads the same normed input
           m.slot = int(ls.linears.size());
@@ -676,6 +684,7 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
           ls.linears.push_back(a.linears.size());
           a.linears.push_back(std::move(m));
         }
+        if (split) fuse({ls.linears[size_t(slots[0])], ls.linears[size_t(slots[1])]});
         ls.moe.experts.push_back(slots);
       }
     };

@@ -163,6 +163,14 @@ struct MlaSpec {
   double latent_norm_eps = 1e-6;
 };
 
+// What config.json does not say but the stored tensors do.
+struct ArchitectureOptions {
+  // gpt-oss experts stored as separate gate_proj / up_proj per expert (llm-compressor's
+  // linearised experts: gate = the even rows of gate_up_proj, up = the odd) instead of one
+  // gate_up_proj whose rows alternate (model/expert_tensors: checkpoint_architecture).
+  bool gpt_oss_split_gate_up = false;
+};
+
 struct Architecture {
   std::string model_type;  // the family's model_type, e.g. "llama", "gemma3_text"
   int64_t hidden_size = 0;
@@ -220,7 +228,8 @@ struct Architecture {
   // Builds the description from a parsed config.json. Throws qf::Error starting with `label`
   // for an unsupported architecture, a missing or invalid field, or a field that changes the
   // math in a way this code does not compute (naming the field and its value).
-  static Architecture from_config(const nlohmann::json& config, const std::string& label);
+  static Architecture from_config(const nlohmann::json& config, const std::string& label,
+                                  const ArchitectureOptions& options = {});
 
   // A short description of the features a model uses, for summaries and errors.
   std::string describe() const;

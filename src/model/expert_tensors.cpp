@@ -36,13 +36,53 @@ void split_gpt_oss_experts(Checkpoint& ck, const Architecture& a, const LayerSpe
     const char* leaf;
     Shape part;
     bool transposed;
+    DType dtype = DType::F32;  // required dtype; F32 here: any (float, checked by the readers)
   };
   const bool mxfp4 = ck.find(base + "gate_up_proj_blocks") || ck.find(base + "down_proj_blocks");
+  const bool modelopt =
+      ck.find(base + "gate_up_proj_weight_scale") || ck.find(base + "down_proj_weight_scale");
   if (const CheckpointTensor* f = ck.find(base + "gate_up_proj"); mxfp4 && f)
     fail("{}: '{}' stores the experts in float and '{}' in MXFP4; keep one layout",
          f->file->path().string(), f->name, base + "gate_up_proj_blocks");
+  // ModelOpt's FP8 per-tensor export: the [E, in, out] weight in E4M3 with one F32 scale [].
+  const CheckpointTensor* scale = ck.find(base + "gate_up_proj_weight_scale");
+  if (!scale) scale = ck.find(base + "down_proj_weight_scale");
+  const bool modelopt_fp8 = modelopt && scale->entry->shape.size() <= 1;
   std::vector<Fused> fused;
-  if (!mxfp4) {
+  if (modelopt_fp8) {
+    fused = {{base + "gate_up_proj", {e, h, 2 * inter},
+              "num_experts, hidden, 2 x intermediate: FP8 codes", 0, "weight", {2 * inter, h}, true,
+              DType::F8_E4M3},
+             {base + "gate_up_proj_bias", {e, 2 * inter}, "num_experts, 2 x intermediate", 0, "bias",
+              {2 * inter}, false},
+             {base + "down_proj", {e, inter, h}, "num_experts, intermediate, hidden: FP8 codes", 1,
+              "weight", {h, inter}, true, DType::F8_E4M3},
+             {base + "down_proj_bias", {e, h}, "num_experts, hidden", 1, "bias", {h}, false}};
+  } else if (modelopt) {
+    // ModelOpt's NVFP4 export of GptOssExperts (_QuantGptOssExperts: the [E, in, out] weight
+    // transposed, quantized, transposed back; modelopt-nvfp4.md §3.2): codes [E, in/2, out] and
+    // E4M3 block scales [E, in/16, out], i.e. each expert's [out, in/2] / [out, in/16] stored
+    // transposed; one weight_scale_2 (and input_scale) for all experts, shared below.
+    for (const auto& [what, dim] : {std::pair{"hidden", h}, std::pair{"intermediate", inter}})
+      if (dim % 16 != 0)
+        fail("{}: tensor '{}' holds NVFP4 experts, which need the {} size ({}) to be a multiple "
+             "of 16", ck.dir().string(), base + "gate_up_proj_weight_scale", what, dim);
+    fused = {{base + "gate_up_proj", {e, h / 2, 2 * inter},
+              "num_experts, hidden / 2, 2 x intermediate: NVFP4 codes", 0, "weight",
+              {2 * inter, h / 2}, true, DType::U8},
+             {base + "gate_up_proj_weight_scale", {e, h / 16, 2 * inter},
+              "num_experts, hidden / 16, 2 x intermediate", 0, "weight_scale", {2 * inter, h / 16},
+              true, DType::F8_E4M3},
+             {base + "gate_up_proj_bias", {e, 2 * inter}, "num_experts, 2 x intermediate", 0, "bias",
+              {2 * inter}, false},
+             {base + "down_proj", {e, inter / 2, h},
+              "num_experts, intermediate / 2, hidden: NVFP4 codes", 1, "weight", {h, inter / 2},
+              true, DType::U8},
+             {base + "down_proj_weight_scale", {e, inter / 16, h},
+              "num_experts, intermediate / 16, hidden", 1, "weight_scale", {h, inter / 16}, true,
+              DType::F8_E4M3},
+             {base + "down_proj_bias", {e, h}, "num_experts, hidden", 1, "bias", {h}, false}};
+  } else if (!mxfp4) {
     fused = {{base + "gate_up_proj", {e, h, 2 * inter},
               "num_experts, hidden, 2 x intermediate; used as x @ W", 0, "weight", {2 * inter, h}, true},
              {base + "gate_up_proj_bias", {e, 2 * inter}, "num_experts, 2 x intermediate", 0, "bias",
@@ -89,6 +129,9 @@ void split_gpt_oss_experts(Checkpoint& ck, const Architecture& a, const LayerSpe
     if (stored.shape != f.want)
       fail("{}: tensor '{}' is {}, expected {} ({})", found[i]->file->path().string(), f.name,
            shape_str(stored.shape), shape_str(f.want), f.meaning);
+    if (f.dtype != DType::F32 && stored.dtype != f.dtype)
+      fail("{}: tensor '{}' is {}, expected {}", found[i]->file->path().string(), f.name,
+           dtype_name(stored.dtype), dtype_name(f.dtype));
     const bool codes = f.leaf != std::string_view("bias") && mxfp4;
     if (codes && stored.dtype != DType::U8)
       fail("{}: tensor '{}' is {}, expected U8 (MXFP4 {})", found[i]->file->path().string(),
@@ -103,6 +146,23 @@ void split_gpt_oss_experts(Checkpoint& ck, const Architecture& a, const LayerSpe
       parts.push_back({module + "." + f.leaf, f.part, f.transposed});
     }
     ck.split_tensor(f.name, parts);
+  }
+  if (!modelopt) return;
+  for (int proj = 0; proj < 2; ++proj) {
+    const std::string attr = base + (proj == 0 ? "gate_up_proj" : "down_proj");
+    for (const char* leaf : {modelopt_fp8 ? "weight_scale" : "weight_scale_2", "input_scale"}) {
+      const std::string name = attr + "_" + leaf;
+      if (!ck.find(name)) {
+        if (leaf == std::string_view("input_scale")) continue;  // weight-only
+        fail("{}: '{}' is stored without '{}'", file, attr, name);
+      }
+      std::vector<std::string> names;
+      for (int64_t x = 0; x < e; ++x)
+        names.push_back(
+            a.linears[layer.linears[size_t(moe.experts[size_t(x)][size_t(1 + proj)])]].name + "." +
+            leaf);
+      ck.share_tensor(name, names);
+    }
   }
 }
 
@@ -155,11 +215,28 @@ void split_fused_experts(Checkpoint& ck, const Architecture& a) {
   }
 }
 
+Architecture checkpoint_architecture(const Checkpoint& ck, const std::string& label) {
+  Architecture a = Architecture::from_config(ck.config(), label);
+  for (const LayerSpec& layer : a.layers) {
+    if (!layer.is_moe || !layer.moe.gate_up_interleaved) continue;
+    const std::string block = layer.moe.router.substr(0, layer.moe.router.rfind('.') + 1);
+    const std::string linearised = block + "experts.0.gate_proj.";
+    for (const CheckpointTensor& t : ck.tensors())
+      if (t.name.compare(0, linearised.size(), linearised) == 0) {
+        ArchitectureOptions o;
+        o.gpt_oss_split_gate_up = true;
+        return Architecture::from_config(ck.config(), label, o);
+      }
+    break;  // every gpt-oss layer is stored alike
+  }
+  return a;
+}
+
 std::shared_ptr<const Checkpoint> open_model_checkpoint(const std::filesystem::path& dir) {
   auto ck = std::make_shared<Checkpoint>(Checkpoint::open(dir));
   Architecture a;
   try {
-    a = Architecture::from_config(ck->config(), dir.string() + "/config.json");
+    a = checkpoint_architecture(*ck, dir.string() + "/config.json");
   } catch (const Error&) {
     return ck;
   }

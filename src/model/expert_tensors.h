@@ -11,7 +11,11 @@
 // [2I, H] / `down_proj.weight` [H, I] marked transposed (read_tensor makes the [out, in] copy,
 // one expert at a time) and per-expert `.bias` views. Its original release stores them in
 // MXFP4 (`gate_up_proj_blocks` / `_scales`, out-major): views `experts.N.gate_up_proj.weight`
-// (codes) and `.weight_scale` (E8M0), read by targets/gpt_oss_mxfp4.cpp.
+// (codes) and `.weight_scale` (E8M0), read by targets/gpt_oss_mxfp4.cpp. ModelOpt's exports
+// keep the fused names: NVFP4 `gate_up_proj` [E, H/2, 2I] codes with `_weight_scale`
+// [E, H/16, 2I], FP8 `gate_up_proj` [E, H, 2I] E4M3; both become transposed per-expert parts,
+// and the one `_weight_scale_2` / `_weight_scale` / `_input_scale` of all experts is found
+// under each expert's name (Checkpoint::share_tensor).
 #pragma once
 
 #include "io/checkpoint.h"
@@ -27,6 +31,11 @@ namespace qf {
 // shape is not [num_experts, 2 * expert_intermediate, hidden] / [num_experts, hidden,
 // expert_intermediate] (gpt-oss: the shapes above), or when a layer mixes layouts.
 void split_fused_experts(Checkpoint& ck, const Architecture& a);
+
+// Architecture::from_config for `ck`'s config.json, with the options its tensors imply
+// (ArchitectureOptions: gpt-oss experts stored linearised, `mlp.experts.0.gate_proj.*`).
+// `label` starts error messages (the config's path).
+Architecture checkpoint_architecture(const Checkpoint& ck, const std::string& label);
 
 // Checkpoint::open, then split_fused_experts with the architecture of its config.json when
 // it is a supported model (else the checkpoint as stored: callers report the architecture).

@@ -198,7 +198,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
     const RtnOptions rtn{options.format, exported[members[0]].block,
                          exporter.scale_dtype(exported[members[0]])};
     float members_amax = 0.f;
-    for (size_t m : members) members_amax = std::max(members_amax, tensor_amax(m));
+    for (size_t m : members) members_amax = std::max(members_amax, quantizer.amax_for(m));
     auto norm_override = [&]() -> std::vector<float>& {
       auto& norm = vector_override[norm_name];
       if (norm.empty()) {

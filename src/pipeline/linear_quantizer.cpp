@@ -47,24 +47,58 @@ float LinearQuantizer::tensor_amax(size_t i) {
 }
 
 float LinearQuantizer::amax_for(size_t i) {
-  const Architecture& arch = model_.arch;
-  const int g = arch.linears[i].group;
+  const int g = plan_.scale_group[i];
   if (g < 0) return tensor_amax(i);
   if (auto it = group_amax_.find(g); it != group_amax_.end()) return it->second;
   float a = 0.f;
-  for (size_t member : arch.fused_groups[size_t(g)]) a = std::max(a, tensor_amax(member));
+  for (size_t member : plan_.scale_groups[size_t(g)]) a = std::max(a, tensor_amax(member));
   group_amax_[g] = a;
   return a;
 }
 
-QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
-  const Architecture& arch = model_.arch;
+std::pair<TensorView, TensorView> LinearQuantizer::mxfp4_parts(size_t i) const {
   const ExportedLinear& l = plan_.exported[i];
+  const CheckpointTensor& codes = *plan_.weights[i];
+  const CheckpointTensor* scales = model_.checkpoint->find(l.module + ".weight_scale");
+  if (!scales) fail("{}: tensor '{}.weight_scale' is missing", codes.file->path().string(), l.module);
+  return {codes.file->view(*codes.entry), scales->file->view(*scales->entry)};
+}
+
+int LinearQuantizer::cast_exponent(size_t i) {
+  auto max_code = [&](size_t m) {
+    const auto [codes, scales] = mxfp4_parts(m);
+    const ExportedLinear& l = plan_.exported[m];
+    try {
+      return mxfp4_max_scale_code(reinterpret_cast<const uint8_t*>(codes.data),
+                                  reinterpret_cast<const uint8_t*>(scales.data), l.rows, l.cols);
+    } catch (const Error& e) {
+      fail("{}: tensor '{}.weight_scale': {}", plan_.weights[m]->file->path().string(), l.module,
+           e.what());
+    }
+  };
+  const int g = plan_.scale_group[i];
+  if (g < 0) return mxfp4_cast_exponent(max_code(i));
+  if (auto it = group_cast_exponent_.find(g); it != group_cast_exponent_.end()) return it->second;
+  int code = -1;
+  for (size_t member : plan_.scale_groups[size_t(g)]) code = std::max(code, max_code(member));
+  return group_cast_exponent_[g] = mxfp4_cast_exponent(code);
+}
+
+QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
+  const ExportedLinear& l = plan_.exported[i];
+  if (plan_.mxfp4_cast && l.fused_expert != FusedExpert::none) {
+    const auto [codes, scales] = mxfp4_parts(i);
+    return mxfp4_to_nvfp4(reinterpret_cast<const uint8_t*>(codes.data),
+                          reinterpret_cast<const uint8_t*>(scales.data), l.rows, l.cols,
+                          cast_exponent(i), pool_, cast_stats_);
+  }
   const WeightRows w = rows(i);
   RtnOptions rtn{l.format, l.block, exporter_.scale_dtype(l), exporter_.numerics()};
   if (l.per_tensor) {
-    // FP8 W8A8: one scale from the tensor's own amax (FP8 per-tensor is not group-unified).
-    const float amax = tensor_amax(i);
+    // FP8 W8A8: one scale from the tensor's own amax (FP8 per-tensor is not group-unified),
+    // or from all experts of a fused tensor (one quantizer per tensor).
+    const bool fused = l.fused_expert != FusedExpert::none && exporter_.fuses_experts();
+    const float amax = fused ? amax_for(i) : tensor_amax(i);
     std::vector<float> amaxes(size_t(l.rows), amax);
     QuantizedTensor q = scales_from_amax(Format::fp8, l.rows, l.cols, 0, amaxes.data(), 0.f,
                                          rtn.scale_dtype);
@@ -84,7 +118,9 @@ QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
       convert_to_f32(w.dtype, static_cast<const std::byte*>(w.data) + r * w.cols * int64_t(dtype_size(w.dtype)),
                      f.data(), f.size());
       for (int64_t c = 0; c < w.cols; ++c) {
-        const float v = round_through(w.dtype, f[size_t(c)] / s);
+        // ModelOpt's fused gpt-oss experts keep the float32 quotient (ModelOpt 0.47's export
+        // of _QuantGptOssExperts, compared byte for byte).
+        const float v = fused ? f[size_t(c)] / s : round_through(w.dtype, f[size_t(c)] / s);
         q.codes[size_t(r * w.cols + c)] = f32_to_e4m3(std::clamp(v, -448.f, 448.f));
       }
     });
@@ -92,7 +128,7 @@ QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
   }
   if (options_.algo == WeightAlgo::mse) {
     if (options_.format != Format::nvfp4) return quantize_mse(w, rtn, MseOptions{}, pool_);
-    const int g = arch.linears[i].group;
+    const int g = plan_.scale_group[i];
     auto searched = [&](size_t m) {
       return nvfp4_mse_global_amax(rows(m), tensor_amax(m), MseOptions{}, pool_);
     };
@@ -102,7 +138,7 @@ QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
     } else if (auto it = group_mse_amax_.find(g); it != group_mse_amax_.end()) {
       ga = it->second;
     } else {
-      for (size_t m : arch.fused_groups[size_t(g)]) ga = std::max(ga, searched(m));
+      for (size_t m : plan_.scale_groups[size_t(g)]) ga = std::max(ga, searched(m));
       group_mse_amax_[g] = ga;
     }
     return quantize_mse(w, rtn, MseOptions{}, pool_, ga);

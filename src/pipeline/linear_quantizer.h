@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "formats/mxfp4_nvfp4_cast.h"
 #include "formats/quantized_tensor.h"
 #include "formats/weight_rows.h"
 #include "pipeline/module_plan.h"
@@ -33,10 +34,15 @@ class LinearQuantizer {
   WeightRows rows(size_t i) const;
   // max |w| of linear `i`. Throws qf::Error naming the file and tensor if it holds NaN or Inf.
   float tensor_amax(size_t i);
-  // The amax that sets linear `i`'s tensor scale: its own, or its fused group's largest.
+  // The amax that sets linear `i`'s tensor scale: its own, or the largest of its scale group
+  // (ModulePlan::scale_groups: a fused group, or the experts of one fused tensor).
   float amax_for(size_t i);
-  // Linear `i` quantized with the options' data-free algorithm (max, or mse).
+  // Linear `i` quantized with the options' data-free algorithm (max, or mse); an expert of the
+  // MXFP4 release (ModulePlan::mxfp4_cast) is cast to NVFP4 instead, with its scale group's
+  // tensor scale.
   QuantizedTensor max_or_mse(size_t i);
+  // What the MXFP4 casts so far did.
+  const Mxfp4CastStats& cast_stats() const { return cast_stats_; }
 
  private:
   const SourceModel& model_;
@@ -44,7 +50,13 @@ class LinearQuantizer {
   const QuantizeOptions& options_;
   const Exporter& exporter_;
   ThreadPool& pool_;
-  std::map<int, float> group_amax_, group_mse_amax_;  // by fused group
+  std::map<int, float> group_amax_, group_mse_amax_;  // by scale group
+  std::map<int, int> group_cast_exponent_;           // by scale group
+  Mxfp4CastStats cast_stats_;
+
+  // The MXFP4 codes and E8M0 scales of expert `i` of the MXFP4 release.
+  std::pair<TensorView, TensorView> mxfp4_parts(size_t i) const;
+  int cast_exponent(size_t i);
 };
 
 }  // namespace qf

@@ -89,9 +89,18 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   const std::filesystem::path& model_dir = source.dir;
   const Checkpoint& ckpt = *source.checkpoint;
   const Architecture& arch = source.arch;
-  source.require_unquantized("quantize");
   const FormatInfo& info = format_info(options.format);
   ModulePlan plan;
+  // gpt-oss's MXFP4 release: its experts are cast to NVFP4 (max/RTN, weight-only); anything
+  // else already quantized is refused.
+  plan.mxfp4_cast = source.is_gpt_oss_mxfp4();
+  if (!plan.mxfp4_cast) source.require_unquantized("quantize");
+  if (plan.mxfp4_cast &&
+      (options.format != Format::nvfp4 || options.algo != WeightAlgo::max || options.assignment ||
+       options.activations != ActQuant::none || options.kv_fp8 || options.calib_quantized_inputs))
+    fail("{}: gpt-oss's MXFP4 experts can be cast to NVFP4 weight-only (--format nvfp4 --algo max, "
+         "no --activations, --kv-cache, --auto or --recipe); other formats and algorithms need "
+         "the BF16 checkpoint", model_dir.string());
   // INT4 per channel (kInt4ChannelGroup): each module's block is its in_features.
   const bool free_block = info.block_rule == BlockRule::free;
   const bool int4_channel = free_block && options.block == kInt4ChannelGroup;
@@ -117,11 +126,32 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   std::vector<std::string> hint(arch.linears.size());
   std::vector<ExportedLinear> exported(arch.linears.size());
   std::vector<const CheckpointTensor*> weights(arch.linears.size());
+  std::string pattern_unused;
   for (size_t i = 0; i < arch.linears.size(); ++i) {
     const LinearModule& m = arch.linears[i];
     const CheckpointTensor* t = ckpt.find(m.weight_name());
     if (!t) fail("{}: tensor '{}' is missing", model_dir.string(), m.weight_name());
     const SafetensorsEntry& e = *t->entry;
+    if (plan.mxfp4_cast && m.expert >= 0) {
+      // MXFP4 codes [out, in/2] with E8M0 scales (model/expert_tensors splits the release).
+      const CheckpointTensor* bias = ckpt.find(m.name + ".bias");
+      const CheckpointTensor* scale = ckpt.find(m.name + ".weight_scale");
+      if (e.dtype != DType::U8 || e.shape != Shape{m.out_features, m.in_features / 2} || !scale ||
+          !bias)
+        fail("{}: tensor '{}' is not an MXFP4 expert of the shape config.json implies",
+             t->file->path().string(), m.weight_name());
+      weights[i] = t;
+      exported[i] = {m.name, options.format, m.out_features, m.in_features, block,
+                     bias->entry->dtype};
+      exported[i].fused_expert =
+          m.role == LinearRole::gate_up_proj ? FusedExpert::gate_up : FusedExpert::down;
+      plan.dropped.insert(scale->name);
+      if (matches_any(m.name, options.exclude, &pattern_unused))
+        fail("{}: --exclude '{}' matches an MXFP4 expert; the cast writes every expert in NVFP4 "
+             "(keep them as they are by serving the release itself)", model_dir.string(),
+             pattern_unused);
+      continue;
+    }
     if (e.shape != Shape{m.out_features, m.in_features})
       fail("{}: tensor '{}' has shape {} but config.json implies [{}, {}]", t->file->path().string(),
            m.weight_name(), shape_str(e.shape), m.out_features, m.in_features);
@@ -143,6 +173,13 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     // leaves o_proj / down_proj unsmoothed.
     if (smoothquant_algo && exporter.stores_pre_quant_scale())
       exported[i].pre_quant_scale = true;
+    if (m.expert >= 0 && arch.layers[size_t(m.layer)].moe.gate_up_interleaved) {
+      exported[i].fused_expert =
+          m.role == LinearRole::gate_up_proj ? FusedExpert::gate_up : FusedExpert::down;
+      // One fused tensor holds no per-expert pre_quant_scale: AWQ quantizes these with max, as
+      // compressed-tensors' Linears without a foldable norm.
+      if (exporter.fuses_experts() && awq) exported[i].pre_quant_scale = false;
+    }
     if (options.kv_fp8 && m.role == LinearRole::k_proj) exported[i].kv_scale = 'k';
     if (options.kv_fp8 && m.role == LinearRole::v_proj) exported[i].kv_scale = 'v';
     std::string pattern;
@@ -182,7 +219,30 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
           exported[i].block != exported[group[0]].block)
         fail("the plan gives fused modules '{}' and '{}' different formats",
              arch.linears[group[0]].name, arch.linears[i].name);
-  for (const auto& group : arch.fused_groups) {
+  // gpt-oss experts written as one tensor per projection (ModelOpt): each such tensor is a unit
+  // like a fused group, and its experts share one tensor scale.
+  std::vector<ModulePlan::ExpertStack> stacks;
+  if (exporter.fuses_experts())
+    for (const LayerSpec& layer : arch.layers) {
+      if (!layer.is_moe || !layer.moe.gate_up_interleaved) continue;
+      const std::string moe_block = layer.moe.router.substr(0, layer.moe.router.rfind('.') + 1);
+      for (int r = 1; r < 3; ++r) {
+        ModulePlan::ExpertStack st;
+        for (const auto& slots : layer.moe.experts)
+          st.linears.push_back(layer.linears[size_t(slots[size_t(r)])]);
+        st.name = moe_block + "experts." + std::string(linear_role_name(arch.linears[st.linears[0]].role));
+        for (size_t i : st.linears)
+          if (exported[i].format != exported[st.linears[0]].format ||
+              exported[i].block != exported[st.linears[0]].block)
+            fail("the plan gives '{}' and '{}' different formats; {} writes them as one tensor "
+                 "('{}')", arch.linears[st.linears[0]].name, arch.linears[i].name,
+                 export_format_name(exporter.kind()), st.name);
+        stacks.push_back(std::move(st));
+      }
+    }
+  std::vector<std::vector<size_t>> units = arch.fused_groups;
+  for (const auto& st : stacks) units.push_back(st.linears);
+  for (const auto& group : units) {
     auto excluded_member = std::find_if(group.begin(), group.end(),
                                         [&](size_t i) { return !reason[i].empty(); });
     if (excluded_member == group.end()) continue;
@@ -196,12 +256,22 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   }
   std::map<std::string, int> linear_by_weight;
   std::vector<std::string> excluded_names = arch.never_quantized_modules();
+  // An unquantized fused expert tensor is listed as its module (`...mlp.experts`, which holds
+  // both projections, as ModelOpt names the GptOssExperts it leaves alone), once.
+  std::map<size_t, std::string> stacked_module;
+  for (const auto& st : stacks)
+    for (size_t i : st.linears) stacked_module[i] = st.name.substr(0, st.name.rfind('.'));
   for (size_t i = 0; i < arch.linears.size(); ++i) {
     if (reason[i].empty()) {
       linear_by_weight[arch.linears[i].weight_name()] = int(i);
       continue;
     }
     plan.excluded.push_back({arch.linears[i].name, reason[i], hint[i]});
+    if (auto it = stacked_module.find(i); it != stacked_module.end()) {
+      if (std::find(excluded_names.begin(), excluded_names.end(), it->second) == excluded_names.end())
+        excluded_names.push_back(it->second);
+      continue;
+    }
     excluded_names.push_back(arch.linears[i].name);
   }
   // The output head (--quantize-lm-head): its own tensor, or the tied embedding's, which then
@@ -244,6 +314,12 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   std::sort(excluded_names.begin(), excluded_names.end());
   if (linear_by_weight.empty())
     plan.warnings.push_back(fmt::format("no Linear module can be quantized to {}", info.name));
+  plan.scale_group.assign(arch.linears.size(), -1);
+  for (const auto& group : units) {
+    for (size_t i : group) plan.scale_group[i] = int(plan.scale_groups.size());
+    plan.scale_groups.push_back(group);
+  }
+  plan.stacks = std::move(stacks);
   plan.reason = std::move(reason);
   plan.exported = std::move(exported);
   plan.weights = std::move(weights);

@@ -8,6 +8,7 @@
 #include "pipeline/source_model.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,25 @@ struct ModulePlan {
   bool head_tied = false;
   ExportedLinear head;
   std::vector<std::string> warnings;
+  // gpt-oss experts of a target that writes them fused (Exporter::fuses_experts): per layer and
+  // projection, the experts' Linears in expert order, written as one tensor `name`
+  // ("model.layers.0.mlp.experts.gate_up_proj") with their biases as `name`_bias. A stack is
+  // quantized entirely, in one format, or not at all.
+  struct ExpertStack {
+    std::string name;
+    std::vector<size_t> linears;
+  };
+  std::vector<ExpertStack> stacks;
+  // Linears whose tensor scale is set by the largest amax among them: the architecture's fused
+  // groups (q/k/v, gate/up) and the stacks (one quantizer per fused tensor). Per Linear, its
+  // group here or -1.
+  std::vector<std::vector<size_t>> scale_groups;
+  std::vector<int> scale_group;
+  // The input is gpt-oss's MXFP4 release and its routed experts are cast to NVFP4
+  // (formats/mxfp4_nvfp4_cast.h) instead of quantized from float; their E8M0 scale tensors
+  // (`<expert>.weight_scale`) are consumed with the codes, not copied.
+  bool mxfp4_cast = false;
+  std::set<std::string> dropped;  // input tensors the output does not carry over
 
   bool quantized(size_t linear) const { return reason[linear].empty(); }
 };

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <set>
 
@@ -42,11 +43,69 @@ OutputLayout plan_output(const SourceModel& source, const ModulePlan& plan,
     return rename_tied && t.name == arch.head_name ? arch.embed_name : t.name;
   };
 
+  // gpt-oss experts: the stack (and expert) of each expert weight and bias when the target
+  // writes them fused; the gate_up tensors to split into gate / up when it writes them one
+  // Linear each.
+  std::map<std::string, std::pair<size_t, bool>> in_stack;  // name -> (stack, is bias)
+  for (size_t s = 0; s < plan.stacks.size(); ++s)
+    for (size_t li : plan.stacks[s].linears) {
+      in_stack[arch.linears[li].weight_name()] = {s, false};
+      in_stack[arch.linears[li].name + ".bias"] = {s, true};
+    }
+  std::set<std::string> split_gate_up;
+  if (!exporter.fuses_experts())
+    for (size_t i = 0; i < arch.linears.size(); ++i)
+      if (plan.exported[i].fused_expert == FusedExpert::gate_up) {
+        split_gate_up.insert(arch.linears[i].name + ".bias");
+        if (!plan.quantized(i)) split_gate_up.insert(arch.linears[i].weight_name());
+      }
+  std::set<std::pair<size_t, bool>> stacks_done;
+
   // The output tensors in input order, then cut into shards.
   std::vector<OutputItem>& items = layout.items;
   for (const auto& t : ckpt.tensors()) {
     OutputItem item;
     item.source = &t;
+    if (plan.dropped.count(t.name)) continue;
+    if (auto st = in_stack.find(t.name); st != in_stack.end()) {
+      if (!stacks_done.insert(st->second).second) continue;  // written with its stack
+      const auto& [s, bias] = st->second;
+      const ModulePlan::ExpertStack& stack = plan.stacks[s];
+      const ExportedLinear& first = plan.exported[stack.linears[0]];
+      item.stack = int(s);
+      item.stack_bias = bias;
+      item.stack_quantized = !bias && plan.quantized(stack.linears[0]);
+      for (size_t li : stack.linears) {
+        const std::string name = bias ? arch.linears[li].name + ".bias" : arch.linears[li].weight_name();
+        const CheckpointTensor* part = ckpt.find(name);
+        if (!part) fail("{}: tensor '{}' is missing", source.dir.string(), name);
+        item.parts.push_back(part);
+      }
+      std::vector<ExportedLinear> experts;
+      for (size_t li : stack.linears) experts.push_back(plan.exported[li]);
+      const int64_t e = int64_t(stack.linears.size());
+      if (bias)
+        item.specs = {{stack.name + "_bias", t.entry->dtype, {e, first.rows}}};
+      else if (item.stack_quantized)
+        item.specs = exporter.fused_expert_specs(stack.name, experts);
+      else
+        item.specs = {{stack.name, t.entry->dtype, {e, first.cols, first.rows}}};
+      items.push_back(std::move(item));
+      continue;
+    }
+    if (split_gate_up.count(t.name)) {
+      // "...experts.N.gate_up_proj.bias" -> "...experts.N.gate_proj.bias" / "...up_proj.bias".
+      const std::string module = t.name.substr(0, t.name.rfind('.'));
+      const std::string leaf = t.name.substr(t.name.rfind('.'));
+      const std::string prefix = module.substr(0, module.rfind('.') + 1);
+      Shape half = t.entry->shape;
+      half[0] /= 2;
+      item.deinterleave = true;
+      item.specs = {{prefix + "gate_proj" + leaf, t.entry->dtype, half},
+                    {prefix + "up_proj" + leaf, t.entry->dtype, half}};
+      items.push_back(std::move(item));
+      continue;
+    }
     if (auto it = plan.linear_by_weight.find(t.name); it != plan.linear_by_weight.end()) {
       item.linear = it->second;
       item.specs = exporter.linear_specs(plan.exported[size_t(it->second)]);
@@ -106,6 +165,54 @@ bool all_codes_zero(const QuantizedTensor& q) {
   return !q.codes.empty();
 }
 
+// One stack of gpt-oss experts (OutputItem::stack): quantized with one tensor scale (the scale
+// group's) and handed to the exporter whole, or float in the hub's transposed layout, or biases.
+void write_stack(const OutputItem& item, const ModulePlan& plan, CalibrationOutcome& calibration,
+                 LinearQuantizer& quantizer, const QuantizeOptions& options,
+                 const Exporter& exporter, const Architecture& arch, const fs::path& model_dir,
+                 SafetensorsWriter& writer, QuantizeReport& report) {
+  const ModulePlan::ExpertStack& stack = plan.stacks[size_t(item.stack)];
+  if (item.stack_quantized) {
+    std::vector<ExportedLinear> experts;
+    std::vector<QuantizedTensor> qs;
+    for (size_t li : stack.linears) {
+      experts.push_back(plan.exported[li]);
+      std::optional<Precomputed> p = calibration.take(li);
+      qs.push_back(p ? std::move(p->q) : quantizer.max_or_mse(li));
+      report.quantized_weights += experts.back().rows * experts.back().cols;
+    }
+    LinearExtras extras;
+    if (experts[0].act != ActQuant::none)  // the max over the layer's experts already
+      extras.input_scale =
+          calibration.input_scale(stack.linears[0], arch, options.activations, model_dir);
+    const auto data = exporter.fused_expert_data(experts, qs, extras);
+    for (size_t k = 0; k < data.size(); ++k) {
+      writer.write(item.specs[k].name, data[k]);
+      report.quantized_bytes += data[k].size();
+    }
+    return;
+  }
+  std::vector<std::byte> out(size_t(item.specs[0].nbytes()));
+  size_t at = 0;
+  for (const CheckpointTensor* p : item.parts) {
+    const TensorData d = read_tensor(*p);
+    const TensorView& v = d.view;
+    if (item.stack_bias) {
+      std::memcpy(out.data() + at, v.data, v.nbytes);
+    } else {
+      // [out, in] back to the hub's [in, out] (x @ W).
+      const int64_t rows = v.shape[0], cols = v.shape[1];
+      const size_t el = dtype_size(v.dtype);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          std::memcpy(out.data() + at + size_t(c * rows + r) * el, v.data + size_t(r * cols + c) * el, el);
+    }
+    at += v.nbytes;
+  }
+  writer.write(item.specs[0].name, out);
+  ++report.tensors_copied;
+}
+
 }  // namespace
 
 void write_output(const SourceModel& source, const ModulePlan& plan, CalibrationOutcome& calibration,
@@ -133,6 +240,31 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
       const OutputItem& item = items[i];
       const CheckpointTensor& t = *item.source;
       const TensorView view = t.file->view(*t.entry);
+      if (item.stack >= 0) {
+        write_stack(item, plan, calibration, quantizer, options, exporter, arch, model_dir, writer,
+                    report);
+        for (const CheckpointTensor* p : item.parts) {
+          p->file->release(*p->entry);
+          progress.advance(double(p->entry->end - p->entry->begin));
+        }
+        continue;
+      }
+      if (item.deinterleave) {
+        // Even rows (gate) then odd rows (up) of the [out, ...] tensor.
+        const TensorData data = read_tensor(t);
+        const TensorView& v = data.view;
+        const size_t row = v.nbytes / size_t(v.shape[0]);
+        for (int parity = 0; parity < 2; ++parity) {
+          std::vector<std::byte> half(v.nbytes / 2);
+          for (int64_t r = 0; r < v.shape[0] / 2; ++r)
+            std::memcpy(half.data() + size_t(r) * row, v.data + size_t(2 * r + parity) * row, row);
+          writer.write(item.specs[size_t(parity)].name, half);
+        }
+        ++report.tensors_copied;
+        t.file->release(*t.entry);
+        progress.advance(view.nbytes);
+        continue;
+      }
       if (item.head) {
         // Weight-only: mse searches as for the other Linears, every other algo is max.
         const WeightRows w = weight_rows(view);

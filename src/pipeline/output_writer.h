@@ -22,6 +22,16 @@ struct OutputItem {
   const CheckpointTensor* source = nullptr;
   int linear = -1;    // index into Architecture::linears when quantized
   bool head = false;  // the quantized output head (--quantize-lm-head)
+  // gpt-oss experts a target writes fused (ModulePlan::stacks): the whole stack as one item,
+  // quantized (Exporter::fused_expert_specs) or float in the hub's [E, in, out] layout, or, with
+  // stack_bias, the experts' biases [E, out]. `parts` are the experts' input tensors in order.
+  int stack = -1;
+  bool stack_bias = false;
+  bool stack_quantized = false;
+  std::vector<const CheckpointTensor*> parts;
+  // A gpt-oss expert's gate_up bias (or float weight) written as gate_proj / up_proj, the even
+  // and odd rows (targets that write experts one Linear each, as llm-compressor does).
+  bool deinterleave = false;
   std::vector<TensorSpec> specs;
   uint64_t nbytes() const;
 };

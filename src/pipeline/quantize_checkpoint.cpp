@@ -63,27 +63,9 @@ bool excluded_by_patterns(const std::string& name, const std::vector<std::string
 
 namespace {
 
-// gpt-oss: the hub's fused expert tensors are written per expert (mlp.experts.N.gate_up_proj,
-// down_proj), which qforge's engine reads; the engines' gpt-oss loaders read the fused names
-// (vLLM's gpt_oss.py load_weights: gate_up_proj{_blocks,_scales,_bias}, down_proj*; ModelOpt
-// keeps the fused names for gpt-oss: ../shared/specs/moe-hybrid.md §2.2), so none of them is
-// expected to load the export whatever its format.
-void gpt_oss_serving(QuantizeReport& report, const Architecture& arch) {
-  if (std::none_of(arch.layers.begin(), arch.layers.end(),
-                   [](const LayerSpec& l) { return l.is_moe && l.moe.gate_up_interleaved; }))
-    return;
-  for (ServeCommand& c : report.serve) {
-    c.support = EngineSupport::no;
-    c.command.clear();
-    c.note = "gpt-oss experts are written per expert (mlp.experts.N.gate_up_proj / down_proj); "
-             "gpt-oss loaders read the fused mlp.experts.gate_up_proj / down_proj tensors, so only "
-             "qforge's engine reads this export for now";
-  }
-}
-
 // The report's fields that follow from the plan alone (shared by the run and the dry run).
 QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& options,
-                              const fs::path& out_dir, const Architecture& arch) {
+                              const fs::path& out_dir) {
   QuantizeReport report;
   report.algo = std::string(weight_algo_name(options.algo));
   report.activations = std::string(act_quant_name(options.activations));
@@ -94,6 +76,7 @@ QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& opt
   report.excluded = plan.excluded;
   report.warnings = plan.warnings;
   report.lm_head_quantized = plan.head_src != nullptr;
+  report.mxfp4_cast = plan.mxfp4_cast;
   report.modules_excluded = int(plan.excluded.size());
   report.modules_quantized = int(plan.linear_by_weight.size());
   ServeQuery q;
@@ -112,8 +95,10 @@ QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& opt
   for (size_t i = 0; i < plan.exported.size(); ++i)
     if (plan.quantized(i)) add(plan.exported[i]);
   if (plan.head_src) add(plan.head);
+  for (size_t i = 0; i < plan.exported.size(); ++i)
+    if (plan.quantized(i) && plan.exported[i].fused_expert != FusedExpert::none)
+      q.gpt_oss_experts = true;
   report.serve = serve_commands(q);
-  gpt_oss_serving(report, arch);
   return report;
 }
 
@@ -143,7 +128,7 @@ QuantizeReport plan_quantization(const SourceModel& source, const QuantizeOption
                                  const fs::path& out_dir) {
   const auto exporter = make_exporter(options.export_format);
   const ModulePlan plan = plan_modules(source, options, *exporter);
-  QuantizeReport report = planned_report(plan, options, out_dir, source.arch);
+  QuantizeReport report = planned_report(plan, options, out_dir);
   report.dry_run = true;
   const Checkpoint& ckpt = *source.checkpoint;
   const Architecture& arch = source.arch;
@@ -154,6 +139,12 @@ QuantizeReport plan_quantization(const SourceModel& source, const QuantizeOption
   report.shards = int(layout.shards.size());
   std::set<std::string> formats;
   for (const OutputItem& item : layout.items) {
+    if (item.stack_quantized) {
+      report.quantized_bytes += item.nbytes();
+      for (size_t li : plan.stacks[size_t(item.stack)].linears)
+        report.quantized_weights += plan.exported[li].rows * plan.exported[li].cols;
+      continue;
+    }
     if (item.linear < 0 && !item.head) continue;
     const ExportedLinear& l = item.head ? plan.head : plan.exported[size_t(item.linear)];
     report.quantized_bytes += item.nbytes();
@@ -207,7 +198,7 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
 
   // 1. Decide what becomes of each Linear and of the output head.
   const ModulePlan plan = plan_modules(source, options, *exporter);
-  QuantizeReport report = planned_report(plan, options, out_dir, source.arch);
+  QuantizeReport report = planned_report(plan, options, out_dir);
 
   ThreadPool pool(options.threads > 0 ? options.threads : ThreadPool::hardware_threads());
   if (!pool.start_failure().empty()) report.warnings.push_back("thread pool: " + pool.start_failure());
@@ -225,6 +216,14 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
   const auto write_start = std::chrono::steady_clock::now();
   write_output(source, plan, calibration, quantizer, options, *exporter, pool, staged.path(),
                report);
+  report.mxfp4_blocks = quantizer.cast_stats().blocks;
+  report.mxfp4_inexact_blocks = quantizer.cast_stats().inexact;
+  if (report.mxfp4_inexact_blocks > 0)
+    report.warnings.push_back(fmt::format(
+        "MXFP4 -> NVFP4: {} of {} expert blocks lie more than 17 binades below their tensor's "
+        "largest block, beyond what E4M3 x one tensor scale holds exactly; they were requantized "
+        "from their MXFP4 values (the rest are exact)",
+        report.mxfp4_inexact_blocks, report.mxfp4_blocks));
   check_loads(staged.path(), out_dir, options);
   staged.commit();
   report.write_seconds =

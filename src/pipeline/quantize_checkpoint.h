@@ -148,6 +148,12 @@ struct QuantizeReport {
     std::vector<int64_t> tokens;
   };
   std::vector<ExpertTokens> expert_tokens;
+  // gpt-oss's MXFP4 release cast to NVFP4 (formats/mxfp4_nvfp4_cast.h): MXFP4 blocks of 32
+  // cast, and those whose scale lay beyond the 18 binades E4M3 x tensor scale holds exactly and
+  // that changed when requantized (0: the experts dequantize to the same values).
+  bool mxfp4_cast = false;
+  int64_t mxfp4_blocks = 0;
+  int64_t mxfp4_inexact_blocks = 0;
   std::vector<ExcludedModule> excluded;
   std::vector<std::string> warnings;
   std::vector<ModuleDecision> modules;  // per Linear in architecture order, then lm_head (dry run)

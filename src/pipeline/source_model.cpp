@@ -14,8 +14,13 @@ SourceModel SourceModel::open(const std::filesystem::path& dir,
   m.dir = dir;
   m.tokenizer_dir = tokenizer_dir;
   m.checkpoint = open_model_checkpoint(dir);
-  m.arch = Architecture::from_config(m.checkpoint->config(), (dir / "config.json").string());
+  m.arch = checkpoint_architecture(*m.checkpoint, (dir / "config.json").string());
   return m;
+}
+
+bool SourceModel::is_gpt_oss_mxfp4() const {
+  const DetectedTarget t = detect_target(*checkpoint, dir.string());
+  return t.reader && t.reader->name() == "gpt-oss-mxfp4";
 }
 
 void SourceModel::require_unquantized(std::string_view command) const {

@@ -29,6 +29,9 @@ struct SourceModel {
   // (config.json's quantization_config, ModelOpt's hf_quant_config.json) or holds quantized
   // tensors (scales, packed codes, FP8 weights) -- before any shape check can fail on them.
   void require_unquantized(std::string_view command) const;
+  // Whether this is gpt-oss's original MXFP4 release (quantization_config quant_method "mxfp4":
+  // routed experts MXFP4, the rest float), which `quantize` casts to NVFP4.
+  bool is_gpt_oss_mxfp4() const;
 
   // The tokenizer (of tokenizer_dir when set), loaded on first use (calibration needs it;
   // weight-only jobs do not). Throws qf::Error naming the directory when it has none.

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/architecture.h"
+#include "model/expert_tensors.h"
 #include "targets/target.h"
 
 #include <fmt/format.h>
@@ -41,7 +42,7 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
   std::set<std::string> spec_linears;
   bool have_spec = false;
   try {
-    const Architecture arch = Architecture::from_config(ckpt.config(), (dir / "config.json").string());
+    const Architecture arch = checkpoint_architecture(ckpt, (dir / "config.json").string());
     for (const LinearModule& m : arch.linears) spec_linears.insert(m.name);
     r.architecture = arch.describe();
     have_spec = true;
@@ -58,7 +59,22 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     r.tensors.push_back({t.name, e.dtype, e.shape, e.end - e.begin});
     r.tensor_bytes += e.end - e.begin;
     std::string leaf;
-    const std::string module = module_of(t.name, &leaf);
+    std::string module = module_of(t.name, &leaf);
+    // A weight stored as an attribute of a module (ModelOpt's fused gpt-oss experts:
+    // `experts.gate_up_proj` with `experts.gate_up_proj_weight_scale`, ...) is read as the
+    // module `experts.gate_up_proj` with the usual leaves.
+    for (const char* suffix : {"_weight_scale_2", "_weight_scale", "_input_scale"}) {
+      const std::string sfx = suffix;
+      if (leaf.size() > sfx.size() && leaf.compare(leaf.size() - sfx.size(), sfx.size(), sfx) == 0) {
+        module += "." + leaf.substr(0, leaf.size() - sfx.size());
+        leaf = sfx.substr(1);
+        break;
+      }
+    }
+    if (leaf.find('_') != std::string::npos && ckpt.find(t.name + "_weight_scale")) {
+      module = t.name;
+      leaf = "weight";
+    }
     modules[module][leaf] = &t;
   }
 
@@ -76,8 +92,11 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     if (!weight && leaves.count("weight"))
       for (const auto& leaf : markers)
         if (leaves.count(leaf)) weight = leaves.at("weight");
+    const bool fused_experts = module.find(".experts.") != std::string::npos &&
+                               module.find_first_of("0123456789", module.find(".experts.") + 9) ==
+                                   std::string::npos;
     const bool decoder_linear =
-        have_spec ? spec_linears.count(module) > 0
+        have_spec ? spec_linears.count(module) > 0 || fused_experts
                   : module.find(".layers.") != std::string::npos && module.size() > 5 &&
                         module.compare(module.size() - 5, 5, "_proj") == 0;
     if (!weight) {

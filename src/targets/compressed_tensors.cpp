@@ -24,9 +24,38 @@ constexpr const char* kCompressedTensorsVersion = "0.12.2";
 
 // llm-compressor lists only Linear modules in `ignore` (the embedding is no Linear, so it is
 // never a target and never named there).
+// A gpt-oss expert's gate_up_proj is written as gate_proj and up_proj (gpt_oss_gate_and_up), so
+// an unquantized one is two ignored Linears.
 std::vector<std::string> ct_ignore(std::vector<std::string> modules) {
   std::erase(modules, std::string("model.embed_tokens"));
-  return modules;
+  std::vector<std::string> out;
+  const std::string gate_up = ".gate_up_proj";
+  for (std::string& m : modules) {
+    if (m.find(".experts.") != std::string::npos && m.size() > gate_up.size() &&
+        m.compare(m.size() - gate_up.size(), gate_up.size(), gate_up) == 0) {
+      const std::string prefix = m.substr(0, m.size() - gate_up.size() + 1);
+      out.push_back(prefix + "gate_proj");
+      out.push_back(prefix + "up_proj");
+    } else {
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
+// llm-compressor linearises gpt-oss experts (modeling/moe/gpt_oss.py, GptOssExpertMLP): each
+// expert becomes gate_proj (the even rows of gate_up_proj [2I, H]), up_proj (the odd rows) and
+// down_proj, Linears of their own, and saves them so. A row's codes and block scales do not
+// depend on the other rows, and llm-compressor gives gate and up one tensor scale (its fused
+// gate/up global scale), as quantizing gate_up as one Linear does.
+std::pair<ExportedLinear, ExportedLinear> gpt_oss_gate_and_up(const ExportedLinear& l) {
+  const std::string prefix = l.module.substr(0, l.module.rfind('.') + 1);
+  ExportedLinear gate = l, up = l;
+  gate.module = prefix + "gate_proj";
+  up.module = prefix + "up_proj";
+  gate.rows = up.rows = l.rows / 2;
+  gate.fused_expert = up.fused_expert = FusedExpert::none;
+  return {gate, up};
 }
 
 std::string_view ct_format_name(Format format) {
@@ -101,6 +130,12 @@ class CompressedTensorsExporter final : public Exporter {
   }
 
   std::vector<TensorSpec> linear_specs(const ExportedLinear& l) const override {
+    if (l.fused_expert == FusedExpert::gate_up) {
+      const auto [gate, up] = gpt_oss_gate_and_up(l);
+      std::vector<TensorSpec> specs = linear_specs(gate);
+      for (TensorSpec& t : linear_specs(up)) specs.push_back(std::move(t));
+      return specs;
+    }
     std::vector<TensorSpec> specs = weight_specs(l);
     const std::string& m = l.module;
     const DType sd = float_scale_dtype(l.model_dtype);
@@ -113,6 +148,12 @@ class CompressedTensorsExporter final : public Exporter {
 
   std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l, const QuantizedTensor& q,
                                                   const LinearExtras& x) const override {
+    if (l.fused_expert == FusedExpert::gate_up) {
+      const auto [gate, up] = gpt_oss_gate_and_up(l);
+      auto out = linear_data(gate, every_other_row(q, 0), x);
+      for (auto& t : linear_data(up, every_other_row(q, 1), x)) out.push_back(std::move(t));
+      return out;
+    }
     std::vector<std::vector<std::byte>> out = weight_data(l, q);
     const DType sd = float_scale_dtype(l.model_dtype);
     if (l.act == ActQuant::nvfp4) {

@@ -39,6 +39,17 @@ DType Exporter::pre_quant_scale_dtype(const ExportedLinear&) const { return DTyp
 bool Exporter::stores_pre_quant_scale() const { return false; }
 ExportNumerics Exporter::numerics() const { return ExportNumerics::reference; }
 
+bool Exporter::fuses_experts() const { return false; }
+std::vector<TensorSpec> Exporter::fused_expert_specs(const std::string&,
+                                                     const std::vector<ExportedLinear>&) const {
+  return {};
+}
+std::vector<std::vector<std::byte>> Exporter::fused_expert_data(const std::vector<ExportedLinear>&,
+                                                                const std::vector<QuantizedTensor>&,
+                                                                const LinearExtras&) const {
+  return {};
+}
+
 void Exporter::write_extra_files(const QuantizationSummary&, const std::filesystem::path&) const {}
 
 std::vector<std::byte> copy_bytes(const void* data, size_t n) {

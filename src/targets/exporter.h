@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -21,6 +22,11 @@
 namespace qf {
 
 enum class ExportFormat { modelopt, compressed_tensors };
+
+// gpt-oss routed experts: the hub stores each projection fused over the experts and transposed
+// (`mlp.experts.gate_up_proj` [E, H, 2I], used as x @ W, gate/up columns interleaved), which the
+// layer spec presents per expert (gate_up rows alternating gate, up).
+enum class FusedExpert : uint8_t { none, gate_up, down };
 
 std::string_view export_format_name(ExportFormat format);
 std::optional<ExportFormat> parse_export_format(std::string_view name);
@@ -39,6 +45,7 @@ struct ExportedLinear {
   bool pre_quant_scale = false;    // exports <module>.pre_quant_scale [cols] (AWQ, SmoothQuant)
   char kv_scale = 0;               // 'k' / 'v': this k_proj / v_proj also carries the layer's
                                    // FP8 KV-cache scale (ModelOpt k_proj.k_scale, CT self_attn.k_scale)
+  FusedExpert fused_expert = FusedExpert::none;  // a gpt-oss expert projection
 };
 
 // Values of the extra tensors ExportedLinear asks for.
@@ -96,6 +103,19 @@ class Exporter {
   virtual std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& linear,
                                                           const QuantizedTensor& q,
                                                           const LinearExtras& extras = {}) const = 0;
+  // gpt-oss experts: true when the target writes all experts of a projection as one tensor under
+  // the hub's fused names (ModelOpt: one quantizer per 3-D tensor, so one tensor scale for all
+  // experts); false when it writes them one Linear per expert through linear_specs (which then
+  // names gate and up as the target does). Default false.
+  virtual bool fuses_experts() const;
+  // With fuses_experts: the tensors of one fused projection `name` ("...mlp.experts.gate_up_proj")
+  // holding `experts` (one per expert, equal shapes and formats, quantized with one tensor
+  // scale), and their bytes from each expert's result. Default: none (the target fuses nothing).
+  virtual std::vector<TensorSpec> fused_expert_specs(const std::string& name,
+                                                     const std::vector<ExportedLinear>& experts) const;
+  virtual std::vector<std::vector<std::byte>> fused_expert_data(
+      const std::vector<ExportedLinear>& experts, const std::vector<QuantizedTensor>& q,
+      const LinearExtras& extras) const;
   // The `quantization_config` block of config.json.
   virtual nlohmann::ordered_json quantization_config(const QuantizationSummary& summary) const = 0;
   // Files besides config.json (ModelOpt's hf_quant_config.json). Default: none.

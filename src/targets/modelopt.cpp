@@ -70,7 +70,74 @@ class ModelOptExporter final : public Exporter {
   std::string unsupported_reason(const ExportedLinear& l) const override {
     if (l.format == Format::int4 && l.rows % 2 != 0)
       return "INT4 packs pairs of output rows and out_features is odd";
+    // gpt-oss experts are written as ModelOpt's _QuantGptOssExperts exports them: one tensor per
+    // projection, with one quantizer, so one tensor scale: NVFP4 (modelopt-nvfp4.md §3.2) and
+    // FP8 per tensor (checked against ModelOpt 0.47's export); no per-expert pre_quant_scale.
+    if (l.fused_expert != FusedExpert::none && l.format != Format::nvfp4 &&
+        !(l.format == Format::fp8 && l.per_tensor))
+      return "ModelOpt's fused gpt-oss expert tensors are NVFP4 or FP8 per tensor only";
+    if (l.fused_expert != FusedExpert::none && l.pre_quant_scale)
+      return "ModelOpt's fused gpt-oss expert tensors hold no per-expert pre_quant_scale";
     return {};
+  }
+
+  bool fuses_experts() const override { return true; }
+
+  // _QuantGptOssExperts (GptOssExperts stores W as [E, in, out]): transposed to [E, out, in],
+  // quantized with one weight quantizer, transposed back, so the codes are [E, in/2, out] (a
+  // byte still holds two consecutive inputs of one output) and the block scales [E, in/16, out];
+  // one weight_scale_2 and one input_scale for all experts, named `<attr>_<leaf>`
+  // (modelopt-nvfp4.md §3.2, §4.2; moe-hybrid.md §2.2).
+  std::vector<TensorSpec> fused_expert_specs(const std::string& name,
+                                             const std::vector<ExportedLinear>& ls) const override {
+    const ExportedLinear& l = ls.at(0);
+    const int64_t e = int64_t(ls.size());
+    std::vector<TensorSpec> specs;
+    if (l.format == Format::fp8)  // the [E, in, out] weight in E4M3 and one scale
+      specs = {{name, DType::F8_E4M3, {e, l.cols, l.rows}}, {name + "_weight_scale", DType::F32, {}}};
+    else
+      specs = {{name, DType::U8, {e, l.cols / 2, l.rows}},
+               {name + "_weight_scale", DType::F8_E4M3, {e, l.cols / l.block, l.rows}},
+               {name + "_weight_scale_2", DType::F32, {}}};
+    if (l.act != ActQuant::none) specs.push_back({name + "_input_scale", DType::F32, {}});
+    return specs;
+  }
+
+  std::vector<std::vector<std::byte>> fused_expert_data(const std::vector<ExportedLinear>& ls,
+                                                        const std::vector<QuantizedTensor>& qs,
+                                                        const LinearExtras& x) const override {
+    const ExportedLinear& l = ls.at(0);
+    const bool fp8 = l.format == Format::fp8;
+    const int64_t rows = l.rows, code_cols = fp8 ? l.cols : l.cols / 2;
+    const int64_t scale_cols = fp8 ? 0 : l.cols / l.block;
+    std::vector<std::byte> codes(size_t(int64_t(qs.size()) * rows * code_cols));
+    std::vector<std::byte> scales(size_t(int64_t(qs.size()) * rows * scale_cols));
+    for (size_t e = 0; e < qs.size(); ++e) {
+      const QuantizedTensor& q = qs[e];
+      const bool same_scale = fp8 ? !q.scales.empty() && q.scales[0] == qs[0].scales.at(0)
+                                  : q.global_scale == qs[0].global_scale;
+      if (q.format != l.format || q.rows != rows || q.cols != l.cols || !same_scale)
+        fail("{}: the experts of one fused tensor must have one format, shape and tensor scale",
+             ls[e].module);
+      std::byte* c = codes.data() + int64_t(e) * rows * code_cols;
+      std::byte* s = scales.data() + int64_t(e) * rows * scale_cols;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < code_cols; ++j)
+          c[j * rows + r] = std::byte(q.codes[size_t(r * code_cols + j)]);
+        for (int64_t j = 0; j < scale_cols; ++j)
+          s[j * rows + r] = std::byte(q.block_scales[size_t(r * scale_cols + j)]);
+      }
+    }
+    std::vector<std::vector<std::byte>> out;
+    out.push_back(std::move(codes));
+    if (fp8) {
+      out.push_back(copy_bytes(qs.at(0).scales.data(), sizeof(float)));
+    } else {
+      out.push_back(std::move(scales));
+      out.push_back(copy_bytes(&qs.at(0).global_scale, sizeof(float)));
+    }
+    if (l.act != ActQuant::none) out.push_back(copy_bytes(&x.input_scale, sizeof(float)));
+    return out;
   }
 
   // pre_quant_scale is a buffer of the model's dtype in ModelOpt, for SmoothQuant and AWQ alike

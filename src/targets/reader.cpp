@@ -24,8 +24,15 @@ QuantScheme QuantScheme::for_module(const std::string& module) const {
 }
 
 bool QuantScheme::ignored(const std::string& module) const {
-  for (const auto& p : ignore)
+  for (const auto& p : ignore) {
     if (p.matches(module)) return true;
+    // A listed parent module leaves its children alone (ModelOpt names an unquantized fused
+    // experts module `...mlp.experts`, which vLLM checks as the FusedMoE layer's prefix).
+    const std::string& t = p.text();
+    if (!p.is_regex() && module.size() > t.size() && module.compare(0, t.size(), t) == 0 &&
+        module[t.size()] == '.')
+      return true;
+  }
   return false;
 }
 

@@ -43,7 +43,8 @@ struct QuantScheme {
   // (no format when the module is not listed).
   QuantScheme for_module(const std::string& module) const;
 
-  // True when `module` matches an ignore entry. Throws qf::Error when a regex entry exceeds
+  // True when `module` matches an ignore entry, or an entry that is a plain name names one of
+  // its parent modules. Throws qf::Error when a regex entry exceeds
   // its backtracking budget (core/name_pattern.h).
   bool ignored(const std::string& module) const;
 };

@@ -3,6 +3,8 @@
 // not cover is reported as unverified rather than guessed.
 #include "targets/serving.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -172,6 +174,37 @@ void append_note(std::string& note, const std::string& more) {
   note += note.empty() ? more : "; " + more;
 }
 
+// gpt-oss's quantized experts, per engine (sources read, not run): what overrides the target's
+// own verdict, or nothing.
+std::optional<Verdict> gpt_oss_verdict(std::string_view engine, const ServeQuery& q) {
+  if (!q.gpt_oss_experts) return std::nullopt;
+  if (q.target == ExportFormat::modelopt) {
+    if (!q.formats.count(Format::nvfp4))
+      return unverified("", "gpt-oss's fused FP8 experts (one weight_scale per tensor) are not "
+                            "covered by our notes");
+    if (engine == "vLLM")
+      return no("vLLM's gpt-oss loader drops ModelOpt's fused expert scales "
+                "(gate_up_proj_weight_scale / _weight_scale_2 / _input_scale) and its NVFP4 MoE "
+                "takes no expert biases: ModelOpt's own gpt-oss NVFP4 export gives NaN logits "
+                "(vllm-project/vllm#46641; the fix, PR #46645, is not merged)");
+    if (engine == "SGLang")
+      return unverified("", "an SGLang test maps the fused gate_up_proj{,_bias,_weight_scale,"
+                            "_weight_scale_2,_input_scale} names to w13 "
+                            "(make_expert_params_mapping_fused_nvfp4); its release path is "
+                            "not confirmed");
+    return unverified("", "gpt-oss NVFP4 experts are not covered by our notes");
+  }
+  if (engine == "vLLM")
+    return no("vLLM's gpt-oss loader reads the experts only under the fused names "
+              "(experts.gate_up_proj -> w13); per-expert gate_proj/up_proj/down_proj, as "
+              "llm-compressor saves gpt-oss, are not mapped (a loader for them, vLLM PR #29315, "
+              "was closed unmerged); use --export modelopt");
+  if (engine == "SGLang")
+    return unverified("", "linearised gpt-oss experts (llm-compressor's layout) are not "
+                          "covered by our notes");
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<ServeCommand> serve_commands(const ServeQuery& q) {
@@ -189,6 +222,8 @@ std::vector<ServeCommand> serve_commands(const ServeQuery& q) {
       {"TensorRT-LLM", trtllm(q), "trtllm-serve " + dir},
   };
   for (Engine& e : engines) {
+    if (e.v.support != EngineSupport::no)
+      if (std::optional<Verdict> g = gpt_oss_verdict(e.name, q)) e.v = *g;
     ServeCommand c{e.name, "", e.v.support, e.v.note};
     if (c.support != EngineSupport::no) {
       c.command = e.command;

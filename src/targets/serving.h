@@ -23,6 +23,11 @@ struct ServeQuery {
   bool pre_quant_scale = false;      // AWQ / SmoothQuant scales stored as tensors (ModelOpt)
   bool kv_fp8 = false;
   bool lm_head_quantized = false;
+  // gpt-oss with quantized routed experts: ModelOpt writes them fused (`mlp.experts.gate_up_proj`
+  // with `_weight_scale`, `_weight_scale_2`, `_input_scale`), compressed-tensors linearised
+  // (`mlp.experts.N.{gate,up,down}_proj`, as llm-compressor saves them); engines' gpt-oss loaders
+  // decide separately whether they read those.
+  bool gpt_oss_experts = false;
   std::string output = "OUT";        // the directory, as the user will type it
 };
 

@@ -4,7 +4,13 @@
 // The whole forward pass is checked against transformers in conformance_test.cpp.
 #include "core/error.h"
 #include "core/numeric.h"
+#include "algo/round_to_nearest.h"
+#include "core/thread_pool.h"
 #include "engine/model.h"
+#include "engine/weights.h"
+#include "formats/weight_rows.h"
+#include "pipeline/linear_quantizer.h"
+#include "kernels/linear.h"
 #include "engine/moe_topk_softmax.h"
 #include "formats/mxfp4.h"
 #include "io/checkpoint.h"
@@ -21,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -252,11 +259,12 @@ TEST(GptOssExperts, WrongShapeNamesTheTensor) {
   }
 }
 
-// The original release's MXFP4 experts (`*_blocks` [E, out, in/32, 16] + `*_scales` E8M0,
-// out-major, element 2j in the low nibble) are read as MXFP4 Linears in place: a model made of
-// them computes what the same model with the dequantized values in the BF16 hub layout does.
-TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
-  test::ScratchDir dir;
+// A synthetic original release in `dir`/mx (MXFP4 experts, `*_blocks` [E, out, in/32, 16] +
+// `*_scales` E8M0, out-major, element 2j in the low nibble) and the same model with the
+// dequantized experts in the BF16 hub layout in `dir`/ref. With `wide`, rows 0-3 of layer 1
+// expert 2's gate_up are scaled by 2^-30, so that tensor's block scales span more than 18
+// binades.
+void write_mxfp4_release(const fs::path& dir, bool wide = false) {
   const int64_t E = 8, H = 64, I = 32;  // MXFP4 needs hidden and intermediate multiples of 32
   nlohmann::json config = case_config();
   config["intermediate_size"] = I;
@@ -268,6 +276,7 @@ TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
       {"modules_to_not_convert",
        {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
   test::write_file(dir / "mx" / "config.json", config.dump());
+  test::write_file(dir / "mx" / "tokenizer.json", test::byte_level_tokenizer());
 
   const SafetensorsFile src = SafetensorsFile::open(case_dir() / "model.safetensors");
   struct Tensor {
@@ -301,6 +310,8 @@ TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
       for (int64_t x = 0; x < E; ++x) {
         std::vector<float> w(size_t(rows * cols));
         for (float& v : w) v = normal(rng) * std_dev;
+        if (wide && layer == 1 && proj == 0 && x == 2)
+          for (size_t i = 0; i < size_t(4 * cols); ++i) w[i] = std::ldexp(w[i], -30);
         std::vector<uint8_t> packed(size_t(rows * cols / 2)), sc(size_t(rows * cols / 32));
         mxfp4_quantize_reference(WeightRows{w.data(), DType::F32, rows, cols}, packed.data(), sc.data());
         for (uint8_t b : packed) blocks.push_back(std::byte(b));
@@ -330,7 +341,13 @@ TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
       for (const Tensor& t : *list) w.write(t.spec.name, t.bytes);
     w.finish();
   }
+}
 
+// The original release's MXFP4 experts are read as MXFP4 Linears in place: a model made of
+// them computes what the same model with the dequantized values in the BF16 hub layout does.
+TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
+  test::ScratchDir dir;
+  write_mxfp4_release(dir.path());
   ModelOptions mo;
   mo.threads = 2;
   auto quantized = Model::load(dir / "mx", mo);
@@ -359,11 +376,110 @@ TEST(GptOssExperts, Mxfp4ReleaseLayoutReadsAsMxfp4Experts) {
   EXPECT_LT(max_diff, 1e-4) << "logits up to " << max_abs;
   EXPECT_GT(max_abs, 0.5);
 
-  // quantize takes unquantized checkpoints only.
+  // quantize casts the MXFP4 experts to NVFP4 only.
   const auto r = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " +
-                                  test::quote(dir / "out"));
+                                  test::quote(dir / "out") + " --format fp8");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("already quantized (mxfp4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("can be cast to NVFP4 weight-only"), std::string::npos) << r.err;
+}
+
+// Every expert weight of `a` dequantized, by module name (engine weights of any format).
+std::map<std::string, std::vector<float>> expert_values(const ModelWeights& w) {
+  std::map<std::string, std::vector<float>> out;
+  const Architecture& a = w.arch;
+  for (size_t l = 0; l < a.layers.size(); ++l)
+    for (size_t s = 0; s < a.layers[l].linears.size(); ++s) {
+      const LinearModule& m = a.linears[a.layers[l].linears[s]];
+      if (m.expert < 0) continue;
+      const LinearWeight& lw = w.layers[l].linears[s].w;
+      std::vector<float> v(size_t(lw.rows * lw.cols));
+      dequantize_weight_rows(lw, 0, lw.rows, v.data());
+      out[m.name] = std::move(v);
+    }
+  return out;
+}
+
+// `quantize --format nvfp4` of the MXFP4 release casts the experts (formats/mxfp4_nvfp4_cast.h):
+// in both exports every expert weight dequantizes to exactly the MXFP4 value, the summary says
+// the cast was exact, and with attention kept the logits are the release's.
+TEST(GptOssMxfp4Cast, ReleaseCastsToNvfp4ExactlyInBothExports) {
+  test::ScratchDir dir;
+  write_mxfp4_release(dir.path());
+  ModelOptions mo;
+  mo.threads = 2;
+  auto source = Model::load(dir / "mx", mo);
+  const auto want = expert_values(source->weights());
+  for (const std::string exp : {"modelopt", "compressed-tensors"}) {
+    SCOPED_TRACE(exp);
+    const fs::path out = dir / exp;
+    const auto q = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " +
+                                    test::quote(out) + " --export " + exp +
+                                    " --exclude '*self_attn*' --json -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto j = nlohmann::json::parse(q.out);
+    EXPECT_EQ(j["mxfp4_cast"]["exact"], true) << q.out;
+    EXPECT_EQ(j["mxfp4_cast"]["inexact_blocks"], 0) << q.out;
+    EXPECT_EQ(j["mxfp4_cast"]["blocks"], 2 * 8 * (64 * 2 + 64 * 1)) << q.out;
+    EXPECT_EQ(j["modules_quantized"], 32) << q.out;
+    auto cast = Model::load(out, mo);
+    const auto got = expert_values(cast->weights());
+    // The compressed-tensors export reads back linearised (gate_proj / up_proj): compare the
+    // interleaved rows.
+    for (const auto& [name, values] : want) {
+      if (exp == "modelopt" || name.find("gate_up_proj") == std::string::npos) {
+        ASSERT_TRUE(got.count(name)) << name;
+        ASSERT_EQ(got.at(name), values) << name;
+        continue;
+      }
+      const std::string prefix = name.substr(0, name.size() - std::string("gate_up_proj").size());
+      const auto& gate = got.at(prefix + "gate_proj");
+      const auto& up = got.at(prefix + "up_proj");
+      const size_t cols = 64, half = values.size() / cols / 2;
+      for (size_t r = 0; r < half; ++r)
+        for (size_t c = 0; c < cols; ++c) {
+          ASSERT_EQ(gate[r * cols + c], values[2 * r * cols + c]) << name;
+          ASSERT_EQ(up[r * cols + c], values[(2 * r + 1) * cols + c]) << name;
+        }
+    }
+    std::vector<int32_t> ids(64);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 29 + 3) % 256);
+    const int64_t V = source->arch().vocab_size, T = int64_t(ids.size());
+    std::vector<float> lc(size_t(T * V)), ls(size_t(T * V));
+    cast->forward(ids, 0, lc.data(), true);
+    source->forward(ids, 0, ls.data(), true);
+    double max_diff = 0;
+    for (size_t i = 0; i < lc.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(lc[i]) - double(ls[i])));
+    EXPECT_LT(max_diff, 1e-4);
+  }
+}
+
+// Block scales spanning more than 18 binades in one tensor: those blocks are requantized and
+// counted, the summary warns, and only that expert changes.
+TEST(GptOssMxfp4Cast, WideSpanIsReportedAndOnlyThoseBlocksChange) {
+  test::ScratchDir dir;
+  write_mxfp4_release(dir.path(), /*wide=*/true);
+  const fs::path out = dir / "ct";
+  const auto q = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " + test::quote(out) +
+                                  " --export compressed-tensors --json -q");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto j = nlohmann::json::parse(q.out);
+  EXPECT_EQ(j["mxfp4_cast"]["exact"], false) << q.out;
+  const int64_t inexact = j["mxfp4_cast"]["inexact_blocks"].get<int64_t>();
+  EXPECT_GT(inexact, 0);
+  EXPECT_LE(inexact, 4 * 2);  // rows 0-3 of one [64, 64] tensor: 2 blocks each
+  EXPECT_NE(j["warnings"].dump().find("requantized"), std::string::npos) << q.out;
+  ModelOptions mo;
+  mo.threads = 2;
+  const auto want = expert_values(Model::load(dir / "mx", mo)->weights());
+  const auto got = expert_values(Model::load(out, mo)->weights());
+  EXPECT_EQ(got.at("model.layers.0.mlp.experts.2.down_proj"), want.at("model.layers.0.mlp.experts.2.down_proj"));
+  EXPECT_EQ(got.at("model.layers.1.mlp.experts.3.down_proj"), want.at("model.layers.1.mlp.experts.3.down_proj"));
+  // The ModelOpt export shares one tensor scale across the 8 experts of the layer: the same
+  // blocks are the inexact ones (their expert holds the small rows), the others stay exact.
+  const auto mo_run = test::run_qforge("quantize " + test::quote(dir / "mx") + " -o " +
+                                       test::quote(dir / "mo") + " --json -q");
+  ASSERT_EQ(mo_run.exit_code, 0) << mo_run.err;
+  EXPECT_GT(nlohmann::json::parse(mo_run.out)["mxfp4_cast"]["inexact_blocks"].get<int64_t>(), 0);
 }
 
 // A float gpt-oss checkpoint whose experts are also stored in MXFP4 is refused.
@@ -390,6 +506,66 @@ TEST(GptOssExperts, MixedLayoutsAreRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.experts.gate_up_proj_blocks"),
               std::string::npos) << e.what();
+  }
+}
+
+// Both gpt-oss exports read back expert by expert as the quantizer made them from the hub's
+// fused tensors: ModelOpt's fused layout (codes and scales transposed per expert, one
+// weight_scale_2 for all experts = max amax over them) and compressed-tensors' linearised
+// layout (gate_proj = the even rows of gate_up, up_proj = the odd, one global scale per expert).
+TEST(GptOssExports, EngineReadsEveryExpertAsQuantizedFromTheHub) {
+  test::ScratchDir dir;
+  fs::copy(case_dir(), dir / "model");
+  const auto hub = open_model_checkpoint(dir / "model");
+  const Architecture a = Architecture::from_config(hub->config(), "config.json");
+  ThreadPool pool(2);
+  for (const std::string exp : {"modelopt", "compressed-tensors"}) {
+    SCOPED_TRACE(exp);
+    const auto q = test::run_qforge("quantize " + test::quote(dir / "model") + " -o " +
+                                    test::quote(dir / exp) + " --export " + exp + " -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const ModelWeights w = ModelWeights::load(dir / exp);
+    const bool ct = exp != "modelopt";
+    const RtnOptions rtn{Format::nvfp4, 16, DType::F32,
+                         ct ? ExportNumerics::llm_compressor : ExportNumerics::modelopt};
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      const LayerSpec& spec = a.layers[l];
+      for (int proj = 1; proj < 3; ++proj) {
+        std::vector<WeightRows> rows;
+        float stack_amax = 0.f;
+        for (const auto& slots : spec.moe.experts) {
+          const LinearModule& m = a.linears[spec.linears[size_t(slots[size_t(proj)])]];
+          rows.push_back(weight_rows(read_tensor(*hub->find(m.weight_name()))));
+          stack_amax = std::max(stack_amax, weight_amax(rows.back(), pool).amax);
+        }
+        for (size_t e = 0; e < rows.size(); ++e) {
+          const float amax = ct ? weight_amax(rows[e], pool).amax : stack_amax;
+          const QuantizedTensor want = quantize_rtn(rows[e], rtn, amax, pool);
+          const LayerSpec& read = w.arch.layers[l];
+          // The linear(s) holding this expert's projection in the export as read: one, or for
+          // compressed-tensors' gate_up two (gate: even rows, up: odd rows).
+          std::vector<std::pair<const EngineLinear*, QuantizedTensor>> parts;
+          const auto& slots = read.moe.experts[e];
+          if (ct && proj == 1) {
+            parts.push_back({&w.layers[l].linears[size_t(slots[0])], every_other_row(want, 0)});
+            parts.push_back({&w.layers[l].linears[size_t(slots[1])], every_other_row(want, 1)});
+          } else {
+            parts.push_back({&w.layers[l].linears[size_t(slots[size_t(proj)])], want});
+          }
+          for (const auto& [lin, qt] : parts) {
+            const LinearWeight& lw = lin->w;
+            ASSERT_EQ(lw.format, WeightFormat::nvfp4) << lin->name;
+            ASSERT_EQ(lw.rows, qt.rows) << lin->name;
+            const auto* codes = static_cast<const uint8_t*>(lw.data);
+            ASSERT_TRUE(std::equal(qt.codes.begin(), qt.codes.end(), codes)) << lin->name;
+            ASSERT_TRUE(std::equal(qt.block_scales.begin(), qt.block_scales.end(), lw.block_scales))
+                << lin->name;
+            EXPECT_NEAR(lw.global_scale, qt.global_scale, 1e-6 * qt.global_scale) << lin->name;
+            EXPECT_EQ(lin->bias.size(), size_t(qt.rows)) << lin->name;
+          }
+        }
+      }
+    }
   }
 }
 

@@ -85,5 +85,23 @@ TEST(Serving, OddPathsAreQuotedAndNothingQuantizedServesNothing) {
   EXPECT_TRUE(serve_commands(q).empty());
 }
 
+// gpt-oss's quantized experts: vLLM's gpt-oss loader reads neither ModelOpt's fused NVFP4
+// scales (vllm-project/vllm#46641) nor llm-compressor's linearised experts; the rest is not
+// covered by the notes, so nothing claims "loads".
+TEST(Serving, GptOssExpertsFollowEachEnginesGptOssLoader) {
+  for (const ExportFormat t : {ExportFormat::modelopt, ExportFormat::compressed_tensors}) {
+    ServeQuery q = query(t, {Format::nvfp4}, ActQuant::nvfp4);
+    q.gpt_oss_experts = true;
+    const auto s = serve_commands(q);
+    EXPECT_EQ(engine(s, "vLLM").support, EngineSupport::no);
+    EXPECT_NE(engine(s, "vLLM").note.find(t == ExportFormat::modelopt ? "46641" : "fused names"),
+              std::string::npos) << engine(s, "vLLM").note;
+    for (const ServeCommand& c : s) EXPECT_NE(c.support, EngineSupport::loads) << c.engine;
+  }
+  // Without quantized experts (they stayed BF16) the target's own verdict stands.
+  ServeQuery q = query(ExportFormat::modelopt, {Format::nvfp4}, ActQuant::nvfp4);
+  EXPECT_EQ(engine(serve_commands(q), "vLLM").support, EngineSupport::loads);
+}
+
 }  // namespace
 }  // namespace qf
