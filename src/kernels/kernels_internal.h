@@ -26,6 +26,12 @@ const float* e8m0_table();
 void matvec_f32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_f16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_bf16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+// y [tokens, rows] = x [tokens, cols] W^T for a float weight stored transposed
+// (LinearWeight::transposed), streaming its stored rows once for all tokens; partial outputs of
+// tokens x rows floats per task, so meant for a few tokens (kTransposedStreamTokens).
+void matmul_float_transposed(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                             ThreadPool* pool);
+inline constexpr int64_t kTransposedStreamTokens = 16;
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);

@@ -40,6 +40,12 @@ bool matvec_uses_int8_activation(const LinearWeight& w) { return kernels::use_in
 void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                     ThreadPool* pool, KernelMode mode) {
   if (tokens <= 0) return;
+  if (w.transposed && tokens <= kernels::kTransposedStreamTokens) {
+    // Exact in either mode (float activations): a few tokens stream the stored rows once; more
+    // take the decoded tiles below, which the token count amortises.
+    kernels::matmul_float_transposed(w, x, tokens, y, pool);
+    return;
+  }
   const bool fast = mode == KernelMode::fast;
   const kernels::WeightFormatRow& row = kernels::weight_format_row(w.format);
   if (tokens == 1 && fast && kernels::use_int8_matvec(w)) {

@@ -19,58 +19,66 @@ HWY_BEFORE_NAMESPACE();
 namespace qf::kernels {
 namespace HWY_NAMESPACE {
 
-// A weight stored transposed (LinearWeight::transposed: S = W^T, [cols, rows]): y = sum over c
-// of x[c] * S[c, :], streamed row after row of S. Each task takes a fixed range of c into its own
-// partial y (in L1/L2: rows floats), and the partials are summed in task order, so the result
-// does not depend on the pool's size.
+// A weight stored transposed (LinearWeight::transposed: S = W^T, [cols, rows]): y[t] = sum over
+// c of x[t, c] * S[c, :], streamed row after row of S, each S vector loaded once for all tokens.
+// Each task takes a fixed range of c into its own partial y [tokens, rows] (L1/L2 for a few
+// tokens), and the partials are summed in task order, so the result does not depend on the
+// pool's size.
 template <class Load, class Scalar>
-void FloatColumns(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, size_t elem,
-                  const Load& load, const Scalar& scalar) {
+void FloatColumns(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                  ThreadPool* pool, size_t elem, const Load& load, const Scalar& scalar) {
   const hn::ScalableTag<float> df;
   const int64_t N = int64_t(hn::Lanes(df));
-  const int64_t rows = w.rows, cols = w.cols;
+  const int64_t rows = w.rows, cols = w.cols, out = tokens * rows;
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t per_task = std::max<int64_t>(16, (cols + 31) / 32);
   const int64_t tasks = (cols + per_task - 1) / per_task;
   // Reused across calls: a fresh allocation of this size would be page faults on every call.
   // (Tasks run on other threads, which must see this thread's buffer: hence the pointer.)
   thread_local std::vector<float> scratch;
-  scratch.assign(size_t(tasks * rows), 0.f);
+  scratch.assign(size_t(tasks * out), 0.f);
   float* const partial = scratch.data();
-  auto part = [&](int64_t t) {
-    float* acc = partial + t * rows;
-    const int64_t c1 = std::min(cols, (t + 1) * per_task);
-    for (int64_t c = t * per_task; c < c1; c += 4) {
+  auto part = [&](int64_t task) {
+    float* acc = partial + task * out;
+    const int64_t c1 = std::min(cols, (task + 1) * per_task);
+    std::vector<float> xs(size_t(4 * tokens));
+    for (int64_t c = task * per_task; c < c1; c += 4) {
       const int64_t k = std::min<int64_t>(4, c1 - c);
       const uint8_t* s[4];
-      float xs[4];
       for (int64_t i = 0; i < 4; ++i) {
         // Short groups repeat their last row with a zero weight.
         s[i] = data + size_t((c + std::min(i, k - 1)) * rows) * elem;
-        xs[i] = i < k ? x[c + i] : 0.f;
+        for (int64_t t = 0; t < tokens; ++t)
+          xs[size_t(4 * t + i)] = i < k ? x[t * cols + c + i] : 0.f;
       }
-      const auto x0 = hn::Set(df, xs[0]), x1 = hn::Set(df, xs[1]), x2 = hn::Set(df, xs[2]),
-                 x3 = hn::Set(df, xs[3]);
       int64_t r = 0;
       for (; r + N <= rows; r += N) {
-        auto a = hn::LoadU(df, acc + r);
-        a = hn::MulAdd(load(df, s[0], r), x0, a);
-        a = hn::MulAdd(load(df, s[1], r), x1, a);
-        a = hn::MulAdd(load(df, s[2], r), x2, a);
-        a = hn::MulAdd(load(df, s[3], r), x3, a);
-        hn::StoreU(a, df, acc + r);
+        const auto w0 = load(df, s[0], r), w1 = load(df, s[1], r), w2 = load(df, s[2], r),
+                   w3 = load(df, s[3], r);
+        for (int64_t t = 0; t < tokens; ++t) {
+          const float* xt = xs.data() + 4 * t;
+          float* at = acc + t * rows + r;
+          auto a = hn::LoadU(df, at);
+          a = hn::MulAdd(w0, hn::Set(df, xt[0]), a);
+          a = hn::MulAdd(w1, hn::Set(df, xt[1]), a);
+          a = hn::MulAdd(w2, hn::Set(df, xt[2]), a);
+          a = hn::MulAdd(w3, hn::Set(df, xt[3]), a);
+          hn::StoreU(a, df, at);
+        }
       }
       for (; r < rows; ++r)
-        for (int64_t i = 0; i < 4; ++i) acc[r] += scalar(s[i], r) * xs[i];
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t i = 0; i < 4; ++i)
+            acc[t * rows + r] += scalar(s[i], r) * xs[size_t(4 * t + i)];
     }
   };
   if (pool) pool->parallel_for(tasks, part);
   else for (int64_t t = 0; t < tasks; ++t) part(t);
-  for_row_tasks(pool, rows, std::max<int64_t>(N, rows / 8), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
+  for_row_tasks(pool, out, std::max<int64_t>(N, out / 8), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
       float sum = 0.f;
-      for (int64_t t = 0; t < tasks; ++t) sum += partial[t * rows + r];
-      y[r] = sum;
+      for (int64_t t = 0; t < tasks; ++t) sum += partial[t * out + i];
+      y[i] = sum;
     }
   });
 }
@@ -78,7 +86,7 @@ void FloatColumns(const LinearWeight& w, const float* x, float* y, ThreadPool* p
 template <class Load, class Scalar>
 void FloatRows(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, size_t elem,
                const Load& load, const Scalar& scalar) {
-  if (w.transposed) return FloatColumns(w, x, y, pool, elem, load, scalar);
+  if (w.transposed) return FloatColumns(w, x, 1, y, pool, elem, load, scalar);
   const hn::ScalableTag<float> df;
   const int64_t N = int64_t(hn::Lanes(df));
   const int64_t cols = w.cols;
@@ -152,35 +160,52 @@ void FloatRows(const LinearWeight& w, const float* x, float* y, ThreadPool* pool
 
 using DF = hn::ScalableTag<float>;
 
-void MatVecBf16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  FloatRows(
-      w, x, y, pool, 2,
-      [](DF d, const uint8_t* row, int64_t c) {
-        return LoadBF16AsF32(d, reinterpret_cast<const uint16_t*>(row) + c);
-      },
-      [](const uint8_t* row, int64_t c) {
-        return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
-      });
+// Calls fn(element bytes, vector load, scalar load) with the accessors of w's float format.
+template <class Fn>
+void WithFloatAccess(const LinearWeight& w, const Fn& fn) {
+  switch (w.format) {
+    case WeightFormat::bf16:
+      fn(
+          size_t(2),
+          [](DF d, const uint8_t* row, int64_t c) {
+            return LoadBF16AsF32(d, reinterpret_cast<const uint16_t*>(row) + c);
+          },
+          [](const uint8_t* row, int64_t c) {
+            return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+          });
+      break;
+    case WeightFormat::f16:
+      fn(
+          size_t(2),
+          [](DF d, const uint8_t* row, int64_t c) {
+            return LoadF16AsF32(d, reinterpret_cast<const uint16_t*>(row) + c);
+          },
+          [](const uint8_t* row, int64_t c) {
+            return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+          });
+      break;
+    default:  // f32
+      fn(
+          size_t(4),
+          [](DF d, const uint8_t* row, int64_t c) {
+            return hn::LoadU(d, reinterpret_cast<const float*>(row) + c);
+          },
+          [](const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; });
+      break;
+  }
 }
 
-void MatVecF16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  FloatRows(
-      w, x, y, pool, 2,
-      [](DF d, const uint8_t* row, int64_t c) {
-        return LoadF16AsF32(d, reinterpret_cast<const uint16_t*>(row) + c);
-      },
-      [](const uint8_t* row, int64_t c) {
-        return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
-      });
+void MatVecFloat(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  WithFloatAccess(w, [&](size_t elem, const auto& load, const auto& scalar) {
+    FloatRows(w, x, y, pool, elem, load, scalar);
+  });
 }
 
-void MatVecF32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  FloatRows(
-      w, x, y, pool, 4,
-      [](DF d, const uint8_t* row, int64_t c) {
-        return hn::LoadU(d, reinterpret_cast<const float*>(row) + c);
-      },
-      [](const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; });
+void MatMulTransposedFloat(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                           ThreadPool* pool) {
+  WithFloatAccess(w, [&](size_t elem, const auto& load, const auto& scalar) {
+    FloatColumns(w, x, tokens, y, pool, elem, load, scalar);
+  });
 }
 
 }  // namespace HWY_NAMESPACE
@@ -189,17 +214,20 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace qf::kernels {
-HWY_EXPORT(MatVecF32);
-HWY_EXPORT(MatVecF16);
-HWY_EXPORT(MatVecBf16);
+HWY_EXPORT(MatVecFloat);
+HWY_EXPORT(MatMulTransposedFloat);
 void matvec_f32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  HWY_DYNAMIC_DISPATCH(MatVecF32)(w, x, y, pool);
+  HWY_DYNAMIC_DISPATCH(MatVecFloat)(w, x, y, pool);
 }
 void matvec_f16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  HWY_DYNAMIC_DISPATCH(MatVecF16)(w, x, y, pool);
+  HWY_DYNAMIC_DISPATCH(MatVecFloat)(w, x, y, pool);
 }
 void matvec_bf16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  HWY_DYNAMIC_DISPATCH(MatVecBf16)(w, x, y, pool);
+  HWY_DYNAMIC_DISPATCH(MatVecFloat)(w, x, y, pool);
+}
+void matmul_float_transposed(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                             ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatMulTransposedFloat)(w, x, tokens, y, pool);
 }
 }  // namespace qf::kernels
 #endif

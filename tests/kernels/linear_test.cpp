@@ -244,8 +244,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // A float weight stored transposed (gpt-oss experts, read in place): every product equals the
-// same weight stored row-major, for decode (the column-streaming kernel) and prefill, at any
-// thread count; shapes with row counts no vector width divides and input counts no 4 divides.
+// same weight stored row-major, for a few tokens (the column-streaming kernel) and many (decoded
+// tiles), at any thread count; shapes with row counts no vector width divides and input counts no 4 divides.
 TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
   ThreadPool one(1), two(2);
   for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16}) {
@@ -269,7 +269,8 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
         dequantize_weight_rows(wt, r, 1, b.data());
         ASSERT_EQ(a, b) << weight_format_name(f) << " row " << r;
       }
-      for (int64_t tokens : {1, 3}) {
+      // 1 and 3: the stored rows streamed once for all tokens; 20: decoded tiles.
+      for (int64_t tokens : {1, 3, 20}) {
         const auto x = random_vector(size_t(tokens * cols), 11);
         std::vector<float> ref(size_t(tokens * rows)), y1(ref.size()), y2(ref.size());
         linear_reference(t->w, x.data(), tokens, ref.data());
