@@ -33,3 +33,6 @@ PINS_MOE=(
   "torch==2.15.0" "transformers==5.24.0" "safetensors==0.8.0" "numpy==2.4.6"
   "compressed-tensors==0.19.0"
 )
+
+# The GGUF check (gguf_check.sh): llama.cpp's gguf-py reader and its NumPy dequantizers.
+PINS_GGUF=("gguf==0.19.0" "numpy==2.4.6")
