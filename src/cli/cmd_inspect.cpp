@@ -2,11 +2,57 @@
 #include "cli/commands.h"
 #include "core/progress.h"
 #include "targets/checkpoint_inspector.h"
+#include "targets/gguf_inspector.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace qf::cli {
+namespace {
+
+int print_gguf(const std::string& path, bool json, bool brief) {
+  const GgufInspectReport r = inspect_gguf(path);
+  if (json) {
+    nlohmann::ordered_json j;
+    j["path"] = r.path.string();
+    j["format"] = "gguf";
+    j["version"] = r.version;
+    j["architecture"] = r.architecture;
+    j["file_bytes"] = r.file_bytes;
+    j["tensor_bytes"] = r.tensor_bytes;
+    j["matrix_weights"] = r.matrix_weights;
+    j["bits_per_matrix_weight"] = r.bits_per_matrix_weight();
+    j["metadata"] = r.metadata;
+    j["tensors"] = nlohmann::ordered_json::array();
+    if (!brief)
+      for (const auto& t : r.tensors)
+        j["tensors"].push_back(
+            {{"name", t.name}, {"type", t.type}, {"shape", t.shape}, {"bytes", t.bytes}});
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  if (!brief) {
+    fmt::print("{:<44} {}\n", "metadata", "value");
+    for (const auto& [key, value] : r.metadata.items()) {
+      std::string v = value.is_string() ? value.get<std::string>() : value.dump();
+      if (v.size() > 100) v = v.substr(0, 97) + "...";
+      fmt::print("{:<44} {}\n", key, v);
+    }
+    fmt::print("\n{:<44} {:<8} {:<16} {:>12}\n", "tensor", "type", "shape", "bytes");
+    for (const auto& t : r.tensors)
+      fmt::print("{:<44} {:<8} {:<16} {:>12}\n", t.name, t.type, shape_str(t.shape), t.bytes);
+    fmt::print("\n");
+  }
+  fmt::print("{:<28} {}\n", "file", r.path.string());
+  fmt::print("{:<28} GGUF v{}\n", "format", r.version);
+  fmt::print("{:<28} {}\n", "architecture", r.architecture.empty() ? "(none)" : r.architecture);
+  fmt::print("{:<28} {}\n", "size on disk", human_bytes(double(r.file_bytes)));
+  fmt::print("{:<28} {}\n", "tensors", r.tensors.size());
+  fmt::print("{:<28} {:.3f}\n", "bits per matrix weight", r.bits_per_matrix_weight());
+  return 0;
+}
+
+}  // namespace
 
 void register_inspect(CLI::App& app, Action& run) {
   struct Args {
@@ -16,12 +62,14 @@ void register_inspect(CLI::App& app, Action& run) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Show a checkpoint's tensors (dtype, shape, bytes), its quantization config and "
-                 "the bits each quantized weight costs, counting its scales.");
-  cmd->add_option("model", args->dir, "Model directory")->required();
+                 "the bits each quantized weight costs, counting its scales; or a GGUF file's "
+                 "metadata and tensors (ggml types).");
+  cmd->add_option("model", args->dir, "Model directory, or a .gguf file")->required();
   cmd->add_flag("--json", args->json, "Print JSON on stdout");
   cmd->add_flag("--brief", args->brief, "Omit the per-tensor list");
   cmd->callback([args, &run] {
     run = [args] {
+      if (is_gguf_file(args->dir)) return print_gguf(args->dir, args->json, args->brief);
       const InspectReport r = inspect_checkpoint(args->dir);
       if (args->json) {
         nlohmann::ordered_json j;
