@@ -12,8 +12,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <optional>
 
 namespace fs = std::filesystem;
 

@@ -269,6 +269,18 @@ TEST(GgufExportE2E, RefusesOtherFamiliesAndTokenizersBeforeWriting) {
   EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out));
 
+  // An existing file is kept unless --force.
+  test::write_file(out, "not a gguf");
+  r = test::run_qforge("quantize " + test::quote(src) + " -o " + test::quote(out) +
+                       " --export gguf --format q8_0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("exists (--force replaces it)"), std::string::npos) << r.err;
+  EXPECT_EQ(test::read_file(out), "not a gguf");
+  r = test::run_qforge("quantize " + test::quote(src) + " -o " + test::quote(out) +
+                       " --export gguf --format q8_0 --force");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(GgufFile::open(out).get_u32("general.file_type"), 7u);
+
   r = test::run_qforge("quantize " + test::quote(src) + " -o " + test::quote(out) +
                        " --format q4_k_m");
   EXPECT_NE(r.exit_code, 0);
