@@ -289,10 +289,10 @@ def kl_claims():
 
 CLAIMS = kl_claims() + [
     {"name": "unknown format message", "cost": "fast",
-     "readme": "`--format: unknown format 'nvfp5'; did you mean 'nvfp4'? (choices: nvfp4, mxfp4, fp8, int4, int8)`",
+     "readme": "`--format: unknown format 'nvfp5'; did you mean 'nvfp4'? (choices: nvfp4, mxfp4, fp8, int4, int8, f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m)`",
      "cmd": f"build/qforge quantize {S260} -o $SCRATCH/c/never --format nvfp5", "kind": "stderr",
      "rc": "nonzero",
-     "text": "--format: unknown format 'nvfp5'; did you mean 'nvfp4'? (choices: nvfp4, mxfp4, fp8, int4, int8)"},
+     "text": "--format: unknown format 'nvfp5'; did you mean 'nvfp4'? (choices: nvfp4, mxfp4, fp8, int4, int8, f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m)"},
     {"name": "unknown command message", "cost": "fast",
      "readme": "`unknown command 'quantise'; did you mean 'quantize'?`",
      "cmd": "build/qforge quantise", "kind": "stderr", "rc": "nonzero",

@@ -5,6 +5,7 @@
 #include "formats/int4.h"
 #include "io/json_file.h"
 #include "plan/sensitivity_report.h"
+#include "pipeline/gguf_output.h"
 #include "pipeline/quantize_checkpoint.h"
 #include "targets/target.h"
 
@@ -69,6 +70,53 @@ void print_summary_tail(const QuantizeReport& r) {
   }
   // Last, where the eye lands when the run ends.
   if (!r.html.empty()) fmt::print("  {:<28} {}\n", "html report", r.html);
+}
+
+// Names --format accepts: qforge's formats, and the GGUF file types (--export gguf only).
+std::vector<std::string> all_format_choices() {
+  std::vector<std::string> out = format_name_choices(/*weight_only=*/false);
+  for (const std::string& n : gguf_file_type_names())
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  return out;
+}
+
+std::vector<std::string> export_choices() {
+  std::vector<std::string> out = target_names();
+  out.emplace_back("gguf");
+  return out;
+}
+
+void print_gguf_summary(const GgufReport& r, bool json) {
+  if (json) {
+    nlohmann::ordered_json j;
+    j["output"] = r.output.string();
+    j["format"] = r.format;
+    j["export"] = "gguf";
+    j["file_type"] = r.file_type;
+    j["tokenizer"] = r.tokenizer;
+    j["bytes_in"] = r.bytes_in;
+    j["bytes_out"] = r.bytes_out;
+    j["seconds"] = r.seconds;
+    j["tensors"] = nlohmann::ordered_json::array();
+    for (const auto& t : r.tensors)
+      j["tensors"].push_back(
+          {{"name", t.name}, {"type", t.type}, {"ne", t.ne}, {"bytes", t.bytes}, {"note", t.note}});
+    j["warnings"] = r.warnings;
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("qforge quantize -> {} ({}, gguf export, general.file_type {})\n", r.output.string(),
+             r.format, r.file_type);
+  fmt::print("  {:<28} {}\n", "tokenizer", r.tokenizer);
+  fmt::print("  {:<28} {} ({} bytes)\n", "bytes in", human_bytes(double(r.bytes_in)), r.bytes_in);
+  fmt::print("  {:<28} {} ({} bytes)\n", "bytes out", human_bytes(double(r.bytes_out)), r.bytes_out);
+  fmt::print("  {:<28} {:.2f} s\n", "time", r.seconds);
+  fmt::print("  {:<28} {:<7} {:>16}  {}\n", "tensor", "type", "ne", "why this type");
+  for (const auto& t : r.tensors)
+    fmt::print("  {:<28} {:<7} {:>16}  {}\n", t.name, t.type, fmt::format("[{}]", fmt::join(t.ne, ", ")),
+               t.note);
+  fmt::print("  load it in llama.cpp: llama-cli -m {}\n",
+             r.output.string());
 }
 
 }  // namespace
@@ -247,12 +295,14 @@ void register_quantize(CLI::App& app, Action& run) {
     format_help += fmt::format("{} ({})", f.name, f.cli_summary);
   }
   CLI::Option* format_opt = cmd->add_option("--format", args->format, format_help)
-      ->check(name_choice("format", format_name_choices(/*weight_only=*/false)))
+      ->check(name_choice("format", all_format_choices()))
       ->capture_default_str();
   cmd->add_option("--export", args->export_format,
-                  "Checkpoint format: modelopt (ModelOpt HF: vLLM, SGLang, TensorRT-LLM) or "
-                  "compressed-tensors (vLLM, SGLang, transformers)")
-      ->check(name_choice("export format", target_names()))
+                  "Checkpoint format: modelopt (ModelOpt HF: vLLM, SGLang, TensorRT-LLM), "
+                  "compressed-tensors (vLLM, SGLang, transformers) or gguf (llama.cpp: one .gguf "
+                  "file named by -o; Llama family; --format f32, f16, bf16, q8_0, q4_0, q4_k, "
+                  "q5_k, q6_k, q4_k_m (llama-quantize's mix), mxfp4 or nvfp4)")
+      ->check(name_choice("export format", export_choices()))
       ->capture_default_str();
   cmd->add_option("--exclude", args->exclude,
                   "Leave modules matching this glob unquantized (repeatable), e.g. "
@@ -361,6 +411,32 @@ void register_quantize(CLI::App& app, Action& run) {
                                       {"--group-size", &args->group_size, group_given}});
       if (args->out.empty() && !args->dry_run)
         fail("quantize: -o/--output is required (unless --dry-run)");
+      if (args->export_format == "gguf") {
+        // Weight-only round to nearest: the calibrated algorithms do not write GGUF yet.
+        if (algo_given || act_given || group_given || !args->calib_files.empty() ||
+            args->kv_cache != "none" || !args->qformat.empty() || args->dry_run ||
+            !args->exclude.empty() || args->quantize_lm_head || plan->auto_plan ||
+            !plan->recipe.empty())
+          fail("quantize --export gguf: weight-only round to nearest for now; --algo, "
+               "--activations, --group-size, --calib, --kv-cache, --qformat, --dry-run, "
+               "--exclude, --quantize-lm-head, --auto and --recipe are not supported with it");
+        if (!gguf_file_type(args->format))
+          fail("quantize --export gguf: --format {} is not a GGUF type (one of: {})", args->format,
+               fmt::join(gguf_file_type_names(), ", "));
+        const SourceModel source = SourceModel::open(args->model, args->tokenizer);
+        source.require_unquantized("quantize");
+        GgufExportOptions g;
+        g.format = args->format;
+        g.force = args->force;
+        g.allow_nonfinite = args->allow_nonfinite;
+        const GgufReport r = export_gguf(source, args->out, g);
+        if (!args->quiet)
+          for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);
+        print_gguf_summary(r, args->json);
+        return 0;
+      }
+      if (!parse_format(args->format))
+        fail("quantize: --format {} is a GGUF type; it needs --export gguf", args->format);
       QuantizeOptions o;
       o.format = *parse_format(args->format);
       o.export_format = *parse_export_format(args->export_format);

@@ -1,0 +1,230 @@
+// `quantize --export gguf`: plan every tensor (name, type, shape), write the metadata, then
+// stream the tensors (see the header).
+#include "pipeline/gguf_output.h"
+
+#include "core/convert.h"
+#include "core/error.h"
+#include "formats/ggml_fp4_repack.h"
+#include "formats/nvfp4.h"
+#include "io/gguf_vocab.h"
+#include "io/gguf_writer.h"
+#include "model/gguf_llama_layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+namespace fs = std::filesystem;
+
+namespace qf {
+
+namespace {
+
+// One tensor of the output, decided before anything is written.
+struct Planned {
+  GgufTensorSpec spec;
+  const CheckpointTensor* source = nullptr;  // null: the NVFP4 .scale of the tensor before it
+  int64_t permute_heads = 0;                 // q/k: heads to reorder rows in (0: none)
+  std::string note;
+};
+
+// Refuses what llama.cpp's llama graph would compute differently from the checkpoint.
+void require_llama(const SourceModel& model) {
+  const Architecture& a = model.arch;
+  const std::string cfg = (model.dir / "config.json").string();
+  if (a.model_type != "llama")
+    fail("{}: model_type '{}': --export gguf writes the llama family only", cfg, a.model_type);
+  if (a.has_moe()) fail("{}: mixture of experts: --export gguf writes dense llama only", cfg);
+  for (const LinearModule& m : a.linears)
+    if (m.bias)
+      fail("{}: {} has a bias (attention_bias / mlp_bias): --export gguf does not write biases",
+           cfg, m.name);
+  for (const RopeSpec& r : a.ropes) {
+    if (r.type != RopeType::default_ && r.type != RopeType::linear)
+      fail("{}: rope_scaling type '{}': --export gguf writes default and linear RoPE only", cfg,
+           rope_type_name(r.type));
+    if (r.rotary_dim != r.head_dim)
+      fail("{}: partial rotary ({} of {} dimensions): llama.cpp's llama needs all", cfg,
+           r.rotary_dim, r.head_dim);
+  }
+}
+
+void add_model_metadata(const SourceModel& model, const GgufFileType& ft, GgufMetadata& m) {
+  const Architecture& a = model.arch;
+  m.set_string("general.architecture", "llama");
+  m.set_string("general.name", model.dir.filename().string());
+  m.set_u32("general.file_type", ft.llama_ftype);
+  m.set_u32("general.quantization_version", 2);
+  m.set_u32("general.alignment", kGgufDefaultAlignment);
+  m.set_u32("llama.context_length", uint32_t(a.max_position_embeddings));
+  m.set_u32("llama.embedding_length", uint32_t(a.hidden_size));
+  m.set_u32("llama.block_count", uint32_t(a.num_layers));
+  m.set_u32("llama.feed_forward_length", uint32_t(a.intermediate_size));
+  m.set_u32("llama.attention.head_count", uint32_t(a.num_heads));
+  m.set_u32("llama.attention.head_count_kv", uint32_t(a.num_kv_heads));
+  m.set_u32("llama.attention.key_length", uint32_t(a.head_dim));
+  m.set_u32("llama.attention.value_length", uint32_t(a.head_dim));
+  m.set_f32("llama.attention.layer_norm_rms_epsilon", float(a.rms_norm_eps));
+  m.set_u32("llama.vocab_size", uint32_t(a.vocab_size));
+  const RopeSpec& rope = a.ropes.at(0);
+  m.set_f32("llama.rope.freq_base", float(rope.theta));
+  m.set_u32("llama.rope.dimension_count", uint32_t(rope.head_dim));
+  if (rope.type == RopeType::linear) {
+    m.set_string("llama.rope.scaling.type", "linear");
+    m.set_f32("llama.rope.scaling.factor", float(rope.factor));
+  }
+}
+
+GgufTensorRole role_of(LinearRole r) {
+  switch (r) {
+    case LinearRole::q_proj: return GgufTensorRole::attn_q;
+    case LinearRole::k_proj: return GgufTensorRole::attn_k;
+    case LinearRole::v_proj: return GgufTensorRole::attn_v;
+    case LinearRole::o_proj: return GgufTensorRole::attn_output;
+    case LinearRole::gate_proj: return GgufTensorRole::ffn_gate;
+    case LinearRole::up_proj: return GgufTensorRole::ffn_up;
+    default: return GgufTensorRole::ffn_down;
+  }
+}
+
+const CheckpointTensor& require_tensor(const SourceModel& model, const std::string& name) {
+  const CheckpointTensor* t = model.checkpoint->find(name);
+  if (!t) fail("{}: tensor {} not found", model.dir.string(), name);
+  return *t;
+}
+
+std::vector<Planned> plan_tensors(const SourceModel& model, const GgufFileType& ft) {
+  const Architecture& a = model.arch;
+  std::vector<Planned> out;
+  const int n_layers = int(a.num_layers);
+  const CheckpointTensor* head = a.tie_word_embeddings ? nullptr : model.checkpoint->find(a.head_name);
+  const bool tied = head == nullptr;
+  auto add_matrix = [&](std::string name, const CheckpointTensor& src, GgufTensorRole role,
+                        int layer, int64_t permute_heads) {
+    const Shape& s = src.entry->shape;
+    if (s.size() != 2) fail("{}: {} is not 2-D", model.dir.string(), src.name);
+    const GgufTypeChoice c = choose_gguf_type(ft, role, layer, n_layers, s[1], tied);
+    out.push_back({{name, c.type, {s[1], s[0]}}, &src, permute_heads, c.note});
+    if (c.type == GgmlType::NVFP4) {
+      std::string scale = name.substr(0, name.size() - std::string_view(".weight").size()) + ".scale";
+      out.push_back({{scale, GgmlType::F32, {1}}, nullptr, 0, "NVFP4 tensor scale (weight_scale_2)"});
+    }
+  };
+  auto add_vector = [&](std::string name, const std::string& src) {
+    const CheckpointTensor& t = require_tensor(model, src);
+    out.push_back({{std::move(name), GgmlType::F32, {t.entry->shape.back()}}, &t, 0, ""});
+  };
+  add_matrix("token_embd.weight", require_tensor(model, a.embed_name), GgufTensorRole::token_embd,
+             0, 0);
+  add_vector("output_norm.weight", a.final_norm_name);
+  if (head) add_matrix("output.weight", *head, GgufTensorRole::output, n_layers - 1, 0);
+  for (int l = 0; l < n_layers; ++l) {
+    const LayerSpec& spec = a.layers[size_t(l)];
+    add_vector(fmt::format("blk.{}.attn_norm.weight", l), spec.norm(NormSlot::attn_in));
+    add_vector(fmt::format("blk.{}.ffn_norm.weight", l), spec.norm(NormSlot::mlp_in));
+    for (size_t li : spec.linears) {
+      const LinearModule& m = a.linears[li];
+      const int64_t heads = m.role == LinearRole::q_proj   ? a.num_heads
+                            : m.role == LinearRole::k_proj ? a.num_kv_heads
+                                                           : 0;
+      add_matrix(gguf_llama_linear_name(m), require_tensor(model, m.weight_name()),
+                 role_of(m.role), l, heads);
+    }
+  }
+  return out;
+}
+
+std::vector<float> read_floats(const CheckpointTensor& t) {
+  const TensorData d = read_tensor(t);
+  const DType dt = d.view.dtype;
+  if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16)
+    fail("{}: {} is {}: --export gguf reads F32/F16/BF16", t.file ? t.file->path().string() : t.name,
+         t.name, dtype_name(dt));
+  std::vector<float> x(size_t(d.view.numel()));
+  convert_to_f32(dt, d.view.data, x.data(), x.size());
+  return x;
+}
+
+}  // namespace
+
+GgufReport export_gguf(const SourceModel& model, const fs::path& out,
+                       const GgufExportOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<GgufFileType> ft = gguf_file_type(options.format);
+  if (!ft) fail("--format {}: not a GGUF type", options.format);
+  require_llama(model);
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) fail("{}: is a directory; -o names the .gguf file", out.string());
+  if (fs::exists(out, ec) && !options.force)
+    fail("{}: exists (--force replaces it)", out.string());
+
+  GgufReport report;
+  report.output = out;
+  report.format = std::string(ft->name);
+  report.file_type = ft->llama_ftype;
+  GgufMetadata meta;
+  add_model_metadata(model, *ft, meta);
+  const std::vector<Planned> plan = plan_tensors(model, *ft);
+  const fs::path tok_dir = model.tokenizer_dir.empty() ? model.dir : model.tokenizer_dir;
+  const GgufVocabInfo vocab =
+      add_gguf_vocab(tok_dir, model.tokenizer(), plan.front().spec.ne[1], meta);
+  report.tokenizer = fmt::format("{} ({}, {} tokens{})", vocab.model, vocab.source, vocab.tokens,
+                                 vocab.padded ? fmt::format(", {} padding", vocab.padded) : "");
+
+  std::vector<GgufTensorSpec> specs;
+  for (const Planned& p : plan) specs.push_back(p.spec);
+  GgufWriter writer(out, meta, specs);
+  float pending_scale = 1.f;  // the NVFP4 tensor scale of the tensor just written
+  for (const Planned& p : plan) {
+    const GgmlTypeInfo& info = ggml_type_info(p.spec.type);
+    std::vector<uint8_t> bytes(size_t(gguf_tensor_bytes(p.spec, out.string())));
+    if (!p.source) {
+      std::memcpy(bytes.data(), &pending_scale, sizeof(float));
+    } else {
+      std::vector<float> x = read_floats(*p.source);
+      int64_t nonfinite = 0;
+      for (float v : x) nonfinite += !std::isfinite(v);
+      if (nonfinite > 0) {
+        if (p.spec.type != GgmlType::F32 && p.spec.type != GgmlType::F16 &&
+            p.spec.type != GgmlType::BF16)
+          fail("{}: {} holds {} NaN/Inf values and cannot be quantized", model.dir.string(),
+               p.source->name, nonfinite);
+        if (!options.allow_nonfinite)
+          fail("{}: {} holds {} NaN/Inf values (--allow-nonfinite copies them)",
+               model.dir.string(), p.source->name, nonfinite);
+        report.warnings.push_back(fmt::format("{}: {} NaN/Inf values copied", p.source->name, nonfinite));
+      }
+      const int64_t cols = p.spec.ne[0], rows = int64_t(x.size()) / cols;
+      if (p.permute_heads > 0)
+        gguf_permute_qk_rows(x.data(), p.permute_heads, rows / p.permute_heads, cols);
+      if (p.spec.type == GgmlType::NVFP4) {
+        // qforge's two-level NVFP4 (ModelOpt's scales), repacked into ggml's blocks; the tensor
+        // scale goes to the .scale tensor that follows.
+        float amax = 0.f;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        const float g = nvfp4_global_scale(amax);
+        std::vector<uint8_t> packed(size_t(rows * cols / 2)), scales(size_t(rows * cols / 16));
+        nvfp4_quantize_reference({x.data(), DType::F32, rows, cols, {}}, g, packed.data(),
+                                 scales.data());
+        nvfp4_to_ggml(packed.data(), scales.data(), rows, cols, bytes.data());
+        pending_scale = g;
+      } else {
+        info.quantize(x.data(), bytes.data(), int64_t(x.size()));
+      }
+    }
+    writer.write(p.spec.name, std::as_bytes(std::span(bytes)));
+    report.tensors.push_back({p.spec.name, std::string(info.name), p.spec.ne, bytes.size(), p.note});
+  }
+  writer.finish();
+  for (const auto& s : model.checkpoint->shards()) report.bytes_in += s->file_size();
+  report.bytes_out = fs::file_size(out);
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace qf

@@ -1,0 +1,50 @@
+// The GGUF write step of `qforge quantize --export gguf`: a Llama-family checkpoint to one
+// llama.cpp GGUF file. It is not an `Exporter`: those describe safetensors tensors next to a
+// config.json, while a GGUF holds the architecture and the tokenizer as metadata and ggml's
+// block types as tensors. The plan (every tensor's name, ggml type and shape) is made first, so
+// that anything GGUF cannot express is refused before a byte is written; then tensors stream one
+// at a time through GgufWriter (temporary name, renamed when complete).
+#pragma once
+
+#include "pipeline/gguf_tensor_types.h"
+#include "pipeline/source_model.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace qf {
+
+struct GgufExportOptions {
+  std::string format = "q8_0";  // a gguf_file_types() name
+  bool force = false;           // replace an existing output file
+  bool allow_nonfinite = false; // copy non-finite float tensors (quantized ones must be finite)
+};
+
+struct GgufReport {
+  std::filesystem::path output;
+  std::string format;
+  uint32_t file_type = 0;
+  std::string tokenizer;  // "llama (tokenizer.model, 512 tokens)"
+  struct Tensor {
+    std::string name;
+    std::string type;   // ggml's name
+    std::vector<int64_t> ne;
+    uint64_t bytes = 0;
+    std::string note;   // why its type differs from the file type's
+  };
+  std::vector<Tensor> tensors;
+  uint64_t bytes_in = 0, bytes_out = 0;
+  double seconds = 0;
+  std::vector<std::string> warnings;
+};
+
+// Writes `model` as GGUF file `out`. Throws qf::Error naming the file and the problem for a
+// family other than llama (config.json model_type), a feature the llama graph does not compute
+// (biases, RoPE scaling other than linear), a tokenizer GGUF cannot express, non-finite weights,
+// an existing `out` without `force`, or a failed write; nothing is left at `out` then.
+GgufReport export_gguf(const SourceModel& model, const std::filesystem::path& out,
+                       const GgufExportOptions& options);
+
+}  // namespace qf
