@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Loads qforge's `--export gguf` files in a real llama.cpp: builds llama-perplexity and
+# llama-completion from a llama.cpp source tree (a path given by the user, or the one inside the
+# pinned llama-cpp-python source package from PyPI), outside the repository; exports both fixture
+# Llamas in every GGUF format; runs llama-perplexity on the first characters of the TinyStories
+# validation text and a short greedy completion on each; prints one line per file. Not part of the
+# default test run (the build takes minutes).
+#
+# usage: scripts/interop/gguf_llama_cpp.sh [LLAMA_CPP_SOURCE_DIR]
+#   WORK=...      build and output directory (default /tmp/qforge-llama-cpp)
+#   BUILD=...     llama.cpp build directory (default $WORK/build; reused when it exists)
+#   JOBS=N        build parallelism (default 2)
+#   FORMATS="..." formats to export (default: all of --export gguf's)
+#   FIXTURES=...  fixtures directory (default ../shared/fixtures); needs build/qforge
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+work="${WORK:-/tmp/qforge-llama-cpp}"
+jobs="${JOBS:-2}"
+fixtures="${FIXTURES:-$root/../shared/fixtures}"
+formats="${FORMATS:-f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m mxfp4 nvfp4}"
+pinned="llama-cpp-python==0.3.36"
+case "$work" in "$root"|"$root"/*) echo "WORK must be outside the repository" >&2; exit 2;; esac
+mkdir -p "$work"
+
+src="${1:-}"
+if [[ -z "$src" ]]; then
+  src="$work/llama_cpp_python-0.3.36/vendor/llama.cpp"
+  if [[ ! -d "$src" ]]; then
+    python3 -m pip download --quiet --no-deps --no-binary :all: "$pinned" -d "$work"
+    tar -xzf "$work"/llama_cpp_python-0.3.36.tar.gz -C "$work"
+  fi
+fi
+[[ -f "$src/CMakeLists.txt" ]] || { echo "$src: not a llama.cpp source tree" >&2; exit 2; }
+
+build="${BUILD:-$work/build}"
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF >/dev/null
+ninja -C "$build" -j"$jobs" llama-perplexity llama-completion >/dev/null
+
+text="$work/tinystories-20000.txt"
+head -c 20000 "$fixtures/corpora/tinystories_valid_subset.txt" >"$text"
+out="$work/out"
+mkdir -p "$out"
+# --no-repack: this llama.cpp snapshot's CPU weight repacking crashes (SIGSEGV / SIGILL) on these
+# tiny models with x86 native builds, for llama-quantize's own Q8_0 of the same model as well
+# (whose bytes equal qforge's); the repack only changes the in-memory layout, not the results.
+status=0
+printf '%-22s %-7s %-10s %s\n' model format ppl "greedy completion of 'Once upon a time'"
+for model in stories260K-hf tinystories-656K-hf; do
+  [[ -d "$fixtures/models/$model" ]] || { echo "skip $model: not in $fixtures/models"; continue; }
+  for format in $formats; do
+    f="$out/$model.$format.gguf"
+    "$root/build/qforge" quantize "$fixtures/models/$model" -o "$f" --export gguf \
+      --format "$format" --force --json >/dev/null
+    log="$out/$model.$format.ppl.log"
+    if "$build/bin/llama-perplexity" -m "$f" -f "$text" -c 128 -b 128 -t "$jobs" --no-repack >"$log" 2>&1; then
+      ppl="$(grep -o 'Final estimate: PPL = [0-9.]*' "$log" | awk '{print $NF}')"
+    else
+      ppl="FAILED"; status=1
+    fi
+    gen="$("$build/bin/llama-completion" -m "$f" -p "Once upon a time" -n 24 --temp 0 -t "$jobs" \
+             --no-repack -no-cnv --no-display-prompt 2>/dev/null | tr '\n' ' ' | cut -c1-90)" || { gen="FAILED"; status=1; }
+    printf '%-22s %-7s %-10s %s\n' "$model" "$format" "${ppl:-?}" "$gen"
+  done
+done
+exit $status
