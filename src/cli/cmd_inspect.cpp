@@ -1,6 +1,7 @@
 // `qforge inspect`: what is in a checkpoint (tensors, dtypes, sizes, quantization config).
 #include "cli/commands.h"
 #include "core/progress.h"
+#include "io/gguf_file.h"
 #include "targets/checkpoint_inspector.h"
 #include "targets/gguf_inspector.h"
 

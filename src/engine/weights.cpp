@@ -3,6 +3,8 @@
 // description of how it is stored, views into the mapped shards.
 #include "engine/weights.h"
 
+#include "io/gguf_file.h"
+
 #include "core/error.h"
 #include "core/numeric.h"
 #include "formats/registry.h"
@@ -303,6 +305,7 @@ class Loader {
 }  // namespace
 
 void EmbeddingView::row(int64_t id, float* out) const {
+  if (blocks.data) return dequantize_weight_rows(blocks, id, 1, out);
   const auto* base = static_cast<const uint8_t*>(data);
   for (int64_t c = 0; c < cols; ++c) {
     switch (dtype) {
@@ -341,6 +344,7 @@ uint64_t ModelWeights::weight_bytes_per_token() const {
 }
 
 ModelWeights ModelWeights::load(const std::filesystem::path& dir) {
+  if (is_gguf_file(dir)) return load_gguf(dir);
   return load(open_model_checkpoint(dir));
 }
 

@@ -53,10 +53,12 @@ struct LayerWeights {
   }
 };
 
-// The token embedding table as stored: F32, F16 or BF16 [vocab, hidden].
+// The token embedding table as stored: F32, F16 or BF16 [vocab, hidden], or ggml blocks (a
+// GGUF's token_embd: `blocks`, format ggml, used when its data is set).
 struct EmbeddingView {
   DType dtype = DType::F32;
   const void* data = nullptr;
+  LinearWeight blocks;
   int64_t rows = 0, cols = 0;
   // Writes row `id` as float32 to out[cols].
   void row(int64_t id, float* out) const;
@@ -64,6 +66,7 @@ struct EmbeddingView {
 
 struct ModelWeights {
   std::shared_ptr<const Checkpoint> checkpoint;  // owns the mappings every view points into
+  std::shared_ptr<const void> gguf;  // instead, when loaded from a GGUF file: its mapping
   Architecture arch;
   std::string quantization;  // "none", or the target's name and its algo ("modelopt W4A16_NVFP4")
   EmbeddingView embed;
@@ -76,9 +79,14 @@ struct ModelWeights {
   // bytes times top_k: which experts a token picks is not known ahead).
   uint64_t weight_bytes_per_token() const;
 
-  // Loads `dir`. Throws qf::Error, starting with the directory and naming the tensor, for a
-  // missing or malformed tensor, or a quantization config that does not match the tensors.
+  // Loads `dir`, or a GGUF file (load_gguf). Throws qf::Error, starting with the directory and
+  // naming the tensor, for a missing or malformed tensor, or a quantization config that does not
+  // match the tensors.
   static ModelWeights load(const std::filesystem::path& dir);
+  // A GGUF file of llama.cpp's "llama" architecture (engine/gguf_weights.cpp): errors name the
+  // file and the key or tensor (another architecture, rope settings qforge does not implement,
+  // a type it cannot decode, a missing or misshapen tensor).
+  static ModelWeights load_gguf(const std::filesystem::path& path);
   // The same from a checkpoint already opened (shared: the views point into its mappings).
   static ModelWeights load(std::shared_ptr<const Checkpoint> checkpoint);
 };

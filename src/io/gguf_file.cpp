@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <unordered_set>
 
@@ -362,6 +363,14 @@ std::vector<int32_t> GgufFile::get_i32_array(std::string_view key) const {
 GgufTensorView GgufFile::view(const GgufTensorInfo& tensor) const {
   return {&tensor, std::span(file_.data() + header_.data_offset + tensor.offset,
                              size_t(tensor.nbytes))};
+}
+
+bool is_gguf_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
 }
 
 }  // namespace qf

@@ -92,6 +92,10 @@ struct GgufTensorView {
   std::span<const std::byte> data;
 };
 
+// Whether `path` is a regular file that starts with GGUF's magic (false for directories and for
+// short or unreadable files): how commands that take a model directory recognise a .gguf file.
+bool is_gguf_file(const std::filesystem::path& path);
+
 class GgufFile {
  public:
   // Maps and validates the file. Throws qf::Error naming the file and the problem.

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/gguf_file.h"
 #include "io/io_util.h"
 #include "io/tokenizer_internal.h"
 
@@ -141,6 +142,9 @@ namespace qf {
 std::unique_ptr<Tokenizer> Tokenizer::load_for_model(const fs::path& model_dir,
                                                      const fs::path& tokenizer_dir,
                                                      const json* model_config) {
+  if (tokenizer_dir.empty() && is_gguf_file(model_dir))
+    fail("{}: qforge does not read a GGUF file's tokenizer yet; pass --tokenizer DIR (the "
+         "original model's directory)", model_dir.string());
   if (tokenizer_dir.empty()) return load(model_dir, model_config);
   std::error_code ec;
   if (fs::exists(tokenizer_dir / "config.json", ec)) return load(tokenizer_dir);

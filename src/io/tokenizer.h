@@ -39,7 +39,8 @@ class Tokenizer {
   // The tokenizer of the model in `model_dir`, read from `tokenizer_dir` instead when that is
   // not empty (--tokenizer): its BOS/EOS come from tokenizer_dir's own configs, and the
   // model's config.json (`model_config` when already parsed) stands in for a config.json
-  // tokenizer_dir does not have. Throws qf::Error as load().
+  // tokenizer_dir does not have. Throws qf::Error as load(), and for a GGUF file without
+  // tokenizer_dir (its tokenizer metadata is not read yet).
   static std::unique_ptr<Tokenizer> load_for_model(const std::filesystem::path& model_dir,
                                                    const std::filesystem::path& tokenizer_dir,
                                                    const nlohmann::json* model_config = nullptr);

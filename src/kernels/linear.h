@@ -28,6 +28,8 @@ enum class WeightFormat : uint8_t {
                    // scales [rows, cols/group]
   int4_packed32,   // compressed-tensors: I32 [rows, cols/8], element 8j+i = nibble i of word j,
                    // stored unsigned as q + 8; scales [rows, cols/group]
+  ggml,            // a GGUF tensor in ggml blocks of type `ggml_type` (formats/ggml_types.h),
+                   // rows of cols / group blocks; dequantized = the type's decode x global_scale
 };
 
 std::string_view weight_format_name(WeightFormat f);
@@ -47,6 +49,7 @@ struct LinearWeight {
   // F32/F16/BF16 only: `data` holds the transpose, [cols, rows] (the x @ W layout gpt-oss
   // stores its experts in), read in place by every product.
   bool transposed = false;
+  uint32_t ggml_type = 0;                 // ggml: the GGUF type id (group = its block size)
   std::shared_ptr<std::vector<float>> owned_scales;
 
   // Bytes a product reads from memory: the stored weights and their scales.

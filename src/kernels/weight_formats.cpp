@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "formats/fp8.h"
+#include "formats/ggml_types.h"
 #include "formats/int4.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
@@ -189,9 +190,50 @@ void int4_packed32_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c
   }
 }
 
+// ---- ggml blocks (GGUF tensors) ------------------------------------------------------------
+// Decoded through the type's own dequantizer (formats/ggml_types.h), a row's blocks at a time:
+// the precise path for every type ggml defines that qforge can decode, not a fast one.
+const GgmlTypeInfo& ggml_info(const LinearWeight& w) {
+  const GgmlTypeInfo* info = ggml_type_info(w.ggml_type);
+  if (!info || !info->dequantize) fail("ggml type {} cannot be decoded", w.ggml_type);
+  return *info;
+}
+uint64_t ggml_row_stride(const LinearWeight& w) {
+  const GgmlTypeInfo& info = ggml_type_info(GgmlType(w.ggml_type));
+  return uint64_t(w.cols / info.block_size) * uint64_t(info.block_bytes);
+}
+uint64_t ggml_bytes(const LinearWeight& w) { return uint64_t(w.rows) * ggml_row_stride(w); }
+void ggml_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
+               int64_t ld) {
+  const GgmlTypeInfo& info = ggml_info(w);
+  const uint64_t stride = ggml_row_stride(w);
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* row = static_cast<const uint8_t*>(w.data) + uint64_t(r0 + r) * stride +
+                      uint64_t(c0 / info.block_size) * uint64_t(info.block_bytes);
+    float* o = out + r * ld;
+    info.dequantize(row, o, nc);
+    if (w.global_scale != 1.f)
+      for (int64_t c = 0; c < nc; ++c) o[c] *= w.global_scale;
+  }
+}
+void ggml_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  ggml_tile(w, r0, n, 0, w.cols, out, w.cols);
+}
+void matvec_ggml(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 1), [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      ggml_rows(w, r, 1, row.data());
+      float dot = 0.f;
+      for (int64_t c = 0; c < w.cols; ++c) dot += row[size_t(c)] * x[c];
+      y[r] = dot;
+    }
+  });
+}
+
 using F = WeightFormat;
 using O = OutputFactor;
-constexpr std::array<WeightFormatRow, 9> kRows = {{
+constexpr std::array<WeightFormatRow, 10> kRows = {{
     {F::f32, "F32", 0, f32_bytes, matvec_f32, nullptr, nullptr, false, O::none,
      float_tile<f32_at>, float_rows<f32_at>},
     {F::f16, "F16", 0, half_bytes, matvec_f16, nullptr, nullptr, false, O::none,
@@ -212,6 +254,8 @@ constexpr std::array<WeightFormatRow, 9> kRows = {{
     {F::int4_packed32, "INT4 (int32 packed)", kGroupBlock, int4_bytes, matvec_int4_packed32,
      fits_vnni_int4_packed32, matvec_int4_packed32_avx512vnni, true, O::none,
      int4_packed32_tile, int4_rows<int4_packed32_at>},
+    {F::ggml, "ggml", kGroupBlock, ggml_bytes, matvec_ggml, nullptr, nullptr, false, O::none,
+     ggml_tile, ggml_rows},
 }};
 
 constexpr bool rows_in_enum_order() {

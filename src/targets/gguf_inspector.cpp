@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <string>
 
 namespace qf {
@@ -46,14 +45,6 @@ nlohmann::ordered_json value_json(const GgufValue& v) {
 }
 
 }  // namespace
-
-bool is_gguf_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
-}
 
 GgufInspectReport inspect_gguf(const std::filesystem::path& path) {
   const GgufFile f = GgufFile::open(path);

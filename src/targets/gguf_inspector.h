@@ -38,10 +38,6 @@ struct GgufInspectReport {
   }
 };
 
-// Whether `path` is a file that starts with GGUF's magic (false for directories and short or
-// unreadable files).
-bool is_gguf_file(const std::filesystem::path& path);
-
 // Throws qf::Error naming the file for an invalid GGUF (io/gguf_file.h's checks).
 GgufInspectReport inspect_gguf(const std::filesystem::path& path);
 

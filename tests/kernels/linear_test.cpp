@@ -4,6 +4,7 @@
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "formats/fp8.h"
+#include "formats/ggml_types.h"
 #include "formats/int4.h"
 #include "formats/int8.h"
 #include "formats/mxfp4.h"
@@ -112,6 +113,9 @@ std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t co
       w.group = group;
       break;
     }
+    case WeightFormat::ggml:  // GgmlBlockWeightsMatchTheirDequantization builds its own
+      ADD_FAILURE() << "make_weight has no ggml weights";
+      break;
   }
   return t;
 }
@@ -281,6 +285,44 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
           ASSERT_EQ(y1, y2) << weight_format_name(f) << " thread count changed the output";
         }
       }
+    }
+  }
+}
+
+// GGUF tensors in ggml blocks (WeightFormat::ggml): products equal the scalar reference on the
+// type's own dequantization (times an NVFP4 .scale), for decode and prefill, at any thread count.
+TEST(KernelLinear, GgmlBlockWeightsMatchTheirDequantization) {
+  ThreadPool one(1), two(2);
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
+                        GgmlType::MXFP4, GgmlType::NVFP4}) {
+    const GgmlTypeInfo& info = ggml_type_info(type);
+    const int64_t rows = 37, cols = 512;
+    const auto f = random_vector(size_t(rows * cols), 5, 0.05f);
+    std::vector<uint8_t> blocks(size_t(rows * cols / info.block_size * info.block_bytes));
+    info.quantize(f.data(), blocks.data(), rows * cols);
+    LinearWeight w;
+    w.format = WeightFormat::ggml;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = blocks.data();
+    w.ggml_type = uint32_t(type);
+    w.group = info.block_size;
+    if (type == GgmlType::NVFP4) w.global_scale = 0.75f;
+    EXPECT_EQ(w.stored_bytes(), blocks.size());
+    std::vector<float> deq(f.size());
+    info.dequantize(blocks.data(), deq.data(), rows * cols);
+    std::vector<float> row(static_cast<size_t>(cols));
+    dequantize_weight_rows(w, 3, 1, row.data());
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(row[size_t(c)], deq[size_t(3 * cols + c)] * w.global_scale) << info.name;
+    for (int64_t tokens : {1, 5}) {
+      const auto x = random_vector(size_t(tokens * cols), 9);
+      std::vector<float> ref(size_t(tokens * rows)), y1(ref.size()), y2(ref.size());
+      linear_reference(w, x.data(), tokens, ref.data());
+      linear_forward(w, x.data(), tokens, y1.data(), &one, KernelMode::fast);
+      linear_forward(w, x.data(), tokens, y2.data(), &two, KernelMode::fast);
+      expect_close(w, x, tokens, y1, ref);
+      ASSERT_EQ(y1, y2) << info.name << ": thread count changed the output";
     }
   }
 }

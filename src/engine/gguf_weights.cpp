@@ -1,0 +1,224 @@
+// ModelWeights from a GGUF file written for llama.cpp's "llama" architecture (qforge's
+// `--export gguf` or llama.cpp's own tools): the architecture from its llama.* metadata, the
+// tensors by llama.cpp's names (model/gguf_llama_layout.h), q/k rows put back in Hugging Face's
+// rotate-half order, ggml-block weights read in place (WeightFormat::ggml) and float ones as
+// float Linears.
+#include "engine/weights.h"
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "formats/ggml_types.h"
+#include "io/gguf_file.h"
+#include "model/gguf_llama_layout.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+
+namespace qf {
+namespace {
+
+// The float's shortest decimal as a double: GGUF keeps rms_norm_eps as float32, and 1e-05 read
+// back as 9.99999974738e-06 would not be the model's value.
+double shortest(float v) { return std::stod(fmt::format("{}", v)); }
+
+class GgufLoader {
+ public:
+  explicit GgufLoader(const GgufFile& f) : f_(f), label_(f.path().string()) {}
+
+  const GgufTensorInfo& tensor(const std::string& name) const {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (!t) fail("{}: tensor '{}' missing", label_, name);
+    return *t;
+  }
+
+  // A [rows, cols] weight as stored, with its NVFP4 `.scale` (weight_scale_2) when present.
+  LinearWeight weight(const std::string& name, int64_t rows, int64_t cols) const {
+    const GgufTensorInfo& t = tensor(name);
+    if (t.ne.size() != 2 || t.ne[0] != cols || t.ne[1] != rows)
+      fail("{}: tensor '{}' has ne {}, expected [{}, {}]", label_, name, fmt::join(t.ne, ", "),
+           cols, rows);
+    LinearWeight w;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = f_.view(t).data.data();
+    switch (t.type) {
+      case GgmlType::F32: w.format = WeightFormat::f32; break;
+      case GgmlType::F16: w.format = WeightFormat::f16; break;
+      case GgmlType::BF16: w.format = WeightFormat::bf16; break;
+      default: {
+        const GgmlTypeInfo& info = ggml_type_info(t.type);
+        if (!info.dequantize)
+          fail("{}: tensor '{}' is ggml type {}, which qforge cannot decode", label_, name,
+               info.name);
+        w.format = WeightFormat::ggml;
+        w.ggml_type = uint32_t(t.type);
+        w.group = info.block_size;
+      }
+    }
+    const std::string scale = name.substr(0, name.size() - std::string(".weight").size()) + ".scale";
+    if (f_.find_tensor(scale)) {
+      const std::vector<float> s = vector(scale, 1);
+      if (!(s[0] > 0) || !std::isfinite(s[0]))
+        fail("{}: tensor '{}' must be positive and finite", label_, scale);
+      w.global_scale = s[0];
+    }
+    return w;
+  }
+
+  // A 1-D F32/F16/BF16 tensor of n elements as float32.
+  std::vector<float> vector(const std::string& name, int64_t n) const {
+    const GgufTensorInfo& t = tensor(name);
+    if (t.ne.size() != 1 || t.ne[0] != n ||
+        (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16))
+      fail("{}: tensor '{}' is {} with ne [{}], expected f32/f16/bf16 [{}]", label_, name,
+           ggml_type_info(t.type).name, fmt::join(t.ne, ", "), n);
+    const std::byte* p = f_.view(t).data.data();
+    std::vector<float> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      if (t.type == GgmlType::F32) {
+        std::memcpy(&out[size_t(i)], p + 4 * i, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[size_t(i)] = t.type == GgmlType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+    }
+    return out;
+  }
+
+ private:
+  const GgufFile& f_;
+  std::string label_;
+};
+
+// config.json's fields from llama.* metadata, so that Architecture::from_config (the one place
+// that knows what a Llama is) builds the layer specs.
+nlohmann::json llama_config(const GgufFile& f) {
+  const std::string label = f.path().string();
+  const std::string_view arch = f.get_string("general.architecture");
+  if (arch != "llama")
+    fail("{}: general.architecture '{}' is not supported (qforge reads GGUF files of 'llama')",
+         label, arch);
+  const uint32_t hidden = f.get_u32("llama.embedding_length");
+  const uint32_t heads = f.get_u32("llama.attention.head_count");
+  const uint32_t kv = f.find("llama.attention.head_count_kv")
+                          ? f.get_u32("llama.attention.head_count_kv") : heads;
+  const uint32_t head_dim = f.find("llama.attention.key_length")
+                                ? f.get_u32("llama.attention.key_length") : hidden / heads;
+  if (f.find("llama.rope.dimension_count") && f.get_u32("llama.rope.dimension_count") != head_dim)
+    fail("{}: llama.rope.dimension_count {} differs from the head size {} (partial rotary is "
+         "not supported)", label, f.get_u32("llama.rope.dimension_count"), head_dim);
+  int64_t vocab = f.find("llama.vocab_size") ? f.get_u32("llama.vocab_size")
+                                             : int64_t(f.get_string_array("tokenizer.ggml.tokens").size());
+  nlohmann::json c;
+  c["architectures"] = {"LlamaForCausalLM"};
+  c["model_type"] = "llama";
+  c["hidden_size"] = hidden;
+  c["intermediate_size"] = f.get_u32("llama.feed_forward_length");
+  c["num_hidden_layers"] = f.get_u32("llama.block_count");
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = kv;
+  c["head_dim"] = head_dim;
+  c["vocab_size"] = vocab;
+  c["max_position_embeddings"] = f.get_u32("llama.context_length");
+  c["rms_norm_eps"] = shortest(f.get_f32("llama.attention.layer_norm_rms_epsilon"));
+  c["rope_theta"] = f.find("llama.rope.freq_base") ? shortest(f.get_f32("llama.rope.freq_base"))
+                                                   : 10000.0;
+  if (f.find("llama.rope.scaling.type")) {
+    const std::string_view type = f.get_string("llama.rope.scaling.type");
+    if (type == "linear")
+      c["rope_scaling"] = {{"type", "linear"},
+                           {"factor", shortest(f.get_f32("llama.rope.scaling.factor"))}};
+    else if (type != "none")
+      fail("{}: llama.rope.scaling.type '{}' is not supported", label, type);
+  }
+  if (f.find_tensor("rope_freqs.weight"))
+    fail("{}: tensor 'rope_freqs.weight' (Llama-3.1 rope scaling) is not supported", label);
+  c["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
+  c["hidden_act"] = "silu";
+  return c;
+}
+
+// Rows of a q/k projection back from llama.cpp's interleaved-pair order to Hugging Face's
+// rotate-half order (the inverse of what the converter does): whole rows move, so quantized
+// rows are copied as they are.
+std::shared_ptr<std::vector<std::byte>> unpermute_rows(LinearWeight& w, int64_t heads,
+                                                       int64_t head_dim) {
+  const uint64_t stride = w.stored_bytes() / uint64_t(w.rows);
+  auto out = std::make_shared<std::vector<std::byte>>(stride * uint64_t(w.rows));
+  const auto* in = static_cast<const std::byte*>(w.data);
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::memcpy(out->data() + uint64_t(h * head_dim + j * half + i) * stride,
+                    in + uint64_t(h * head_dim + 2 * i + j) * stride, stride);
+  w.data = out->data();
+  return out;
+}
+
+}  // namespace
+
+ModelWeights ModelWeights::load_gguf(const std::filesystem::path& path) {
+  auto file = std::make_shared<const GgufFile>(GgufFile::open(path));
+  const GgufFile& f = *file;
+  ModelWeights mw;
+  mw.gguf = file;
+  mw.arch = Architecture::from_config(llama_config(f), path.string());
+  const Architecture& a = mw.arch;
+  GgufLoader ld(f);
+
+  std::map<std::string, int> types;  // weight types, for the description
+  auto linear = [&](const std::string& gguf_name, int64_t rows, int64_t cols) {
+    EngineLinear L;
+    L.name = gguf_name;
+    L.w = ld.weight(gguf_name, rows, cols);
+    ++types[std::string(L.w.format == WeightFormat::ggml
+                            ? ggml_type_info(GgmlType(L.w.ggml_type)).name
+                            : weight_format_name(L.w.format))];
+    return L;
+  };
+
+  const LinearWeight embed = ld.weight("token_embd.weight", a.vocab_size, a.hidden_size);
+  if (embed.format == WeightFormat::ggml) {
+    mw.embed.blocks = embed;
+  } else {
+    mw.embed.dtype = embed.format == WeightFormat::f32 ? DType::F32
+                     : embed.format == WeightFormat::f16 ? DType::F16 : DType::BF16;
+    mw.embed.data = embed.data;
+  }
+  mw.embed.rows = a.vocab_size;
+  mw.embed.cols = a.hidden_size;
+  mw.lm_head = linear(f.find_tensor("output.weight") ? "output.weight" : "token_embd.weight",
+                      a.vocab_size, a.hidden_size);
+  mw.final_norm = ld.vector("output_norm.weight", a.hidden_size);
+
+  for (int64_t l = 0; l < a.num_layers; ++l) {
+    const LayerSpec& spec = a.layers[size_t(l)];
+    LayerWeights L;
+    L.norms[size_t(NormSlot::attn_in)] = ld.vector(fmt::format("blk.{}.attn_norm.weight", l), a.hidden_size);
+    L.norms[size_t(NormSlot::mlp_in)] = ld.vector(fmt::format("blk.{}.ffn_norm.weight", l), a.hidden_size);
+    for (size_t i : spec.linears) {
+      const LinearModule& m = a.linears[i];
+      EngineLinear e = linear(gguf_llama_linear_name(m), m.out_features, m.in_features);
+      if (m.role == LinearRole::q_proj) e.storage = unpermute_rows(e.w, a.num_heads, a.head_dim);
+      if (m.role == LinearRole::k_proj) e.storage = unpermute_rows(e.w, a.num_kv_heads, a.head_dim);
+      L.linears.push_back(std::move(e));
+    }
+    mw.layers.push_back(std::move(L));
+  }
+  std::string most;
+  int count = 0;
+  for (const auto& [type, n] : types)
+    if (n > count) most = type, count = n;
+  mw.quantization = fmt::format("gguf {}", most);
+  return mw;
+}
+
+}  // namespace qf

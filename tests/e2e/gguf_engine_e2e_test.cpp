@@ -1,0 +1,73 @@
+// The engine reads GGUF files (llama.cpp's "llama"): qforge's own --export gguf files and
+// llama.cpp's stories260K.gguf give the original model's logits (F32: KL 0, same perplexity),
+// quantized ones a small KL; missing tokenizer and other architectures are one-line errors.
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+
+namespace qf {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json kl_of(const fs::path& gguf) {
+  return test::eval_kl("stories260K-hf", gguf);
+}
+
+TEST(GgufEngineE2E, ExportedAndLlamaCppFilesMatchTheOriginal) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const fs::path model = test::model_dir("stories260K-hf");
+  for (const std::string type : {"f32", "q8_0", "q4_0"}) {
+    const fs::path out = tmp / ("m-" + type + ".gguf");
+    const auto q = test::run_qforge("quantize " + test::quote(model) + " -o " + test::quote(out) +
+                                    " --export gguf --format " + type);
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const nlohmann::json kl = kl_of(out);
+    ASSERT_FALSE(kl.empty());
+    if (type == "f32") {
+      EXPECT_LT(kl["kl_mean"].get<double>(), 1e-9) << kl.dump();
+      EXPECT_DOUBLE_EQ(kl["ppl_quant"].get<double>(), kl["ppl_base"].get<double>());
+    } else {
+      EXPECT_GT(kl["kl_mean"].get<double>(), 0.0) << kl.dump();
+      // Round-to-nearest 4-bit on a 260K-parameter model: KL about 0.11 (NVFP4 alike).
+      EXPECT_LT(kl["kl_mean"].get<double>(), type == "q8_0" ? 1e-3 : 0.3) << kl.dump();
+    }
+  }
+  // llama.cpp's own conversion of the same model (fixtures/models/stories260K-llama2c).
+  const fs::path llama_cpp = test::fixtures_dir() / "models/stories260K-llama2c/stories260K.gguf";
+  const nlohmann::json kl = kl_of(llama_cpp);
+  ASSERT_FALSE(kl.empty());
+  EXPECT_LT(kl["kl_mean"].get<double>(), 1e-9) << kl.dump();
+}
+
+TEST(GgufEngineE2E, PerplexityNeedsATokenizerDirectory) {
+  QF_REQUIRE_FIXTURES();
+  const fs::path gguf = test::fixtures_dir() / "models/stories260K-llama2c/stories260K.gguf";
+  const std::string text =
+      " --text " + test::quote(test::fixtures_dir() / "corpora/tinystories_valid_subset.txt") +
+      " --max-chars 3000 --ctx 64";
+  const auto bare = test::run_qforge("eval ppl " + test::quote(gguf) + text);
+  EXPECT_NE(bare.exit_code, 0);
+  EXPECT_NE(bare.err.find("pass --tokenizer DIR"), std::string::npos) << bare.err;
+  const auto with = test::run_qforge("eval ppl " + test::quote(gguf) + text + " --tokenizer " +
+                                     test::quote(test::model_dir("stories260K-hf")) + " --json");
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_GT(nlohmann::json::parse(with.out)["ppl"].get<double>(), 1.0);
+}
+
+TEST(GgufEngineE2E, OtherArchitecturesAreRefusedNamingTheKey) {
+  QF_REQUIRE_FIXTURES();
+  // ggml-vocab-gpt-2.gguf: llama.cpp's vocabulary-only file of architecture gpt2.
+  const fs::path vocab = test::fixtures_dir() / "tokenizers/llamacpp-vocab/ggml-vocab-gpt-2.gguf";
+  const auto r = test::run_qforge("bench " + test::quote(vocab) + " --prompt 4 --gen 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("general.architecture"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace qf
