@@ -41,10 +41,13 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
   add_tokenizer_option(cmd, a.tokenizer);
 }
 
-// The token stream of the protocol: BOS once at the start (when the tokenizer has one).
-std::vector<int32_t> stream_ids(const std::string& model_dir, const EvalArgs& a) {
+// The token stream of the protocol: BOS once at the start (when the tokenizer has one, whose
+// id goes to *bos; -1 otherwise).
+std::vector<int32_t> stream_ids(const std::string& model_dir, const EvalArgs& a,
+                                int32_t* bos = nullptr) {
   const std::string text = read_eval_text(a.text, a.max_chars);
   const auto tok = Tokenizer::load_for_model(model_dir, a.tokenizer);
+  if (bos) *bos = tok->bos_id();
   return tok->encode(text, tok->bos_id() >= 0);
 }
 
@@ -68,21 +71,34 @@ void register_eval(CLI::App& app, Action& run) {
 
   auto pa = std::make_shared<EvalArgs>();
   auto p_model = std::make_shared<std::string>();
+  auto p_protocol = std::make_shared<std::string>("qforge");
   CLI::App* ppl = eval->add_subcommand(
       "ppl", "Perplexity of MODEL on --text: BOS once at the start, windows of --ctx input "
              "tokens overlapping by one, each from position 0; ppl = exp(mean NLL).");
   ppl->add_option("model", *p_model, "Model directory (with its tokenizer files)")->required();
   add_common(ppl, *pa);
-  ppl->callback([pa, p_model, &run] {
-    run = [pa, p_model] {
+  ppl->add_option("--protocol", *p_protocol,
+                  "qforge: the windows above; llama.cpp: llama-perplexity's (chunks of --ctx "
+                  "tokens, each starting with BOS, the second half of each scored), to compare "
+                  "with llama.cpp on the same file (default qforge)")
+      ->check(CLI::IsMember({"qforge", "llama.cpp"}));
+  ppl->callback([pa, p_model, p_protocol, &run] {
+    run = [pa, p_model, p_protocol] {
       ModelOptions mo;
       mo.threads = pa->threads;
       mo.kernels = pa->kernels;
       auto model = Model::load(*p_model, mo);
-      const auto ids = stream_ids(*p_model, *pa);
+      int32_t bos = -1;
+      const auto ids = stream_ids(*p_model, *pa, &bos);
       std::unique_ptr<Progress> bar;
-      const auto r = perplexity(*model, ids, pa->ctx,
-                                progress_bar(bar, "perplexity", int64_t(ids.size()) - 1));
+      const bool llama_cpp = *p_protocol == "llama.cpp";
+      if (llama_cpp && bos < 0)
+        fail("--protocol llama.cpp needs a tokenizer with a BOS token");
+      const auto r =
+          llama_cpp ? perplexity_llama_cpp(*model, ids, pa->ctx, bos,
+                                           progress_bar(bar, "perplexity", int64_t(ids.size())))
+                    : perplexity(*model, ids, pa->ctx,
+                                 progress_bar(bar, "perplexity", int64_t(ids.size()) - 1));
       bar->finish();
       if (pa->json) {
         nlohmann::ordered_json j;
@@ -90,9 +106,11 @@ void register_eval(CLI::App& app, Action& run) {
         j["tokens"] = r.tokens;
         j["nll_mean"] = r.nll_mean;
         j["ctx"] = pa->ctx;
+        j["protocol"] = *p_protocol;
         fmt::print("{}\n", j.dump(2));
       } else {
-        fmt::print("perplexity {:.5f} over {} tokens (ctx {})\n", r.ppl, r.tokens, pa->ctx);
+        fmt::print("perplexity {:.5f} over {} tokens (ctx {}{})\n", r.ppl, r.tokens, pa->ctx,
+                   llama_cpp ? ", llama.cpp protocol" : "");
       }
       return 0;
     };

@@ -64,6 +64,37 @@ PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t 
   return r;
 }
 
+PerplexityResult perplexity_llama_cpp(Model& model, std::span<const int32_t> ids, int64_t ctx,
+                                      int32_t bos, const EvalProgress& progress) {
+  check(model, ids, ctx);
+  if (int64_t(ids.size()) < 2 * ctx)
+    fail("the llama.cpp protocol needs at least {} tokens for --ctx {} (llama-perplexity's "
+         "limit); the text gives {}", 2 * ctx, ctx, ids.size());
+  const int64_t V = model.vocab_size(), chunks = int64_t(ids.size()) / ctx, first = ctx / 2;
+  std::vector<int32_t> chunk(static_cast<size_t>(ctx));
+  std::vector<float> logits(size_t(ctx * V));
+  std::vector<double> lp;
+  double nll = 0;
+  int64_t count = 0;
+  const int64_t total = chunks * (ctx - 1 - first);
+  for (int64_t c = 0; c < chunks; ++c) {
+    std::copy_n(ids.begin() + c * ctx, ctx, chunk.begin());
+    chunk[0] = bos;
+    model.forward(chunk, 0, logits.data(), true);
+    for (int64_t p = first; p < ctx - 1; ++p) {
+      log_softmax(logits.data() + p * V, V, lp);
+      nll -= lp[size_t(chunk[size_t(p + 1)])];
+      ++count;
+    }
+    if (progress) progress(count, total);
+  }
+  PerplexityResult r;
+  r.tokens = count;
+  r.nll_mean = nll / double(count);
+  r.ppl = std::exp(r.nll_mean);
+  return r;
+}
+
 std::vector<KlResult> kl_divergence(Model& base, std::span<Model* const> quants,
                                     std::span<const int32_t> ids, int64_t ctx,
                                     const EvalProgress& progress) {

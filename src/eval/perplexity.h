@@ -35,6 +35,15 @@ using EvalProgress = std::function<void(int64_t, int64_t)>;
 PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t ctx,
                             const EvalProgress& progress = {});
 
+// llama.cpp's `llama-perplexity` protocol (tools/perplexity/perplexity.cpp, no stride): the stream
+// (BOS first, as llama.cpp tokenizes with add_bos) is cut into ids.size() / ctx chunks of ctx
+// tokens, each evaluated from position 0 with its first token replaced by `bos`, and only the
+// second half scored: positions ctx/2 .. ctx-2 predict the next token. So that `eval ppl` and
+// llama-perplexity can be compared on the same file. Throws qf::Error as perplexity(), and when
+// the stream holds fewer than 2 * ctx tokens (llama-perplexity's own limit).
+PerplexityResult perplexity_llama_cpp(Model& model, std::span<const int32_t> ids, int64_t ctx,
+                                      int32_t bos, const EvalProgress& progress = {});
+
 // Both models see the same windows. Throws qf::Error as perplexity(), and if the vocabularies
 // differ. KL of a model against itself is exactly 0 with top1 1.
 KlResult kl_divergence(Model& base, Model& quant, std::span<const int32_t> ids, int64_t ctx,

@@ -60,6 +60,29 @@ TEST(GgufEngineE2E, PerplexityNeedsATokenizerDirectory) {
   EXPECT_GT(nlohmann::json::parse(with.out)["ppl"].get<double>(), 1.0);
 }
 
+// llama-perplexity's protocol on the same file: llama.cpp (scripts/interop/gguf_llama_cpp.sh,
+// llama-perplexity -c 128 on the first 20,000 characters) measured 3.9600 on qforge's F32 export
+// of stories260K, which equals this fixture file tensor for tensor.
+TEST(GgufEngineE2E, LlamaCppProtocolMatchesLlamaPerplexity) {
+  QF_REQUIRE_FIXTURES();
+  const fs::path gguf = test::fixtures_dir() / "models/stories260K-llama2c/stories260K.gguf";
+  const std::string args =
+      "eval ppl " + test::quote(gguf) + " --tokenizer " +
+      test::quote(test::model_dir("stories260K-hf")) + " --text " +
+      test::quote(test::fixtures_dir() / "corpora/tinystories_valid_subset.txt") +
+      " --ctx 128 --protocol llama.cpp --json";
+  const auto r = test::run_qforge(args + " --max-chars 20000");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["ppl"].get<double>() / 3.9600, 1.0, 1e-3) << r.out;
+  EXPECT_EQ(j["tokens"], 4725) << r.out;  // 75 chunks of 128, 63 scored in each
+  EXPECT_EQ(j["protocol"], "llama.cpp");
+  // Fewer than 2 x ctx tokens: llama-perplexity's limit, a one-line error.
+  const auto short_text = test::run_qforge(args + " --max-chars 300");
+  EXPECT_NE(short_text.exit_code, 0);
+  EXPECT_NE(short_text.err.find("at least 256 tokens"), std::string::npos) << short_text.err;
+}
+
 TEST(GgufEngineE2E, OtherArchitecturesAreRefusedNamingTheKey) {
   QF_REQUIRE_FIXTURES();
   // ggml-vocab-gpt-2.gguf: llama.cpp's vocabulary-only file of architecture gpt2.
