@@ -187,12 +187,11 @@ GgufWriter::~GgufWriter() {
 }
 
 void GgufWriter::write_bytes(const void* data, size_t n) {
-  if (n == 0) return;
-  errno = 0;
-  if (std::fwrite(data, 1, n, file_) != n) {
-    const int e = errno ? errno : EIO;
+  try {
+    fwrite_all(file_, data, n, path_);
+  } catch (...) {
     failed_ = true;
-    fail("{}: write failed: {}", path_.string(), std::strerror(e));
+    throw;
   }
 }
 
@@ -227,13 +226,7 @@ void GgufWriter::finish() {
   if (next_ != specs_.size())
     fail("{}: finish() after {} of {} tensors: {} was never written", path_.string(), next_,
          specs_.size(), quote_name(specs_[next_].name));
-  std::FILE* f = std::exchange(file_, nullptr);
-  int err = 0;
-  errno = 0;
-  if (std::fflush(f) != 0) err = errno ? errno : EIO;
-  if (!err && ::fsync(::fileno(f)) != 0 && errno != EINVAL && errno != EROFS) err = errno;
-  if (std::fclose(f) != 0 && !err) err = errno ? errno : EIO;
-  if (err) fail("{}: write failed: {}", path_.string(), std::strerror(err));
+  close_synced(std::exchange(file_, nullptr), path_);
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
   if (ec) fail("{}: cannot rename into place: {}", path_.string(), ec.message());

@@ -1,9 +1,16 @@
-// Helpers shared by the io/ sources: quoting untrusted names, checked size arithmetic.
+// Helpers shared by the io/ sources: quoting untrusted names, checked size arithmetic, the
+// writers' stdio steps.
 #include "io/io_util.h"
+
+#include "core/error.h"
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <limits>
+
+#include <unistd.h>
 
 namespace qf {
 
@@ -49,6 +56,26 @@ std::optional<uint64_t> checked_nbytes(const Shape& shape, DType dtype) {
   if (__builtin_mul_overflow(n, uint64_t(dtype_size(dtype)), &n) || n > kLimit)
     return std::nullopt;
   return n;
+}
+
+void fwrite_all(std::FILE* f, const void* data, size_t n, const std::filesystem::path& path) {
+  if (n == 0) return;
+  errno = 0;
+  if (std::fwrite(data, 1, n, f) != n) {
+    // stdio sets errno on the failing write(2); a short write without one is still a failure.
+    const int e = errno ? errno : EIO;
+    fail("{}: write failed: {}", path.string(), std::strerror(e));
+  }
+}
+
+void close_synced(std::FILE* f, const std::filesystem::path& path) {
+  int err = 0;
+  errno = 0;
+  if (std::fflush(f) != 0) err = errno ? errno : EIO;
+  // fsync on a pipe or character device fails with EINVAL / EROFS: nothing to sync there.
+  if (!err && ::fsync(::fileno(f)) != 0 && errno != EINVAL && errno != EROFS) err = errno;
+  if (std::fclose(f) != 0 && !err) err = errno ? errno : EIO;
+  if (err) fail("{}: write failed: {}", path.string(), std::strerror(err));
 }
 
 }  // namespace qf

@@ -6,7 +6,6 @@
 #include "io/safetensors.h"
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -99,13 +98,11 @@ SafetensorsWriter::~SafetensorsWriter() {
 }
 
 void SafetensorsWriter::write_bytes(const void* data, size_t n) {
-  if (n == 0) return;
-  errno = 0;
-  if (std::fwrite(data, 1, n, file_) != n) {
-    // stdio sets errno on the failing write(2); a short write without one is still a failure.
-    const int e = errno ? errno : EIO;
+  try {
+    fwrite_all(file_, data, n, path_);
+  } catch (...) {
     failed_ = true;
-    fail("{}: write failed: {}", path_.string(), std::strerror(e));
+    throw;
   }
 }
 
@@ -156,14 +153,7 @@ void SafetensorsWriter::finish() {
   if (next_ != specs_.size())
     fail("{}: finish() after {} of {} tensors: {} was never written", path_.string(), next_,
          specs_.size(), quote_name(specs_[next_].name));
-  std::FILE* f = std::exchange(file_, nullptr);
-  int err = 0;
-  errno = 0;
-  if (std::fflush(f) != 0) err = errno ? errno : EIO;
-  // fsync on a pipe or character device fails with EINVAL / EROFS: nothing to sync there.
-  if (!err && ::fsync(::fileno(f)) != 0 && errno != EINVAL && errno != EROFS) err = errno;
-  if (std::fclose(f) != 0 && !err) err = errno ? errno : EIO;
-  if (err) fail("{}: write failed: {}", path_.string(), std::strerror(err));
+  close_synced(std::exchange(file_, nullptr), path_);
 }
 
 }  // namespace qf
