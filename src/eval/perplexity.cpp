@@ -39,6 +39,18 @@ void for_windows(int64_t n_ids, int64_t ctx, Fn&& fn) {
 
 }  // namespace
 
+namespace {
+
+PerplexityResult from_nll(double nll, int64_t count) {
+  PerplexityResult r;
+  r.tokens = count;
+  r.nll_mean = nll / double(count);
+  r.ppl = std::exp(r.nll_mean);
+  return r;
+}
+
+}  // namespace
+
 PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t ctx,
                             const EvalProgress& progress) {
   check(model, ids, ctx);
@@ -57,11 +69,7 @@ PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t 
     count += n;
     if (progress) progress(count, total);
   });
-  PerplexityResult r;
-  r.tokens = count;
-  r.nll_mean = nll / double(count);
-  r.ppl = std::exp(r.nll_mean);
-  return r;
+  return from_nll(nll, count);
 }
 
 PerplexityResult perplexity_llama_cpp(Model& model, std::span<const int32_t> ids, int64_t ctx,
@@ -88,11 +96,7 @@ PerplexityResult perplexity_llama_cpp(Model& model, std::span<const int32_t> ids
     }
     if (progress) progress(count, total);
   }
-  PerplexityResult r;
-  r.tokens = count;
-  r.nll_mean = nll / double(count);
-  r.ppl = std::exp(r.nll_mean);
-  return r;
+  return from_nll(nll, count);
 }
 
 std::vector<KlResult> kl_divergence(Model& base, std::span<Model* const> quants,
