@@ -83,6 +83,20 @@ TEST(GgufEngineE2E, LlamaCppProtocolMatchesLlamaPerplexity) {
   EXPECT_NE(short_text.err.find("at least 256 tokens"), std::string::npos) << short_text.err;
 }
 
+TEST(GgufEngineE2E, GenerateWritesWhatTheSafetensorsModelWrites) {
+  QF_REQUIRE_FIXTURES();
+  const fs::path hf = test::model_dir("stories260K-hf");
+  const fs::path gguf = test::fixtures_dir() / "models/stories260K-llama2c/stories260K.gguf";
+  const std::string prompt = " -p 'Once upon a time' -n 24";
+  const auto a = test::run_qforge("generate " + test::quote(hf) + prompt);
+  const auto b = test::run_qforge("generate " + test::quote(gguf) + " --tokenizer " +
+                                  test::quote(hf) + prompt);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(a.out.find("Once upon a time,"), std::string::npos) << a.out;
+  EXPECT_EQ(a.out, b.out);
+}
+
 TEST(GgufEngineE2E, OtherArchitecturesAreRefusedNamingTheKey) {
   QF_REQUIRE_FIXTURES();
   // ggml-vocab-gpt-2.gguf: llama.cpp's vocabulary-only file of architecture gpt2.
