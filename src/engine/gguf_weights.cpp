@@ -41,7 +41,7 @@ class GgufLoader {
   LinearWeight weight(const std::string& name, int64_t rows, int64_t cols) const {
     const GgufTensorInfo& t = tensor(name);
     if (t.ne.size() != 2 || t.ne[0] != cols || t.ne[1] != rows)
-      fail("{}: tensor '{}' has ne {}, expected [{}, {}]", label_, name, fmt::join(t.ne, ", "),
+      fail("{}: tensor '{}' has ne [{}], expected [{}, {}]", label_, name, fmt::join(t.ne, ", "),
            cols, rows);
     LinearWeight w;
     w.rows = rows;

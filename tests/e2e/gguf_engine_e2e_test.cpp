@@ -1,6 +1,8 @@
 // The engine reads GGUF files (llama.cpp's "llama"): qforge's own --export gguf files and
 // llama.cpp's stories260K.gguf give the original model's logits (F32: KL 0, same perplexity),
 // quantized ones a small KL; missing tokenizer and other architectures are one-line errors.
+#include "formats/ggml_types.h"
+#include "io/gguf_writer.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace qf {
 namespace {
@@ -95,6 +98,47 @@ TEST(GgufEngineE2E, GenerateWritesWhatTheSafetensorsModelWrites) {
   ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_NE(a.out.find("Once upon a time,"), std::string::npos) << a.out;
   EXPECT_EQ(a.out, b.out);
+}
+
+// A llama GGUF of hidden 64 holding only `tensors` (F32, filled with 0.01).
+fs::path write_partial_llama(const fs::path& dir, const std::vector<GgufTensorSpec>& tensors) {
+  GgufMetadata m;
+  m.set_string("general.architecture", "llama");
+  m.set_u32("llama.context_length", 32);
+  m.set_u32("llama.embedding_length", 64);
+  m.set_u32("llama.block_count", 1);
+  m.set_u32("llama.feed_forward_length", 128);
+  m.set_u32("llama.attention.head_count", 2);
+  m.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  m.set_u32("llama.vocab_size", 16);
+  const fs::path path = dir / "partial.gguf";
+  GgufWriter w(path, m, tensors);
+  for (const GgufTensorSpec& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.ne) n *= d;
+    const std::vector<float> v(static_cast<size_t>(n), 0.01f);
+    w.write(t.name, std::as_bytes(std::span(v)));
+  }
+  w.finish();
+  return path;
+}
+
+TEST(GgufEngineE2E, MissingOrMisshapenTensorsAreNamed) {
+  test::ScratchDir tmp;
+  const fs::path missing =
+      write_partial_llama(tmp.path(), {{"token_embd.weight", GgmlType::F32, {64, 16}}});
+  const auto r = test::run_qforge("bench " + test::quote(missing) + " --prompt 2 --gen 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("tensor 'output_norm.weight' missing"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(missing.string()), std::string::npos) << r.err;
+
+  const fs::path wrong =
+      write_partial_llama(tmp.path(), {{"token_embd.weight", GgmlType::F32, {64, 15}}});
+  const auto s = test::run_qforge("bench " + test::quote(wrong) + " --prompt 2 --gen 1");
+  EXPECT_NE(s.exit_code, 0);
+  EXPECT_NE(s.err.find("tensor 'token_embd.weight' has ne [64, 15], expected [64, 16]"),
+            std::string::npos)
+      << s.err;
 }
 
 TEST(GgufEngineE2E, OtherArchitecturesAreRefusedNamingTheKey) {
