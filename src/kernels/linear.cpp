@@ -47,6 +47,12 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
     return;
   }
   const bool fast = mode == KernelMode::fast;
+  std::vector<float> rounded;
+  if (fast && kernels::ggml_rounds_activations(w)) {
+    rounded.resize(size_t(tokens * w.cols));
+    kernels::ggml_round_activations(x, tokens * w.cols, rounded.data());
+    x = rounded.data();
+  }
   const kernels::WeightFormatRow& row = kernels::weight_format_row(w.format);
   if (tokens == 1 && fast && kernels::use_int8_matvec(w)) {
     row.matvec_int8_activation(w, x, y, pool);

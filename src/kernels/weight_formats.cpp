@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "formats/fp8.h"
+#include "formats/ggml_quants.h"
 #include "formats/ggml_types.h"
 #include "formats/int4.h"
 #include "formats/mxfp4.h"
@@ -266,6 +267,20 @@ constexpr bool rows_in_enum_order() {
 static_assert(rows_in_enum_order(), "weight_format_row indexes the table by the enum value");
 
 }  // namespace
+
+bool ggml_rounds_activations(const LinearWeight& w) {
+  // ggml-cpu's vec_dot_type is Q8_0 for these (and Q8_K for the k-quants, not modelled).
+  const GgmlType t = GgmlType(w.ggml_type);
+  return w.format == WeightFormat::ggml && w.cols % 32 == 0 &&
+         (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::MXFP4 ||
+          t == GgmlType::NVFP4);
+}
+
+void ggml_round_activations(const float* x, int64_t n, float* out) {
+  std::vector<uint8_t> q(size_t(n / 32 * 34));
+  ggml_quantize_q8_0(x, q.data(), n);
+  ggml_dequantize_q8_0(q.data(), out, n);
+}
 
 const WeightFormatRow& weight_format_row(WeightFormat format) {
   const auto i = static_cast<size_t>(format);

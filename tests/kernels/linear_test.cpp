@@ -290,7 +290,8 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
 }
 
 // GGUF tensors in ggml blocks (WeightFormat::ggml): products equal the scalar reference on the
-// type's own dequantization (times an NVFP4 .scale), for decode and prefill, at any thread count.
+// type's own dequantization (times an NVFP4 .scale), for decode and prefill, at any thread
+// count; the fast mode rounds activations as llama.cpp's CPU products do.
 TEST(KernelLinear, GgmlBlockWeightsMatchTheirDequantization) {
   ThreadPool one(1), two(2);
   for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
@@ -319,10 +320,24 @@ TEST(KernelLinear, GgmlBlockWeightsMatchTheirDequantization) {
       const auto x = random_vector(size_t(tokens * cols), 9);
       std::vector<float> ref(size_t(tokens * rows)), y1(ref.size()), y2(ref.size());
       linear_reference(w, x.data(), tokens, ref.data());
-      linear_forward(w, x.data(), tokens, y1.data(), &one, KernelMode::fast);
-      linear_forward(w, x.data(), tokens, y2.data(), &two, KernelMode::fast);
+      linear_forward(w, x.data(), tokens, y1.data(), &one, KernelMode::exact);
+      linear_forward(w, x.data(), tokens, y2.data(), &two, KernelMode::exact);
       expect_close(w, x, tokens, y1, ref);
       ASSERT_EQ(y1, y2) << info.name << ": thread count changed the output";
+      // Fast mode: llama.cpp's activation rounding for types whose vec_dot_type is Q8_0 (the
+      // reference on x through ggml's Q8_0), float activations for the k-quants.
+      std::vector<float> xr(x);
+      const bool q8 = type != GgmlType::Q4_K && type != GgmlType::Q6_K;
+      if (q8) {
+        std::vector<uint8_t> qx(x.size() / 32 * 34);
+        ggml_type_info(GgmlType::Q8_0).quantize(x.data(), qx.data(), int64_t(x.size()));
+        ggml_type_info(GgmlType::Q8_0).dequantize(qx.data(), xr.data(), int64_t(x.size()));
+        ASSERT_NE(xr, x);
+      }
+      std::vector<float> reff(ref.size()), yf(ref.size());
+      linear_reference(w, xr.data(), tokens, reff.data());
+      linear_forward(w, x.data(), tokens, yf.data(), &two, KernelMode::fast);
+      expect_close(w, xr, tokens, yf, reff);
     }
   }
 }
