@@ -174,14 +174,12 @@ ModelWeights ModelWeights::load_gguf(const std::filesystem::path& path) {
   const Architecture& a = mw.arch;
   GgufLoader ld(f);
 
-  std::map<std::string, int> types;  // weight types, for the description
+  std::map<std::string, int> types;  // weight types (ggml's names), for the description
   auto linear = [&](const std::string& gguf_name, int64_t rows, int64_t cols) {
     EngineLinear L;
     L.name = gguf_name;
     L.w = ld.weight(gguf_name, rows, cols);
-    ++types[std::string(L.w.format == WeightFormat::ggml
-                            ? ggml_type_info(GgmlType(L.w.ggml_type)).name
-                            : weight_format_name(L.w.format))];
+    ++types[std::string(ggml_type_info(ld.tensor(gguf_name).type).name)];
     return L;
   };
 

@@ -2,6 +2,7 @@
 
 #include "core/html.h"
 #include "core/progress.h"
+#include "io/gguf_file.h"
 #include "targets/checkpoint_inspector.h"
 
 #include <fmt/format.h>
@@ -19,6 +20,19 @@ CompareRow describe(const fs::path& dir, const Model& m) {
   CompareRow row;
   row.dir = dir;
   row.quantization = m.weights().quantization;
+  if (is_gguf_file(dir)) {
+    // A GGUF file: its size, and the decoder Linears' stored bits as the engine holds them.
+    row.bytes = fs::file_size(dir);
+    int64_t weights = 0;
+    uint64_t bytes = 0;
+    for (const LayerWeights& l : m.weights().layers)
+      for (const EngineLinear& e : l.linears) {
+        weights += e.w.rows * e.w.cols;
+        bytes += e.w.stored_bytes();
+      }
+    row.bits_per_weight = weights ? double(bytes) * 8.0 / double(weights) : 0.0;
+    return row;
+  }
   const InspectReport i = inspect_checkpoint(dir);
   row.bytes = i.total_bytes;
   row.bits_per_weight = i.bits_per_linear_weight();

@@ -1,6 +1,7 @@
 #include "pipeline/source_model.h"
 
 #include "core/error.h"
+#include "io/gguf_file.h"
 #include "model/expert_tensors.h"
 #include "targets/target.h"
 
@@ -10,6 +11,9 @@ namespace qf {
 
 SourceModel SourceModel::open(const std::filesystem::path& dir,
                               const std::filesystem::path& tokenizer_dir) {
+  if (is_gguf_file(dir))
+    fail("{}: a GGUF file; this command reads Hugging Face checkpoint directories (GGUF input "
+         "is not supported yet: eval, bench, generate and inspect read GGUF)", dir.string());
   SourceModel m;
   m.dir = dir;
   m.tokenizer_dir = tokenizer_dir;

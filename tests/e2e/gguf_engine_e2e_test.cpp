@@ -141,6 +141,26 @@ TEST(GgufEngineE2E, MissingOrMisshapenTensorsAreNamed) {
       << s.err;
 }
 
+TEST(GgufEngineE2E, CompareTakesGgufAndQuantizeRefusesItClearly) {
+  QF_REQUIRE_FIXTURES();
+  const fs::path hf = test::model_dir("stories260K-hf");
+  const fs::path gguf = test::fixtures_dir() / "models/stories260K-llama2c/stories260K.gguf";
+  const auto c = test::run_qforge(
+      "compare " + test::quote(hf) + " " + test::quote(gguf) + " --text " +
+      test::quote(test::fixtures_dir() / "corpora/tinystories_valid_subset.txt") +
+      " --max-chars 3000 --json");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const auto j = nlohmann::json::parse(c.out);
+  const std::string dump = j.dump();
+  EXPECT_NE(dump.find("gguf f32"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("\"bits_per_weight\":32.0"), std::string::npos) << dump;
+  test::ScratchDir tmp;
+  const auto q = test::run_qforge("quantize " + test::quote(gguf) + " -o " +
+                                  test::quote(tmp / "out") + " --format nvfp4");
+  EXPECT_NE(q.exit_code, 0);
+  EXPECT_NE(q.err.find("GGUF input is not supported yet"), std::string::npos) << q.err;
+}
+
 TEST(GgufEngineE2E, OtherArchitecturesAreRefusedNamingTheKey) {
   QF_REQUIRE_FIXTURES();
   // ggml-vocab-gpt-2.gguf: llama.cpp's vocabulary-only file of architecture gpt2.
