@@ -277,9 +277,15 @@ bool ggml_rounds_activations(const LinearWeight& w) {
 }
 
 void ggml_round_activations(const float* x, int64_t n, float* out) {
-  std::vector<uint8_t> q(size_t(n / 32 * 34));
-  ggml_quantize_q8_0(x, q.data(), n);
-  ggml_dequantize_q8_0(q.data(), out, n);
+  // As ggml-cpu's x86 quantize_row_q8_0 (not the _ref one): the inverse scale is 127 / amax
+  // rather than 1 / d, and the rounding is to nearest even (_mm256_round_ps).
+  for (int64_t b = 0; b < n; b += 32) {
+    float amax = 0.f;
+    for (int64_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+    const float d = f16_to_f32(f32_to_f16(amax / 127.f));
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    for (int64_t i = 0; i < 32; ++i) out[b + i] = std::nearbyint(x[b + i] * id) * d;
+  }
 }
 
 const WeightFormatRow& weight_format_row(WeightFormat format) {
