@@ -386,7 +386,7 @@ void register_quantize(CLI::App& app, Action& run) {
   add_kernels_option(cmd, args->kernels);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--max-shard-size", args->max_shard,
+  CLI::Option* shard_opt = cmd->add_option("--max-shard-size", args->max_shard,
                   "Largest output shard, e.g. 5GB, 500MB, 2GiB; more shards get an index file")
       ->capture_default_str();
   cmd->add_flag("--force", args->force,
@@ -402,7 +402,8 @@ void register_quantize(CLI::App& app, Action& run) {
   add_plan_options(cmd, *plan);
   cmd->callback([=, &run] {
     const bool format_given = format_opt->count() > 0, act_given = act_opt->count() > 0,
-               algo_given = algo_opt->count() > 0, group_given = group_opt->count() > 0;
+               algo_given = algo_opt->count() > 0, group_given = group_opt->count() > 0,
+               shard_given = shard_opt->count() > 0;
     run = [=] {
       if (!args->qformat.empty())
         apply_qformat(args->qformat, {{"--format", &args->format, format_given},
@@ -420,6 +421,9 @@ void register_quantize(CLI::App& app, Action& run) {
           fail("quantize --export gguf: weight-only round to nearest for now; --algo, "
                "--activations, --group-size, --calib, --kv-cache, --qformat, --dry-run, "
                "--exclude, --quantize-lm-head, --auto and --recipe are not supported with it");
+        if (shard_given)
+          fail("quantize --export gguf: --max-shard-size does not apply: the export is one "
+               "GGUF file");
         if (!gguf_file_type(args->format))
           fail("quantize --export gguf: --format {} is not a GGUF type (one of: {})", args->format,
                fmt::join(gguf_file_type_names(), ", "));
@@ -429,6 +433,9 @@ void register_quantize(CLI::App& app, Action& run) {
         g.format = args->format;
         g.force = args->force;
         g.allow_nonfinite = args->allow_nonfinite;
+        g.threads = args->threads;
+        g.scale_division =
+            args->scale_division == "cpu" ? ConstantDivision::cpu : ConstantDivision::gpu;
         const GgufReport r = export_gguf(source, args->out, g);
         if (!args->quiet)
           for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);

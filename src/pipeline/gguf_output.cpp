@@ -4,6 +4,7 @@
 
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "formats/ggml_fp4_repack.h"
 #include "formats/nvfp4.h"
 #include "io/gguf_vocab.h"
@@ -178,6 +179,8 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
   std::vector<GgufTensorSpec> specs;
   for (const Planned& p : plan) specs.push_back(p.spec);
   GgufWriter writer(out, meta, specs);
+  ThreadPool pool(options.threads > 0 ? options.threads : ThreadPool::hardware_threads());
+  set_constant_division(options.scale_division);
   float pending_scale = 1.f;  // the NVFP4 tensor scale of the tensor just written
   for (const Planned& p : plan) {
     const GgmlTypeInfo& info = ggml_type_info(p.spec.type);
@@ -213,7 +216,13 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
         nvfp4_to_ggml(packed.data(), scales.data(), rows, cols, bytes.data());
         pending_scale = g;
       } else {
-        info.quantize(x.data(), bytes.data(), int64_t(x.size()));
+        // Rows are whole blocks and quantized independently: split by rows over the pool.
+        const uint64_t row_bytes = bytes.size() / uint64_t(rows);
+        const int64_t per_task = std::max<int64_t>(1, (int64_t(1) << 16) / cols);
+        pool.parallel_for((rows + per_task - 1) / per_task, [&](int64_t t) {
+          const int64_t r0 = t * per_task, n = std::min(per_task, rows - r0);
+          info.quantize(x.data() + r0 * cols, bytes.data() + uint64_t(r0) * row_bytes, n * cols);
+        });
       }
     }
     writer.write(p.spec.name, std::as_bytes(std::span(bytes)));

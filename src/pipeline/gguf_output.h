@@ -6,6 +6,7 @@
 // at a time through GgufWriter (temporary name, renamed when complete).
 #pragma once
 
+#include "formats/weight_rows.h"
 #include "pipeline/gguf_tensor_types.h"
 #include "pipeline/source_model.h"
 
@@ -20,6 +21,11 @@ struct GgufExportOptions {
   std::string format = "q8_0";  // a gguf_file_types() name
   bool force = false;           // replace an existing output file
   bool allow_nonfinite = false; // copy non-finite float tensors (quantized ones must be finite)
+  int threads = 0;              // quantizing threads (0: all hardware threads); bytes do not
+                                // depend on it (rows are quantized independently)
+  // How NVFP4's tensor scale divides amax (formats/weight_rows.h ConstantDivision, as
+  // `--scale-division` sets it for the other exports).
+  ConstantDivision scale_division = ConstantDivision::gpu;
 };
 
 struct GgufReport {

@@ -6,6 +6,7 @@
 #include "formats/ggml_quants.h"
 #include "formats/ggml_types.h"
 #include "formats/nvfp4.h"
+#include "formats/weight_rows.h"
 #include "io/checkpoint.h"
 #include "io/gguf_file.h"
 #include "model/gguf_llama_layout.h"
@@ -285,6 +286,47 @@ TEST(GgufExportE2E, RefusesOtherFamiliesAndTokenizersBeforeWriting) {
                        " --format q4_k_m");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("needs --export gguf"), std::string::npos) << r.err;
+}
+
+// --threads changes nothing in the bytes; --scale-division reaches NVFP4's tensor scale (the
+// .scale tensor is what ModelOpt's GPU or CPU division gives); --max-shard-size is refused, since
+// the export is one file.
+TEST(GgufExportE2E, ThreadsScaleDivisionAndShardFlags) {
+  if (test::fixtures_dir().empty()) GTEST_SKIP() << "fixtures absent (../shared/fixtures)";
+  test::ScratchDir tmp;
+  const fs::path src = test::model_dir("stories260K-hf");
+  auto run = [&](const std::string& name, const std::string& flags) {
+    const fs::path out = tmp.path() / name;
+    const auto r = test::run_qforge("quantize " + test::quote(src) + " -o " + test::quote(out) +
+                                    " --export gguf " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return test::read_file(out);
+  };
+  EXPECT_EQ(run("one.gguf", "--format q4_0 --threads 1"), run("two.gguf", "--format q4_0 --threads 2"));
+
+  // The two divisions give different bytes on this model (some tensor scale is one ulp apart).
+  EXPECT_NE(run("gpu.gguf", "--format nvfp4 --scale-division gpu"),
+            run("cpu.gguf", "--format nvfp4 --scale-division cpu"));
+  for (const std::string division : {"gpu", "cpu"}) {
+    SCOPED_TRACE(division);
+    const GgufFile f = GgufFile::open(tmp.path() / (division + ".gguf"));
+    const GgufTensorInfo* t = f.find_tensor("blk.0.attn_q.scale");
+    ASSERT_NE(t, nullptr);
+    float stored;
+    std::memcpy(&stored, f.view(*t).data.data(), 4);
+    const std::vector<float> w = source_floats(src, "model.layers.0.self_attn.q_proj.weight");
+    float amax = 0.f;
+    for (float v : w) amax = std::max(amax, std::fabs(v));
+    set_constant_division(division == "cpu" ? ConstantDivision::cpu : ConstantDivision::gpu);
+    EXPECT_EQ(stored, nvfp4_global_scale(amax));
+  }
+  set_constant_division(ConstantDivision::gpu);
+
+  const auto r = test::run_qforge("quantize " + test::quote(src) + " -o " +
+                                  test::quote(tmp.path() / "s.gguf") +
+                                  " --export gguf --format q8_0 --max-shard-size 1MB");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--max-shard-size does not apply"), std::string::npos) << r.err;
 }
 
 }  // namespace
