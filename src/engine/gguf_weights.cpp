@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 
 namespace qf {
@@ -34,7 +35,17 @@ class GgufLoader {
   const GgufTensorInfo& tensor(const std::string& name) const {
     const GgufTensorInfo* t = f_.find_tensor(name);
     if (!t) fail("{}: tensor '{}' missing", label_, name);
+    read_.insert(name);
     return *t;
+  }
+
+  // A tensor the model did not read would change what llama.cpp computes (biases, input
+  // scales, another block's weights): refused, never ignored.
+  void require_all_read() const {
+    for (const GgufTensorInfo& t : f_.tensors())
+      if (!read_.count(std::string(t.name)))
+        fail("{}: tensor '{}' is not part of the llama model qforge computes; refusing the file "
+             "rather than ignoring it", label_, t.name);
   }
 
   // A [rows, cols] weight as stored, with its NVFP4 `.scale` (weight_scale_2) when present.
@@ -95,6 +106,7 @@ class GgufLoader {
  private:
   const GgufFile& f_;
   std::string label_;
+  mutable std::set<std::string> read_;  // tensors handed out so far
 };
 
 // config.json's fields from llama.* metadata, so that Architecture::from_config (the one place
@@ -111,6 +123,13 @@ nlohmann::json llama_config(const GgufFile& f) {
                           ? f.get_u32("llama.attention.head_count_kv") : heads;
   const uint32_t head_dim = f.find("llama.attention.key_length")
                                 ? f.get_u32("llama.attention.key_length") : hidden / heads;
+  if (f.find("llama.attention.value_length") &&
+      f.get_u32("llama.attention.value_length") != head_dim)
+    fail("{}: llama.attention.value_length {} differs from key_length {} (not supported)", label,
+         f.get_u32("llama.attention.value_length"), head_dim);
+  if (f.find("llama.expert_count") && f.get_u32("llama.expert_count") > 0)
+    fail("{}: llama.expert_count {}: mixture-of-experts GGUF files are not supported", label,
+         f.get_u32("llama.expert_count"));
   if (f.find("llama.rope.dimension_count") && f.get_u32("llama.rope.dimension_count") != head_dim)
     fail("{}: llama.rope.dimension_count {} differs from the head size {} (partial rotary is "
          "not supported)", label, f.get_u32("llama.rope.dimension_count"), head_dim);
@@ -211,6 +230,7 @@ ModelWeights ModelWeights::load_gguf(const std::filesystem::path& path) {
     }
     mw.layers.push_back(std::move(L));
   }
+  ld.require_all_read();
   std::string most;
   int count = 0;
   for (const auto& [type, n] : types)

@@ -161,6 +161,31 @@ TEST(GgufEngineE2E, CompareTakesGgufAndQuantizeRefusesItClearly) {
   EXPECT_NE(q.err.find("GGUF input is not supported yet"), std::string::npos) << q.err;
 }
 
+// A tensor the llama graph does not read (here a q bias) is refused, not ignored; the same file
+// without it runs.
+TEST(GgufEngineE2E, UnreadTensorsAreRefused) {
+  test::ScratchDir tmp;
+  std::vector<GgufTensorSpec> specs = {
+      {"token_embd.weight", GgmlType::F32, {64, 16}}, {"output_norm.weight", GgmlType::F32, {64}},
+      {"blk.0.attn_norm.weight", GgmlType::F32, {64}}, {"blk.0.ffn_norm.weight", GgmlType::F32, {64}},
+      {"blk.0.attn_q.weight", GgmlType::F32, {64, 64}}, {"blk.0.attn_k.weight", GgmlType::F32, {64, 64}},
+      {"blk.0.attn_v.weight", GgmlType::F32, {64, 64}},
+      {"blk.0.attn_output.weight", GgmlType::F32, {64, 64}},
+      {"blk.0.ffn_gate.weight", GgmlType::F32, {64, 128}},
+      {"blk.0.ffn_up.weight", GgmlType::F32, {64, 128}},
+      {"blk.0.ffn_down.weight", GgmlType::F32, {128, 64}}};
+  const fs::path whole = write_partial_llama(tmp.path(), specs);
+  const auto ok = test::run_qforge("bench " + test::quote(whole) + " --prompt 2 --gen 1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  specs.push_back({"blk.0.attn_q.bias", GgmlType::F32, {64}});
+  const fs::path biased = write_partial_llama(tmp.path(), specs);
+  const auto r = test::run_qforge("bench " + test::quote(biased) + " --prompt 2 --gen 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("tensor 'blk.0.attn_q.bias' is not part of the llama model"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(GgufEngineE2E, OtherArchitecturesAreRefusedNamingTheKey) {
   QF_REQUIRE_FIXTURES();
   // ggml-vocab-gpt-2.gguf: llama.cpp's vocabulary-only file of architecture gpt2.
