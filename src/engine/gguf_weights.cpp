@@ -24,10 +24,6 @@
 namespace qf {
 namespace {
 
-// The float's shortest decimal as a double: GGUF keeps rms_norm_eps as float32, and 1e-05 read
-// back as 9.99999974738e-06 would not be the model's value.
-double shortest(float v) { return std::stod(fmt::format("{}", v)); }
-
 class GgufLoader {
  public:
   explicit GgufLoader(const GgufFile& f) : f_(f), label_(f.path().string()) {}
@@ -146,14 +142,14 @@ nlohmann::json llama_config(const GgufFile& f) {
   c["head_dim"] = head_dim;
   c["vocab_size"] = vocab;
   c["max_position_embeddings"] = f.get_u32("llama.context_length");
-  c["rms_norm_eps"] = shortest(f.get_f32("llama.attention.layer_norm_rms_epsilon"));
-  c["rope_theta"] = f.find("llama.rope.freq_base") ? shortest(f.get_f32("llama.rope.freq_base"))
+  c["rms_norm_eps"] = gguf_decimal(f.get_f32("llama.attention.layer_norm_rms_epsilon"));
+  c["rope_theta"] = f.find("llama.rope.freq_base") ? gguf_decimal(f.get_f32("llama.rope.freq_base"))
                                                    : 10000.0;
   if (f.find("llama.rope.scaling.type")) {
     const std::string_view type = f.get_string("llama.rope.scaling.type");
     if (type == "linear")
       c["rope_scaling"] = {{"type", "linear"},
-                           {"factor", shortest(f.get_f32("llama.rope.scaling.factor"))}};
+                           {"factor", gguf_decimal(f.get_f32("llama.rope.scaling.factor"))}};
     else if (type != "none")
       fail("{}: llama.rope.scaling.type '{}' is not supported", label, type);
   }

@@ -4,6 +4,8 @@
 #include "core/error.h"
 #include "io/io_util.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -364,6 +366,8 @@ GgufTensorView GgufFile::view(const GgufTensorInfo& tensor) const {
   return {&tensor, std::span(file_.data() + header_.data_offset + tensor.offset,
                              size_t(tensor.nbytes))};
 }
+
+double gguf_decimal(float v) { return std::stod(fmt::format("{}", v)); }
 
 bool is_gguf_file(const std::filesystem::path& path) {
   std::error_code ec;

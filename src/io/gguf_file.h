@@ -92,6 +92,10 @@ struct GgufTensorView {
   std::span<const std::byte> data;
 };
 
+// A float32 metadata value as the double its shortest decimal names: GGUF stores
+// rms_norm_eps = 1e-05 as float32, whose exact value 9.99999974738e-06 is not the model's.
+double gguf_decimal(float v);
+
 // Whether `path` is a regular file that starts with GGUF's magic (false for directories and for
 // short or unreadable files): how commands that take a model directory recognise a .gguf file.
 bool is_gguf_file(const std::filesystem::path& path);

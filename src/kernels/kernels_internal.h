@@ -28,7 +28,8 @@ void matvec_f16(const LinearWeight& w, const float* x, float* y, ThreadPool* poo
 void matvec_bf16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 // y [tokens, rows] = x [tokens, cols] W^T for a float weight stored transposed
 // (LinearWeight::transposed), streaming its stored rows once for all tokens; partial outputs of
-// tokens x rows floats per task, so meant for a few tokens (kTransposedStreamTokens).
+// tokens x rows floats per task, so for a few tokens: at most kTransposedStreamTokens (qf::Error
+// beyond).
 void matmul_float_transposed(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                              ThreadPool* pool);
 inline constexpr int64_t kTransposedStreamTokens = 16;

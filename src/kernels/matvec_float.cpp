@@ -8,11 +8,13 @@
 
 #include <hwy/highway.h>
 
+#include "core/error.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "kernels/simd-inl.h"
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 HWY_BEFORE_NAMESPACE();
@@ -30,6 +32,8 @@ void FloatColumns(const LinearWeight& w, const float* x, int64_t tokens, float* 
   const hn::ScalableTag<float> df;
   const int64_t N = int64_t(hn::Lanes(df));
   const int64_t rows = w.rows, cols = w.cols, out = tokens * rows;
+  if (tokens > kTransposedStreamTokens)
+    fail("transposed float product of {} tokens (at most {})", tokens, kTransposedStreamTokens);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t per_task = std::max<int64_t>(16, (cols + 31) / 32);
   const int64_t tasks = (cols + per_task - 1) / per_task;
@@ -41,7 +45,7 @@ void FloatColumns(const LinearWeight& w, const float* x, int64_t tokens, float* 
   auto part = [&](int64_t task) {
     float* acc = partial + task * out;
     const int64_t c1 = std::min(cols, (task + 1) * per_task);
-    std::vector<float> xs(size_t(4 * tokens));
+    std::array<float, 4 * kTransposedStreamTokens> xs;
     for (int64_t c = task * per_task; c < c1; c += 4) {
       const int64_t k = std::min<int64_t>(4, c1 - c);
       const uint8_t* s[4];

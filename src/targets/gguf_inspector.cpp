@@ -2,8 +2,6 @@
 
 #include "io/gguf_file.h"
 
-#include <fmt/format.h>
-
 #include <string>
 
 namespace qf {
@@ -18,8 +16,7 @@ nlohmann::ordered_json scalar_json(GgufType type, uint64_t bits) {
   v.type = type;
   v.bits = bits;
   switch (type) {
-    // The float's shortest decimal (1e-05, not its double expansion 9.999999747378752e-06).
-    case GgufType::F32: return std::stod(fmt::format("{}", float(v.as_f64())));
+    case GgufType::F32: return gguf_decimal(float(v.as_f64()));
     case GgufType::F64: return v.as_f64();
     case GgufType::BOOL: return bits != 0;
     case GgufType::I8:
