@@ -87,6 +87,7 @@ void register_eval(CLI::App& app, Action& run) {
       ModelOptions mo;
       mo.threads = pa->threads;
       mo.kernels = pa->kernels;
+      mo.llama_cpp_attention = *p_protocol == "llama.cpp";
       auto model = Model::load(*p_model, mo);
       int32_t bos = -1;
       const auto ids = stream_ids(*p_model, *pa, &bos);

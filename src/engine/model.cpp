@@ -8,6 +8,7 @@
 #include "engine/model.h"
 
 #include "core/error.h"
+#include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "engine/moe_topk_softmax.h"
 
@@ -16,6 +17,10 @@
 
 namespace qf {
 namespace {
+
+void round_to_f16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
+}
 
 // Dynamic NTK RoPE exists to run past max_position_embeddings and transformers sets no limit
 // for it; the cache grows with the positions run, so only int32 token positions bound it.
@@ -125,6 +130,7 @@ Model::Model(ModelWeights weights, const ModelOptions& opt)
       max_seq_(opt.max_seq > 0 ? std::min(opt.max_seq, default_max_seq(w_.arch))
                                : default_max_seq(w_.arch)),
       kernels_(opt.kernels),
+      llama_cpp_attention_(opt.llama_cpp_attention),
       pool_(std::make_unique<ThreadPool>(opt.threads > 0 ? opt.threads
                                                          : ThreadPool::hardware_threads())),
       rope_(w_.arch.ropes.size()),
@@ -275,6 +281,12 @@ void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, i
     const int64_t end = pos + t + 1;  // keys [begin, end) are visible
     const int64_t begin = window > 0 ? std::max<int64_t>(0, end - window) : 0;
     const float* qh = q_.data() + t * q_dim + h * hd;
+    std::vector<float> q16;
+    if (llama_cpp_attention_) {
+      q16.assign(qh, qh + hd);
+      round_to_f16(q16.data(), hd);
+      qh = q16.data();
+    }
     const int64_t kvh = h / kv_mul;
     std::vector<float> scores(static_cast<size_t>(end - begin));
     for (int64_t p = begin; p < end; ++p) {
@@ -288,6 +300,7 @@ void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, i
     // gpt-oss: the head's sink joins the softmax and its probability is dropped.
     if (!L.sinks.empty()) softmax_with_sink(scores.data(), end - begin, L.sinks[size_t(h)]);
     else softmax(scores.data(), end - begin);
+    if (llama_cpp_attention_) round_to_f16(scores.data(), end - begin);
     float* out = att_.data() + t * att_dim + h * vd;
     std::fill_n(out, vd, 0.f);
     for (int64_t p = begin; p < end; ++p) {
@@ -350,6 +363,10 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
   float* vc = value_cache_[size_t(l)].data();
   std::copy_n(k_.data(), n * kv_dim, kc + pos * kv_dim);
   std::copy_n(v_.data(), n * v_dim, vc + pos * v_dim);
+  if (llama_cpp_attention_) {
+    round_to_f16(kc + pos * kv_dim, n * kv_dim);
+    round_to_f16(vc + pos * v_dim, n * v_dim);
+  }
   if (L.k_scale > 0) fake_quantize_fp8(L.k_scale, kc + pos * kv_dim, n * kv_dim);
   if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, vc + pos * v_dim, n * v_dim);
   attention(l, spec, L, pos, n);

@@ -48,6 +48,13 @@ struct ModelOptions {
   // Products of the Linears (kernels/linear.h): exact for evaluation and calibration, fast
   // for bench and generate.
   KernelMode kernels = KernelMode::exact;
+  // llama.cpp's CPU attention without flash attention (`-fa off`) and its default F16 cache:
+  // keys and values are rounded to F16 (nearest even) as they enter the cache, queries before
+  // their dot products with the keys, and the softmax probabilities before they weigh the
+  // values (ggml converts the second operand of each F16 product to F16). `eval ppl --protocol
+  // llama.cpp` sets it: on tiny models whose activations are rounded to Q8_0 these roundings
+  // move the perplexity by about 1e-3, the size of the agreement it is checked to.
+  bool llama_cpp_attention = false;
 };
 
 class Model {
@@ -119,6 +126,7 @@ class Model {
   ModelWeights w_;
   int64_t max_seq_ = 0;
   KernelMode kernels_ = KernelMode::exact;
+  bool llama_cpp_attention_ = false;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<RopeRows> rope_;  // per Architecture::ropes, for the current call
   // Run state, [capacity, ...] rows per token.

@@ -86,6 +86,34 @@ TEST(GgufEngineE2E, LlamaCppProtocolMatchesLlamaPerplexity) {
   EXPECT_NE(short_text.err.find("at least 256 tokens"), std::string::npos) << short_text.err;
 }
 
+// Quantized files: llama-perplexity -c 128 -b 128 -fa off --no-repack (the llama.cpp inside
+// llama-cpp-python 0.3.36, x86 AVX-512 build) measured these on qforge's exports of the fixtures
+// (scripts/interop/gguf_llama_cpp.sh). Its activations are rounded to Q8_0 before these weights'
+// products, which `--kernels fast` models, and its attention rounds to F16, which the llama.cpp
+// protocol models; without either, the 656K model's numbers move by more than 1e-3.
+TEST(GgufEngineE2E, QuantizedFilesMatchLlamaPerplexity) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  struct Case { const char* model; const char* format; double llama_cpp; };
+  for (const Case c : {Case{"stories260K-hf", "q4_0", 4.3405}, Case{"stories260K-hf", "q8_0", 3.9679},
+                       Case{"tinystories-656K-hf", "q8_0", 24.9722},
+                       Case{"tinystories-656K-hf", "mxfp4", 27.2860},
+                       Case{"tinystories-656K-hf", "nvfp4", 26.6560}}) {
+    const fs::path model = test::model_dir(c.model);
+    const fs::path out = tmp / (std::string(c.model) + "." + c.format + ".gguf");
+    const auto q = test::run_qforge("quantize " + test::quote(model) + " -o " + test::quote(out) +
+                                    " --export gguf --format " + c.format);
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto r = test::run_qforge(
+        "eval ppl " + test::quote(out) + " --tokenizer " + test::quote(model) + " --text " +
+        test::quote(test::fixtures_dir() / "corpora/tinystories_valid_subset.txt") +
+        " --max-chars 20000 --ctx 128 --protocol llama.cpp --kernels fast --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NEAR(nlohmann::json::parse(r.out)["ppl"].get<double>() / c.llama_cpp, 1.0, 1e-3)
+        << c.model << " " << c.format << ": " << r.out;
+  }
+}
+
 TEST(GgufEngineE2E, GenerateWritesWhatTheSafetensorsModelWrites) {
   QF_REQUIRE_FIXTURES();
   const fs::path hf = test::model_dir("stories260K-hf");
