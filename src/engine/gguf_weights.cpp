@@ -153,8 +153,6 @@ nlohmann::json llama_config(const GgufFile& f) {
     else if (type != "none")
       fail("{}: llama.rope.scaling.type '{}' is not supported", label, type);
   }
-  if (f.find_tensor("rope_freqs.weight"))
-    fail("{}: tensor 'rope_freqs.weight' (Llama-3.1 rope scaling) is not supported", label);
   c["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
   c["hidden_act"] = "silu";
   return c;
@@ -186,8 +184,22 @@ ModelWeights ModelWeights::load_gguf(const std::filesystem::path& path) {
   ModelWeights mw;
   mw.gguf = file;
   mw.arch = Architecture::from_config(llama_config(f), path.string());
-  const Architecture& a = mw.arch;
   GgufLoader ld(f);
+  if (f.find_tensor("rope_freqs.weight")) {
+    // Llama 3.1+ (convert_hf_to_gguf's rope_freqs): plain RoPE, each frequency divided by its
+    // factor, as llama.cpp's rope op does.
+    RopeSpec& rope = mw.arch.ropes.at(0);
+    if (rope.type != RopeType::default_)
+      fail("{}: rope_freqs.weight with llama.rope.scaling.type {}: not supported", path.string(),
+           rope_type_name(rope.type));
+    rope.type = RopeType::freq_factors;
+    rope.freq_factors = ld.vector("rope_freqs.weight", rope.rotary_dim / 2);
+    for (const float x : rope.freq_factors)
+      if (!(x > 0) || !std::isfinite(x))
+        fail("{}: rope_freqs.weight holds {}: the factors must be positive and finite",
+             path.string(), x);
+  }
+  const Architecture& a = mw.arch;
 
   std::map<std::string, int> types;  // weight types (ggml's names), for the description
   auto linear = [&](const std::string& gguf_name, int64_t rows, int64_t cols) {

@@ -57,6 +57,7 @@ std::string_view rope_type_name(RopeType t) {
     case RopeType::llama3: return "llama3";
     case RopeType::yarn: return "yarn";
     case RopeType::longrope: return "longrope";
+    case RopeType::freq_factors: return "freq_factors";
   }
   return "default";
 }
@@ -67,11 +68,17 @@ std::vector<float> RopeSpec::inv_freq(int64_t seq_len) const {
   switch (type) {
     case RopeType::default_:
     case RopeType::linear:
-    case RopeType::llama3: {
+    case RopeType::llama3:
+    case RopeType::freq_factors: {
       const auto pw = base_powers(theta, dim);
       for (int64_t i = 0; i < half; ++i) inv[size_t(i)] = 1.0f / pw[size_t(i)];
       if (type == RopeType::linear)
         for (float& f : inv) f /= float(factor);
+      if (type == RopeType::freq_factors) {
+        if (int64_t(freq_factors.size()) != half)
+          fail("rope: {} frequency factors for {} rotary dimensions", freq_factors.size(), dim);
+        for (int64_t i = 0; i < half; ++i) inv[size_t(i)] /= freq_factors[size_t(i)];
+      }
       if (type == RopeType::llama3) {
         const float f = float(factor), lo = float(low_freq_factor);
         const float old_len = float(original_max_position_embeddings);
@@ -138,9 +145,36 @@ std::vector<float> RopeSpec::inv_freq(int64_t seq_len) const {
   return inv;
 }
 
+std::vector<float> RopeSpec::llama3_freq_factors() const {
+  if (type != RopeType::llama3) fail("rope: {} has no llama3 frequency factors", rope_type_name(type));
+  RopeSpec plain = *this;
+  plain.type = RopeType::default_;
+  const std::vector<float> freqs = plain.inv_freq(0);
+  // convert_hf_to_gguf's loop over float32 tensors: every step rounds to float32.
+  const float f = float(factor), lo = float(low_freq_factor);
+  const float old_len = float(original_max_position_embeddings);
+  const double low_wavelen = double(original_max_position_embeddings) / low_freq_factor;
+  const double high_wavelen = double(original_max_position_embeddings) / high_freq_factor;
+  const float span = float(high_freq_factor - low_freq_factor);
+  std::vector<float> out;
+  for (const float freq : freqs) {
+    const float wavelen = float(2 * std::numbers::pi) / freq;
+    if (double(wavelen) < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (double(wavelen) > low_wavelen) {
+      out.push_back(f);
+    } else {
+      const float smooth = (old_len / wavelen - lo) / span;
+      out.push_back(1.0f / ((1.0f - smooth) / f + smooth));
+    }
+  }
+  return out;
+}
+
 std::string RopeSpec::describe() const {
   std::string s = fmt::format("{} (theta {}", rope_type_name(type), theta);
-  if (type != RopeType::default_) s += fmt::format(", factor {}", factor);
+  if (type != RopeType::default_ && type != RopeType::freq_factors)
+    s += fmt::format(", factor {}", factor);
   if (rotary_dim != head_dim) s += fmt::format(", rotary dims {}/{}", rotary_dim, head_dim);
   return s + ")";
 }

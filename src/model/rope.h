@@ -11,7 +11,10 @@
 
 namespace qf {
 
-enum class RopeType : uint8_t { default_, linear, dynamic, llama3, yarn, longrope };
+// freq_factors: llama.cpp's `rope_freqs` tensor (what convert_hf_to_gguf writes for llama3):
+// each inverse frequency of plain RoPE divided by its own factor. No config.json states it; the
+// GGUF loader sets it.
+enum class RopeType : uint8_t { default_, linear, dynamic, llama3, yarn, longrope, freq_factors };
 
 std::string_view rope_type_name(RopeType t);
 
@@ -29,6 +32,7 @@ struct RopeSpec {
   bool truncate = true;                                  // yarn
   double attention_factor = 1.0;  // yarn, longrope: multiplies cos and sin
   std::vector<double> short_factor, long_factor;  // longrope, rotary_dim / 2 each
+  std::vector<float> freq_factors;                // freq_factors, rotary_dim / 2
 
   // True when the frequencies depend on the length of the sequence run (dynamic, longrope):
   // transformers recomputes them from max(position) + 1 of each forward call.
@@ -39,6 +43,11 @@ struct RopeSpec {
   // The rotary_dim / 2 inverse frequencies for a forward call whose last position is
   // seq_len - 1, computed in float32 in the order transformers' modeling_rope_utils does.
   std::vector<float> inv_freq(int64_t seq_len) const;
+
+  // llama3 only: the rotary_dim / 2 divisors of plain RoPE's inverse frequencies that
+  // convert_hf_to_gguf writes as `rope_freqs.weight` (computed in float32 in its order: 1 for
+  // short wavelengths, `factor` for long ones, the smoothed blend between).
+  std::vector<float> llama3_freq_factors() const;
 
   // A one-line description for summaries, e.g. "llama3 (factor 8, theta 500000)".
   std::string describe() const;

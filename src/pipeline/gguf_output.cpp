@@ -28,9 +28,11 @@ namespace {
 // One tensor of the output, decided before anything is written.
 struct Planned {
   GgufTensorSpec spec;
-  const CheckpointTensor* source = nullptr;  // null: the NVFP4 .scale of the tensor before it
+  const CheckpointTensor* source = nullptr;  // null: `generated`, or else the NVFP4 .scale of
+                                             // the tensor before it
   int64_t permute_heads = 0;                 // q/k: heads to reorder rows in (0: none)
   std::string note;
+  std::vector<float> generated;              // F32 data made here (rope_freqs)
 };
 
 // Refuses what llama.cpp's llama graph would compute differently from the checkpoint.
@@ -45,9 +47,9 @@ void require_llama(const SourceModel& model) {
       fail("{}: {} has a bias (attention_bias / mlp_bias): --export gguf does not write biases",
            cfg, m.name);
   for (const RopeSpec& r : a.ropes) {
-    if (r.type != RopeType::default_ && r.type != RopeType::linear)
-      fail("{}: rope_scaling type '{}': --export gguf writes default and linear RoPE only", cfg,
-           rope_type_name(r.type));
+    if (r.type != RopeType::default_ && r.type != RopeType::linear && r.type != RopeType::llama3)
+      fail("{}: rope_scaling type '{}': --export gguf writes default, linear and llama3 RoPE only",
+           cfg, rope_type_name(r.type));
     if (r.rotary_dim != r.head_dim)
       fail("{}: partial rotary ({} of {} dimensions): llama.cpp's llama needs all", cfg,
            r.rotary_dim, r.head_dim);
@@ -109,19 +111,26 @@ std::vector<Planned> plan_tensors(const SourceModel& model, const GgufFileType& 
     const Shape& s = src.entry->shape;
     if (s.size() != 2) fail("{}: {} is not 2-D", model.dir.string(), src.name);
     const GgufTypeChoice c = choose_gguf_type(ft, role, layer, n_layers, s[1], tied);
-    out.push_back({{name, c.type, {s[1], s[0]}}, &src, permute_heads, c.note});
+    out.push_back({{name, c.type, {s[1], s[0]}}, &src, permute_heads, c.note, {}});
     if (c.type == GgmlType::NVFP4) {
       std::string scale = name.substr(0, name.size() - std::string_view(".weight").size()) + ".scale";
-      out.push_back({{scale, GgmlType::F32, {1}}, nullptr, 0, "NVFP4 tensor scale (weight_scale_2)"});
+      out.push_back({{scale, GgmlType::F32, {1}}, nullptr, 0, "NVFP4 tensor scale (weight_scale_2)", {}});
     }
   };
   auto add_vector = [&](std::string name, const std::string& src) {
     const CheckpointTensor& t = require_tensor(model, src);
-    out.push_back({{std::move(name), GgmlType::F32, {t.entry->shape.back()}}, &t, 0, ""});
+    out.push_back({{std::move(name), GgmlType::F32, {t.entry->shape.back()}}, &t, 0, "", {}});
   };
   add_matrix("token_embd.weight", require_tensor(model, a.embed_name), GgufTensorRole::token_embd,
              0, 0);
   add_vector("output_norm.weight", a.final_norm_name);
+  if (a.ropes.at(0).type == RopeType::llama3) {
+    // Llama 3.1+: the per-frequency divisors as convert_hf_to_gguf writes them.
+    std::vector<float> f = a.ropes[0].llama3_freq_factors();
+    const int64_t n = int64_t(f.size());
+    out.push_back({{"rope_freqs.weight", GgmlType::F32, {n}}, nullptr, 0,
+                   "llama3 RoPE frequency factors", std::move(f)});
+  }
   if (head) add_matrix("output.weight", *head, GgufTensorRole::output, n_layers - 1, 0);
   for (int l = 0; l < n_layers; ++l) {
     const LayerSpec& spec = a.layers[size_t(l)];
@@ -185,7 +194,9 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
   for (const Planned& p : plan) {
     const GgmlTypeInfo& info = ggml_type_info(p.spec.type);
     std::vector<uint8_t> bytes(size_t(gguf_tensor_bytes(p.spec, out.string())));
-    if (!p.source) {
+    if (!p.generated.empty()) {
+      std::memcpy(bytes.data(), p.generated.data(), bytes.size());
+    } else if (!p.source) {
       std::memcpy(bytes.data(), &pending_scale, sizeof(float));
     } else {
       std::vector<float> x = read_floats(*p.source);

@@ -288,6 +288,42 @@ TEST(GgufExportE2E, RefusesOtherFamiliesAndTokenizersBeforeWriting) {
   EXPECT_NE(r.err.find("needs --export gguf"), std::string::npos) << r.err;
 }
 
+// Llama 3.1+ RoPE scaling (the conformance model's llama3 rope_scaling, checked against
+// transformers elsewhere): written as convert_hf_to_gguf does, the F32 `rope_freqs.weight`
+// divisors (1 for short wavelengths, `factor` for long ones, the blend between), and read back
+// as those divisors: the GGUF gives the safetensors model's logits. (llama-perplexity on such a
+// file agrees with `eval ppl --protocol llama.cpp` to 4e-5: scripts/interop notes.)
+TEST(GgufExportE2E, Llama3RopeWritesAndReadsRopeFreqs) {
+  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/llama3_v4";
+  if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
+  test::ScratchDir tmp;
+  const fs::path dir = tmp.path() / "model";
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(src / f, dir / f);
+  test::write_file(dir / "tokenizer.json", test::byte_level_tokenizer());
+  const fs::path out = tmp.path() / "l3.gguf";
+  const auto r = test::run_qforge("quantize " + test::quote(dir) + " -o " + test::quote(out) +
+                                  " --export gguf --format f32");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const GgufFile f = GgufFile::open(out);
+  const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->ne, (std::vector<int64_t>{8}));  // head_dim 16
+  std::vector<float> factors(8);
+  std::memcpy(factors.data(), f.view(*t).data.data(), sizeof(float) * 8);
+  // theta 500000, factor 8, original context 64: wavelength 2 pi < 16 -> 1; 32.4 -> blended;
+  // the rest are longer than 64 -> 8.
+  EXPECT_EQ(factors[0], 1.f);
+  EXPECT_GT(factors[1], 2.4f);
+  EXPECT_LT(factors[1], 2.5f);
+  for (int i = 2; i < 8; ++i) EXPECT_EQ(factors[size_t(i)], 8.f) << i;
+  const auto kl = test::run_qforge("eval kl " + test::quote(dir) + " " + test::quote(out) +
+                                   " --text " + test::quote(fs::path(QFORGE_SOURCE_DIR) / "README.md") +
+                                   " --max-chars 3000 --json");
+  ASSERT_EQ(kl.exit_code, 0) << kl.err;
+  EXPECT_LT(nlohmann::json::parse(kl.out)["kl_mean"].get<double>(), 1e-9) << kl.out;
+}
+
 // --threads changes nothing in the bytes; --scale-division reaches NVFP4's tensor scale (the
 // .scale tensor is what ModelOpt's GPU or CPU division gives); --max-shard-size is refused, since
 // the export is one file.
