@@ -13,6 +13,10 @@
 #include <string_view>
 #include <vector>
 
+namespace qf {
+class GgufFile;
+}
+
 namespace qf::tok {
 
 // The largest token id a tokenizer file may use. Real vocabularies hold at most a few hundred
@@ -117,5 +121,9 @@ std::unique_ptr<TokenizerBase> load_hf_json(const std::filesystem::path& json_fi
 std::unique_ptr<TokenizerBase> load_vocab_merges(const std::filesystem::path& vocab_file,
                                                  const std::filesystem::path& merges_file,
                                                  std::vector<AddedToken> added_tokens);
+// The tokenizer of a GGUF file's tokenizer.* metadata (tokenizer_gguf.cpp): "llama" (SPM) or
+// "gpt2" (byte-level BPE with a pre-tokenizer qforge implements); anything else is refused
+// naming the file and the value.
+std::unique_ptr<TokenizerBase> load_gguf_tokenizer(const GgufFile& file);
 
 }  // namespace qf::tok
