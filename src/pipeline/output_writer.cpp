@@ -405,6 +405,12 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
       if (std::find(extra.begin(), extra.end(), name) == extra.end())
         copy(source.tokenizer_dir / name, name);
   }
+  // A GGUF input's tokenizer is metadata, not files: say so rather than leave an output that
+  // lacks one without a word.
+  if (source.gguf && source.tokenizer_dir.empty())
+    report.warnings.push_back(fmt::format(
+        "{}: its tokenizer is GGUF metadata; no tokenizer files are written (--tokenizer DIR, "
+        "the original model's directory, copies them)", model_dir.string()));
 }
 
 }  // namespace qf

@@ -13,15 +13,20 @@
 
 namespace qf {
 
+class GgufFile;
+
 struct SourceModel {
+  // The model directory, or a GGUF file (llama architecture, F32/F16/BF16 weights) whose
+  // tensors `checkpoint` presents under Hugging Face names (model/gguf_checkpoint.h).
   std::filesystem::path dir;
   // --tokenizer: where the tokenizer files are read from instead of `dir` (empty: `dir`).
   std::filesystem::path tokenizer_dir;
   std::shared_ptr<const Checkpoint> checkpoint;  // shared with the engine's views
   Architecture arch;
+  std::shared_ptr<const GgufFile> gguf;  // the GGUF file when `dir` is one, else null
 
-  // Opens `dir` (Checkpoint::open, then Architecture::from_config). Throws qf::Error naming
-  // the file and problem.
+  // Opens `dir` (Checkpoint::open, then Architecture::from_config), or a GGUF file
+  // (open_gguf_checkpoint). Throws qf::Error naming the file and problem.
   static SourceModel open(const std::filesystem::path& dir,
                           const std::filesystem::path& tokenizer_dir = {});
   // Throws qf::Error "<file>: already quantized (<what was found>); <command> takes an
@@ -33,7 +38,7 @@ struct SourceModel {
   // routed experts MXFP4, the rest float), which `quantize` casts to NVFP4.
   bool is_gpt_oss_mxfp4() const;
 
-  // The tokenizer (of tokenizer_dir when set), loaded on first use (calibration needs it;
+  // The tokenizer (of tokenizer_dir when set; a GGUF file's own otherwise), loaded on first use (calibration needs it;
   // weight-only jobs do not). Throws qf::Error naming the directory when it has none.
   const Tokenizer& tokenizer() const;
 
