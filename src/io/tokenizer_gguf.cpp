@@ -37,9 +37,7 @@ constexpr std::string_view kMetaSpace = "\xE2\x96\x81";  // U+2581, sentencepiec
 // in Hugging Face's spelling (llama.cpp rewrites (?i:...) as explicit classes; same matches).
 struct PreTokenizerRow {
   std::array<std::string_view, 6> names;
-  std::string_view regex;
-  bool ignore_merges;  // a word that is a whole token is that token (llama.cpp's LLAMA3 group)
-  bool add_bos;        // llama.cpp's default for add_bos_token
+  GgufPreTokenizer pre;
 };
 
 constexpr std::string_view kGpt2Regex =
@@ -50,16 +48,16 @@ constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 constexpr PreTokenizerRow kPreTokenizers[] = {
-    {{"gpt-2", "phi-2", "mpt", "olmo"}, kGpt2Regex, false, false},
-    {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, kLlama3Regex, true, true},
-    {{"dbrx", "smaug-bpe"}, kLlama3Regex, false, false},
-    {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, kQwen2Regex, false, false},
+    {{"gpt-2", "phi-2", "mpt", "olmo"}, {kGpt2Regex, false, false}},
+    {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, {kLlama3Regex, true, true}},
+    {{"dbrx", "smaug-bpe"}, {kLlama3Regex, false, false}},
+    {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {kQwen2Regex, false, false}},
 };
 
-const PreTokenizerRow* find_pre_tokenizer(std::string_view name) {
+const GgufPreTokenizer* find_pre_tokenizer(std::string_view name) {
   for (const PreTokenizerRow& row : kPreTokenizers)
     for (std::string_view n : row.names)
-      if (!n.empty() && n == name) return &row;
+      if (!n.empty() && n == name) return &row.pre;
   return nullptr;
 }
 
@@ -121,7 +119,7 @@ class GgufTokenizer : public TokenizerBase {
     unk_ = special_id(f, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
     bool add_bos = spm;
     if (!spm)
-      if (const PreTokenizerRow* row = find_pre_tokenizer(pre_name(f))) add_bos = row->add_bos;
+      if (const GgufPreTokenizer* row = find_pre_tokenizer(pre_name(f))) add_bos = row->add_bos;
     if (f.find("tokenizer.ggml.add_bos_token")) add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
     // add_eos_token is not applied: encode() takes only add_bos, and the Hugging Face path
     // ignores tokenizer_config.json's add_eos_token alike.
@@ -306,7 +304,7 @@ class GgufSpmTokenizer final : public GgufTokenizer {
 
 class GgufBpeTokenizer final : public GgufTokenizer {
  public:
-  GgufBpeTokenizer(const GgufFile& f, const PreTokenizerRow& pre) : GgufTokenizer(f, "gpt2") {
+  GgufBpeTokenizer(const GgufFile& f, const GgufPreTokenizer& pre) : GgufTokenizer(f, "gpt2") {
     regex_ = std::make_unique<Regex>(pre.regex, source_ + ": tokenizer.ggml.pre");
     std::vector<std::pair<std::string, std::string>> merges;
     if (!f.find("tokenizer.ggml.merges")) fail("{}: tokenizer.ggml.merges is missing", source_);
@@ -364,6 +362,10 @@ class GgufBpeTokenizer final : public GgufTokenizer {
 
 }  // namespace
 
+const GgufPreTokenizer* gguf_pre_tokenizer(std::string_view name) { return find_pre_tokenizer(name); }
+
+std::string gguf_pre_tokenizer_names() { return supported_pre_names(); }
+
 std::unique_ptr<TokenizerBase> load_gguf_tokenizer(const GgufFile& f) {
   const std::string label = f.path().string();
   if (!f.find("tokenizer.ggml.model"))
@@ -372,11 +374,11 @@ std::unique_ptr<TokenizerBase> load_gguf_tokenizer(const GgufFile& f) {
   if (model == "llama") return std::make_unique<GgufSpmTokenizer>(f);
   if (model == "gpt2") {
     const std::string pre = GgufTokenizer::pre_name(f);
-    const PreTokenizerRow* row = find_pre_tokenizer(pre);
+    const GgufPreTokenizer* row = find_pre_tokenizer(pre);
     if (!row)
       fail("{}: tokenizer.ggml.pre '{}' is not supported (qforge implements {}); pass "
            "--tokenizer DIR", label, one_line(pre.empty() ? "(missing: llama.cpp's default)" : pre),
-           supported_pre_names());
+           gguf_pre_tokenizer_names());
     return std::make_unique<GgufBpeTokenizer>(f, *row);
   }
   fail("{}: tokenizer.ggml.model '{}' is not supported (qforge reads 'llama' and 'gpt2'); pass "

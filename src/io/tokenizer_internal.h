@@ -125,5 +125,14 @@ std::unique_ptr<TokenizerBase> load_vocab_merges(const std::filesystem::path& vo
 // "gpt2" (byte-level BPE with a pre-tokenizer qforge implements); anything else is refused
 // naming the file and the value.
 std::unique_ptr<TokenizerBase> load_gguf_tokenizer(const GgufFile& file);
+// The pre-tokenizer a `tokenizer.ggml.pre` name stands for, or nullptr when qforge does not
+// implement it; and the names it implements, comma-separated.
+struct GgufPreTokenizer {
+  std::string_view regex;  // Hugging Face's spelling of llama.cpp's regex
+  bool ignore_merges;      // a word that is a whole token is that token (llama.cpp's LLAMA3)
+  bool add_bos;            // llama.cpp's default for add_bos_token
+};
+const GgufPreTokenizer* gguf_pre_tokenizer(std::string_view name);
+std::string gguf_pre_tokenizer_names();
 
 }  // namespace qf::tok

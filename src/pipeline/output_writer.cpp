@@ -8,6 +8,7 @@
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"
 #include "io/shard_layout.h"
+#include "io/tokenizer_gguf_export.h"
 
 #include <fmt/format.h>
 
@@ -405,12 +406,17 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
       if (std::find(extra.begin(), extra.end(), name) == extra.end())
         copy(source.tokenizer_dir / name, name);
   }
-  // A GGUF input's tokenizer is metadata, not files: say so rather than leave an output that
-  // lacks one without a word.
-  if (source.gguf && source.tokenizer_dir.empty())
-    report.warnings.push_back(fmt::format(
-        "{}: its tokenizer is GGUF metadata; no tokenizer files are written (--tokenizer DIR, "
-        "the original model's directory, copies them)", model_dir.string()));
+  // A GGUF input's tokenizer is metadata: written as tokenizer.json + tokenizer_config.json
+  // that encode as it does; one qforge cannot express is said, not silently left out.
+  if (source.gguf && source.tokenizer_dir.empty()) {
+    try {
+      write_hf_tokenizer_files(*source.gguf, staging_dir);
+    } catch (const Error& e) {
+      report.warnings.push_back(fmt::format(
+          "{}; no tokenizer files are written (--tokenizer DIR, the original model's directory, "
+          "copies them)", e.what()));
+    }
+  }
 }
 
 }  // namespace qf

@@ -107,9 +107,14 @@ TEST(GgufInputE2E, ModelOptExportFromGgufMatchesTheHfModels) {
   const auto a = test::run_qforge("quantize " + test::quote(stories_gguf()) + " -o " +
                                   test::quote(tmp / "g") + " --format nvfp4");
   ASSERT_EQ(a.exit_code, 0) << a.err;
-  // Its tokenizer is metadata: no files are written, and the run says so.
-  EXPECT_NE(a.err.find("no tokenizer files are written"), std::string::npos) << a.err;
-  EXPECT_FALSE(fs::exists(tmp / "g" / "tokenizer.model"));
+  // Its tokenizer is metadata, written as tokenizer.json that encodes as the GGUF does.
+  EXPECT_TRUE(fs::exists(tmp / "g" / "tokenizer.json"));
+  EXPECT_TRUE(fs::exists(tmp / "g" / "tokenizer_config.json"));
+  const std::string prompt = " -p 'Once upon a time, Lily  saw a cat.</s>' --json";
+  const auto tg = test::run_qforge("tokenize " + test::quote(tmp / "g") + prompt);
+  const auto tf = test::run_qforge("tokenize " + test::quote(stories_gguf()) + prompt);
+  ASSERT_EQ(tg.exit_code, 0) << tg.err;
+  EXPECT_EQ(nlohmann::json::parse(tg.out)["ids"], nlohmann::json::parse(tf.out)["ids"]);
   const auto b = test::run_qforge("quantize " + test::quote(test::model_dir("stories260K-hf")) +
                                   " -o " + test::quote(tmp / "h") + " --format nvfp4");
   ASSERT_EQ(b.exit_code, 0) << b.err;

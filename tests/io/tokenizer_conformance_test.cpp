@@ -8,7 +8,9 @@
 // Hugging Face stories260K tokenizer.model.
 #include "core/error.h"
 #include "io/gguf_writer.h"
+#include "io/gguf_file.h"
 #include "io/tokenizer.h"
+#include "io/tokenizer_gguf_export.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -199,6 +201,40 @@ TEST(TokenizerConformance, GgufOtherTokenizersAreRefusedNamingTheValue) {
   dup.set_string("tokenizer.ggml.model", "llama");
   dup.set_string_array("tokenizer.ggml.tokens", {"a", "b", "a"});
   EXPECT_EQ(error_of(dup), file + ": token 2 ('a') appears twice in tokenizer.ggml.tokens");
+}
+
+// The tokenizer files written for a GGUF input's safetensors outputs, read back by the Hugging
+// Face loader: llama.cpp's vectors, and the GGUF tokenizer's own ids on the TinyStories text
+// (runs of spaces included) and on special tokens.
+TEST(TokenizerConformance, HfFilesWrittenFromGgufEncodeAsTheGguf) {
+  QF_REQUIRE_FIXTURES();
+  const std::string text =
+      test::read_file(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt");
+  const fs::path vocab_dir = test::fixtures_dir() / "tokenizers" / "llamacpp-vocab";
+  struct Case {
+    fs::path gguf;
+    std::string vectors;  // "" for none
+    std::string special;
+  };
+  for (const Case& c :
+       {Case{vocab_dir / "ggml-vocab-llama-spm.gguf", "ggml-vocab-llama-spm.gguf", "</s>"},
+        Case{vocab_dir / "ggml-vocab-gpt-2.gguf", "ggml-vocab-gpt-2.gguf", "<|endoftext|>"},
+        Case{test::fixtures_dir() / "models/stories260K-llama2c/stories260K.gguf", "", "</s>"}}) {
+    SCOPED_TRACE(c.gguf.string());
+    test::ScratchDir dir;
+    write_hf_tokenizer_files(GgufFile::open(c.gguf), dir.path());
+    const auto hf = Tokenizer::load(dir.path());
+    const auto gguf = Tokenizer::load_gguf(c.gguf);
+    EXPECT_EQ(hf->vocab_size(), gguf->vocab_size());
+    EXPECT_EQ(hf->bos_id(), gguf->bos_id());
+    EXPECT_EQ(hf->eos_id(), gguf->eos_id());
+    EXPECT_EQ(hf->add_bos_by_default(), gguf->add_bos_by_default());
+    if (!c.vectors.empty()) check_vectors(*hf, c.vectors, 46);
+    const std::string sample = text.substr(0, 200000);
+    EXPECT_EQ(hf->encode(sample, true), gguf->encode(sample, true));
+    const std::string with_special = "Hi" + c.special + " there  " + c.special + c.special + "x";
+    EXPECT_EQ(hf->encode(with_special, false), gguf->encode(with_special, false));
+  }
 }
 
 }  // namespace
