@@ -134,6 +134,40 @@ TEST(GgufInputE2E, ModelOptExportFromGgufMatchesTheHfModels) {
   EXPECT_TRUE(fs::exists(tmp / "t" / "tokenizer.model"));
 }
 
+// F16 and BF16 inputs are views too (q/k rows of 2 bytes per element moved as stored): an F16
+// file re-exported as F16 holds the same tensors, byte for byte; and sensitivity takes a GGUF.
+TEST(GgufInputE2E, HalfPrecisionInputsRoundTripAndSensitivityRuns) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const fs::path f16 = tmp / "f16.gguf", again = tmp / "again.gguf";
+  ASSERT_EQ(test::run_qforge("quantize " + test::quote(stories_gguf()) + " -o " +
+                             test::quote(f16) + " --export gguf --format f16")
+                .exit_code,
+            0);
+  const auto r = test::run_qforge("quantize " + test::quote(f16) + " -o " + test::quote(again) +
+                                  " --export gguf --format f16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const GgufFile a = GgufFile::open(f16), b = GgufFile::open(again);
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  int half = 0;
+  for (size_t i = 0; i < a.tensors().size(); ++i) {
+    const GgufTensorInfo &ta = a.tensors()[i], &tb = b.tensors()[i];
+    EXPECT_EQ(ta.name, tb.name);
+    EXPECT_EQ(ta.type, tb.type) << ta.name;
+    half += ta.type == GgmlType::F16;
+    const auto da = a.view(ta).data, db = b.view(tb).data;
+    ASSERT_EQ(da.size(), db.size()) << ta.name;
+    EXPECT_EQ(std::memcmp(da.data(), db.data(), da.size()), 0) << ta.name << " differs";
+  }
+  EXPECT_GT(half, 30);  // the Linears (norms stay F32)
+  const auto s = test::run_qforge(
+      "sensitivity " + test::quote(f16) + " --calib " +
+      test::quote(test::fixtures_dir() / "corpora/tinystories_valid_subset.txt") +
+      " --calib-samples 4 --calib-seq 64 --json");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_FALSE(nlohmann::json::parse(s.out)["modules"].empty()) << s.out;
+}
+
 TEST(GgufInputE2E, QuantizedAndTruncatedInputsAreOneLineErrors) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
