@@ -273,7 +273,7 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
     report.tensors.push_back({p.spec.name, std::string(info.name), p.spec.ne, bytes.size(), p.note});
   }
   writer.finish();
-  for (const auto& s : model.checkpoint->shards()) report.bytes_in += s->file_size();
+  report.bytes_in = model.input_bytes();
   report.bytes_out = fs::file_size(out);
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

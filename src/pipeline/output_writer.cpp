@@ -229,7 +229,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
   const OutputLayout layout = plan_output(source, plan, exporter, options.max_shard_bytes);
   const std::vector<OutputItem>& items = layout.items;
 
-  for (const auto& s : ckpt.shards()) report.bytes_in += s->file_size();
+  report.bytes_in += source.input_bytes();
   // Data-free algorithms quantize as they write; after calibration the results are ready.
   Progress progress(calibration.precomputed.empty() ? "quantize+write" : "write",
                     ProgressUnit::bytes, double(ckpt.tensor_bytes()), options.progress);

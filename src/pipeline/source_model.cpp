@@ -27,6 +27,13 @@ SourceModel SourceModel::open(const std::filesystem::path& dir,
   return m;
 }
 
+uint64_t SourceModel::input_bytes() const {
+  if (gguf) return gguf->file_size();
+  uint64_t n = 0;
+  for (const auto& s : checkpoint->shards()) n += s->file_size();
+  return n;
+}
+
 bool SourceModel::is_gpt_oss_mxfp4() const {
   const DetectedTarget t = detect_target(*checkpoint, dir.string());
   return t.reader && t.reader->name() == "gpt-oss-mxfp4";

@@ -34,6 +34,9 @@ struct SourceModel {
   // (config.json's quantization_config, ModelOpt's hf_quant_config.json) or holds quantized
   // tensors (scales, packed codes, FP8 weights) -- before any shape check can fail on them.
   void require_unquantized(std::string_view command) const;
+  // Bytes of the input files: the shards, or the GGUF file (not the in-memory q/k copy its
+  // checkpoint view holds as a second file).
+  uint64_t input_bytes() const;
   // Whether this is gpt-oss's original MXFP4 release (quantization_config quant_method "mxfp4":
   // routed experts MXFP4, the rest float), which `quantize` casts to NVFP4.
   bool is_gpt_oss_mxfp4() const;
