@@ -79,6 +79,8 @@ nlohmann::json gguf_llama_config(const GgufFile& f) {
          label, arch);
   const uint32_t hidden = f.get_u32("llama.embedding_length");
   const uint32_t heads = f.get_u32("llama.attention.head_count");
+  // Found by the gguf_input fuzz harness: the head size below divides by it.
+  if (heads == 0) fail("{}: llama.attention.head_count is 0", label);
   const uint32_t kv = f.find("llama.attention.head_count_kv")
                           ? f.get_u32("llama.attention.head_count_kv") : heads;
   const uint32_t head_dim = f.find("llama.attention.key_length")

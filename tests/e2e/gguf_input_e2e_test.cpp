@@ -4,6 +4,7 @@
 // made from either must be the same: the GGUF export tensor for tensor, the ModelOpt export's KL.
 // Quantized and truncated inputs are one-line errors.
 #include "io/gguf_file.h"
+#include "io/gguf_writer.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace qf {
@@ -181,6 +183,18 @@ TEST(GgufInputE2E, QuantizedAndTruncatedInputsAreOneLineErrors) {
                        " --format nvfp4"),
       q8.string() + ": tensor 'token_embd.weight' is q8_0: quantize reads GGUF files whose "
                     "weights are F32, F16 or BF16");
+  // A header whose head count is 0 (a fuzzer's finding: the head size divided by it).
+  GgufMetadata zero_heads;
+  zero_heads.set_string("general.architecture", "llama");
+  for (const char* key : {"llama.embedding_length", "llama.attention.head_count",
+                          "llama.feed_forward_length", "llama.block_count"})
+    zero_heads.set_u32(key, std::string_view(key) == "llama.attention.head_count" ? 0 : 8);
+  const fs::path zero = tmp / "zero-heads.gguf";
+  GgufWriter w(zero, zero_heads, {});
+  w.finish();
+  expect_one_line_error(test::run_qforge("quantize " + test::quote(zero) + " -o " +
+                                         test::quote(tmp / "o3") + " --format nvfp4"),
+                        zero.string() + ": llama.attention.head_count is 0");
   const std::string bytes = test::read_file(stories_gguf());
   const fs::path cut = tmp / "cut.gguf";
   test::write_file(cut, bytes.substr(0, bytes.size() / 2));
