@@ -4,7 +4,10 @@
 //     prefix, `tokenizer.ggml.add_space_prefix`, default true) at its start and after each
 //     special token, spaces become U+2581, then adjacent pieces merge highest score first
 //     (leftmost among equal scores) while the merged text is a token; a character left that is
-//     no token becomes its <0xXX> byte tokens. This is sentencepiece's BPE encoding.
+//     no token becomes its <0xXX> byte tokens. These are sentencepiece's BPE merges, but not its
+//     normalizer: a model trained with remove_extra_whitespaces (llama2.c's) gets runs of spaces
+//     and spaces at the ends as llama.cpp encodes them, not merged or dropped as libsentencepiece
+//     does (the GGUF does not record the setting).
 //   "gpt2" (byte-level BPE): tokens and ranked merges; `tokenizer.ggml.pre` names the
 //     pre-tokenizer regex, only the names whose regex qforge implements are accepted.
 // Before either, the text is cut at the special tokens (types control, user-defined and
@@ -24,7 +27,6 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <cstdio>
 #include <memory>
 #include <queue>
 
