@@ -25,8 +25,9 @@ namespace qf::cli {
 void add_tokenizer_option(CLI::App* cmd, std::string& dir) {
   cmd->add_option("--tokenizer", dir,
                   "Read the tokenizer (tokenizer.json, tokenizer.model or vocab.json + merges.txt, "
-                  "with tokenizer_config.json) from this directory instead of the model "
-                  "directory (default: the model directory)");
+                  "with tokenizer_config.json; or a .gguf file's embedded one) from this "
+                  "directory instead of the model directory (default: the model directory, or "
+                  "a .gguf model's own tokenizer)");
 }
 
 }  // namespace qf::cli

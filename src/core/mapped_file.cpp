@@ -129,6 +129,21 @@ MappedFile MappedFile::open(const std::filesystem::path& path) {
   return f;
 }
 
+MappedFile MappedFile::copy_of(std::span<const std::byte> bytes, const std::filesystem::path& path) {
+  MappedFile f;
+  f.path_ = path;
+  f.size_ = bytes.size();
+  f.anonymous_ = true;
+  if (f.size_ == 0) return f;
+  void* p = ::mmap(nullptr, f.size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) fail("{}: cannot map {} bytes of memory: {}", path.string(), f.size_, std::strerror(errno));
+  std::memcpy(p, bytes.data(), f.size_);
+  // Read-only like a file mapping, so a stray write faults instead of changing the model.
+  ::mprotect(p, f.size_, PROT_READ);
+  f.data_ = static_cast<std::byte*>(p);
+  return f;
+}
+
 MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
@@ -137,6 +152,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    anonymous_ = std::exchange(other.anonymous_, false);
   }
   return *this;
 }
@@ -146,7 +162,7 @@ MappedFile::~MappedFile() {
 }
 
 void MappedFile::release(size_t offset, size_t length) const {
-  if (!data_ || length == 0 || offset >= size_) return;
+  if (!data_ || anonymous_ || length == 0 || offset >= size_) return;
   const size_t page = size_t(::sysconf(_SC_PAGESIZE));
   // Only whole pages inside the range: neighbours may still be in use.
   size_t begin = (offset + page - 1) / page * page;

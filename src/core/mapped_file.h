@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,11 @@ class MappedFile {
   // or is not a regular file (a FIFO, device or directory is refused without blocking).
   // An empty file maps to size() == 0 and data() == nullptr.
   static MappedFile open(const std::filesystem::path& path);
+  // A read-only anonymous mapping holding a copy of `bytes`, named `path` (the file it was
+  // derived from, for messages): bytes computed from a file (rows put in another order) that
+  // readers take like the file's own. release() keeps its pages (dropping anonymous pages
+  // would lose them). Throws qf::Error naming `path` if the memory cannot be mapped.
+  static MappedFile copy_of(std::span<const std::byte> bytes, const std::filesystem::path& path);
 
   MappedFile() = default;
   MappedFile(MappedFile&& other) noexcept;
@@ -34,6 +40,7 @@ class MappedFile {
   std::filesystem::path path_;
   std::byte* data_ = nullptr;
   size_t size_ = 0;
+  bool anonymous_ = false;  // copy_of: no file behind the pages
 };
 
 // The whole of a regular file as bytes (a FIFO or device is refused without blocking, so

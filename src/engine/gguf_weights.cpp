@@ -105,73 +105,14 @@ class GgufLoader {
   mutable std::set<std::string> read_;  // tensors handed out so far
 };
 
-// config.json's fields from llama.* metadata, so that Architecture::from_config (the one place
-// that knows what a Llama is) builds the layer specs.
-nlohmann::json llama_config(const GgufFile& f) {
-  const std::string label = f.path().string();
-  const std::string_view arch = f.get_string("general.architecture");
-  if (arch != "llama")
-    fail("{}: general.architecture '{}' is not supported (qforge reads GGUF files of 'llama')",
-         label, arch);
-  const uint32_t hidden = f.get_u32("llama.embedding_length");
-  const uint32_t heads = f.get_u32("llama.attention.head_count");
-  const uint32_t kv = f.find("llama.attention.head_count_kv")
-                          ? f.get_u32("llama.attention.head_count_kv") : heads;
-  const uint32_t head_dim = f.find("llama.attention.key_length")
-                                ? f.get_u32("llama.attention.key_length") : hidden / heads;
-  if (f.find("llama.attention.value_length") &&
-      f.get_u32("llama.attention.value_length") != head_dim)
-    fail("{}: llama.attention.value_length {} differs from key_length {} (not supported)", label,
-         f.get_u32("llama.attention.value_length"), head_dim);
-  if (f.find("llama.expert_count") && f.get_u32("llama.expert_count") > 0)
-    fail("{}: llama.expert_count {}: mixture-of-experts GGUF files are not supported", label,
-         f.get_u32("llama.expert_count"));
-  if (f.find("llama.rope.dimension_count") && f.get_u32("llama.rope.dimension_count") != head_dim)
-    fail("{}: llama.rope.dimension_count {} differs from the head size {} (partial rotary is "
-         "not supported)", label, f.get_u32("llama.rope.dimension_count"), head_dim);
-  int64_t vocab = f.find("llama.vocab_size") ? f.get_u32("llama.vocab_size")
-                                             : int64_t(f.get_string_array("tokenizer.ggml.tokens").size());
-  nlohmann::json c;
-  c["architectures"] = {"LlamaForCausalLM"};
-  c["model_type"] = "llama";
-  c["hidden_size"] = hidden;
-  c["intermediate_size"] = f.get_u32("llama.feed_forward_length");
-  c["num_hidden_layers"] = f.get_u32("llama.block_count");
-  c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = kv;
-  c["head_dim"] = head_dim;
-  c["vocab_size"] = vocab;
-  c["max_position_embeddings"] = f.get_u32("llama.context_length");
-  c["rms_norm_eps"] = gguf_decimal(f.get_f32("llama.attention.layer_norm_rms_epsilon"));
-  c["rope_theta"] = f.find("llama.rope.freq_base") ? gguf_decimal(f.get_f32("llama.rope.freq_base"))
-                                                   : 10000.0;
-  if (f.find("llama.rope.scaling.type")) {
-    const std::string_view type = f.get_string("llama.rope.scaling.type");
-    if (type == "linear")
-      c["rope_scaling"] = {{"type", "linear"},
-                           {"factor", gguf_decimal(f.get_f32("llama.rope.scaling.factor"))}};
-    else if (type != "none")
-      fail("{}: llama.rope.scaling.type '{}' is not supported", label, type);
-  }
-  c["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
-  c["hidden_act"] = "silu";
-  return c;
-}
-
-// Rows of a q/k projection back from llama.cpp's interleaved-pair order to Hugging Face's
-// rotate-half order (the inverse of what the converter does): whole rows move, so quantized
-// rows are copied as they are.
+// Rows of a q/k projection back in Hugging Face's rotate-half order: whole rows move, so
+// quantized rows are copied as they are.
 std::shared_ptr<std::vector<std::byte>> unpermute_rows(LinearWeight& w, int64_t heads,
                                                        int64_t head_dim) {
   const uint64_t stride = w.stored_bytes() / uint64_t(w.rows);
   auto out = std::make_shared<std::vector<std::byte>>(stride * uint64_t(w.rows));
-  const auto* in = static_cast<const std::byte*>(w.data);
-  const int64_t half = head_dim / 2;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < half; ++i)
-      for (int64_t j = 0; j < 2; ++j)
-        std::memcpy(out->data() + uint64_t(h * head_dim + j * half + i) * stride,
-                    in + uint64_t(h * head_dim + 2 * i + j) * stride, stride);
+  gguf_unpermute_qk_row_bytes(static_cast<const std::byte*>(w.data), out->data(), heads, head_dim,
+                              stride);
   w.data = out->data();
   return out;
 }
@@ -183,7 +124,7 @@ ModelWeights ModelWeights::load_gguf(const std::filesystem::path& path) {
   const GgufFile& f = *file;
   ModelWeights mw;
   mw.gguf = file;
-  mw.arch = Architecture::from_config(llama_config(f), path.string());
+  mw.arch = Architecture::from_config(gguf_llama_config(f), path.string());
   GgufLoader ld(f);
   if (f.find_tensor("rope_freqs.weight")) {
     // Llama 3.1+ (convert_hf_to_gguf's rope_freqs): plain RoPE, each frequency divided by its

@@ -124,19 +124,7 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     fail("{}: no {} or {} (not a safetensors checkpoint)", dir.string(), kSingle, kIndex);
   }
 
-  // Stored tensors, each in exactly one shard.
-  std::map<std::string, size_t> shard_of;  // stored name -> shard index
-  for (size_t s = 0; s < c.shards_.size(); ++s) {
-    const SafetensorsFile& f = *c.shards_[s];
-    for (const SafetensorsEntry& e : f.tensors()) {
-      const auto [it, inserted] = shard_of.emplace(e.name, s);
-      if (!inserted)
-        fail("{}: tensor {} is stored in two shards, {} and {}", dir.string(), quote_name(e.name),
-             c.shards_[it->second]->path().filename().string(), f.path().filename().string());
-      c.by_name_.emplace(e.name, c.tensors_.size());
-      c.tensors_.push_back({e.name, &f, &e});
-    }
-  }
+  c.index_shards();
 
   // Aliases: a metadata value naming a tensor stored in the same shard (transformers writes
   // tied weights this way). Stored names win over aliases; the first shard's alias wins.
@@ -168,6 +156,33 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     c.extra_files_.push_back(name);
   }
   std::sort(c.extra_files_.begin(), c.extra_files_.end());
+  return c;
+}
+
+void Checkpoint::index_shards() {
+  // Stored tensors, each in exactly one shard.
+  std::map<std::string, size_t> shard_of;  // stored name -> shard index
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const SafetensorsFile& f = *shards_[s];
+    for (const SafetensorsEntry& e : f.tensors()) {
+      const auto [it, inserted] = shard_of.emplace(e.name, s);
+      if (!inserted)
+        fail("{}: tensor {} is stored in two shards, {} and {}", dir_.string(), quote_name(e.name),
+             shards_[it->second]->path().filename().string(), f.path().filename().string());
+      by_name_.emplace(e.name, tensors_.size());
+      tensors_.push_back({e.name, &f, &e});
+    }
+  }
+}
+
+Checkpoint Checkpoint::from_files(const fs::path& dir, const nlohmann::ordered_json& config,
+                                  std::vector<std::unique_ptr<SafetensorsFile>> files) {
+  Checkpoint c;
+  c.dir_ = dir;
+  c.ordered_config_ = config;
+  c.config_ = nlohmann::json::parse(config.dump());
+  c.shards_ = std::move(files);
+  c.index_shards();
   return c;
 }
 

@@ -41,6 +41,12 @@ class Checkpoint {
   // config.json, an index naming a missing shard or a path outside `dir`, an invalid shard, a
   // tensor listed in the index but absent from its shard, the same tensor in two shards.
   static Checkpoint open(const std::filesystem::path& dir);
+  // A checkpoint made of files opened elsewhere (a GGUF file's tensors under Hugging Face
+  // names, model/gguf_checkpoint.h): `config` stands for config.json, `dir` names the input in
+  // messages; no aliases, no extra files. Throws qf::Error for a tensor in two files.
+  static Checkpoint from_files(const std::filesystem::path& dir,
+                               const nlohmann::ordered_json& config,
+                               std::vector<std::unique_ptr<SafetensorsFile>> files);
 
   const std::filesystem::path& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
@@ -79,6 +85,8 @@ class Checkpoint {
   void share_tensor(const std::string& name, const std::vector<std::string>& names);
 
  private:
+  void index_shards();  // tensors_ and by_name_ from shards_
+
   std::filesystem::path dir_;
   nlohmann::json config_;
   nlohmann::ordered_json ordered_config_;

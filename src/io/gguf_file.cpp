@@ -295,8 +295,8 @@ GgufHeader parse_gguf(std::span<const std::byte> bytes, const std::string& label
 
 GgufFile GgufFile::open(const std::filesystem::path& path) {
   GgufFile f;
-  f.file_ = MappedFile::open(path);
-  f.header_ = parse_gguf(std::span(f.file_.data(), f.file_.size()), path.string());
+  f.file_ = std::make_shared<const MappedFile>(MappedFile::open(path));
+  f.header_ = parse_gguf(std::span(f.file_->data(), f.file_->size()), path.string());
   return f;
 }
 
@@ -363,7 +363,7 @@ std::vector<int32_t> GgufFile::get_i32_array(std::string_view key) const {
 }
 
 GgufTensorView GgufFile::view(const GgufTensorInfo& tensor) const {
-  return {&tensor, std::span(file_.data() + header_.data_offset + tensor.offset,
+  return {&tensor, std::span(file_->data() + header_.data_offset + tensor.offset,
                              size_t(tensor.nbytes))};
 }
 

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -105,11 +106,13 @@ class GgufFile {
   // Maps and validates the file. Throws qf::Error naming the file and the problem.
   static GgufFile open(const std::filesystem::path& path);
 
-  const std::filesystem::path& path() const { return file_.path(); }
+  const std::filesystem::path& path() const { return file_->path(); }
   uint32_t version() const { return header_.version; }
   uint32_t alignment() const { return header_.alignment; }
   uint64_t data_offset() const { return header_.data_offset; }
-  uint64_t file_size() const { return file_.size(); }
+  uint64_t file_size() const { return file_->size(); }
+  // The mapping the views point into (shared, so views can outlive this object).
+  const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
   const std::vector<GgufKv>& metadata() const { return header_.kvs; }
   const std::vector<GgufTensorInfo>& tensors() const { return header_.tensors; }
 
@@ -136,7 +139,7 @@ class GgufFile {
  private:
   const GgufValue& get(std::string_view key, GgufType type) const;
 
-  MappedFile file_;
+  std::shared_ptr<const MappedFile> file_;
   GgufHeader header_;
 };
 

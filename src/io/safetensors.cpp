@@ -230,15 +230,44 @@ SafetensorsHeader parse_safetensors_bytes(std::span<const std::byte> bytes,
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   SafetensorsFile f;
-  f.file_ = MappedFile::open(path);
-  f.header_ = parse_safetensors_bytes(std::span(f.file_.data(), f.file_.size()), path.string(),
+  f.file_ = std::make_shared<const MappedFile>(MappedFile::open(path));
+  f.header_ = parse_safetensors_bytes(std::span(f.file_->data(), f.file_->size()), path.string(),
                                       &f.data_start_);
-  f.by_name_.resize(f.header_.tensors.size());
-  for (uint32_t i = 0; i < f.by_name_.size(); ++i) f.by_name_[i] = i;
-  std::sort(f.by_name_.begin(), f.by_name_.end(), [&f](uint32_t a, uint32_t b) {
-    return f.header_.tensors[a].name < f.header_.tensors[b].name;
-  });
+  f.index_names();
   return f;
+}
+
+SafetensorsFile SafetensorsFile::over(std::shared_ptr<const MappedFile> file, uint64_t data_start,
+                                      std::vector<SafetensorsEntry> entries) {
+  const std::string label = file->path().string();
+  std::sort(entries.begin(), entries.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin; });
+  uint64_t previous_end = 0;
+  for (const SafetensorsEntry& e : entries) {
+    uint64_t numel = 1;
+    for (const int64_t d : e.shape) numel *= uint64_t(d);
+    if (e.begin < previous_end || e.end < e.begin || data_start > file->size() ||
+        e.end > file->size() - data_start || e.end - e.begin != numel * dtype_size(e.dtype))
+      fail("{}: tensor '{}' does not lie in the file as its shape says", label, e.name);
+    previous_end = e.end;
+  }
+  SafetensorsFile f;
+  f.file_ = std::move(file);
+  f.data_start_ = data_start;
+  f.header_.tensors = std::move(entries);
+  f.index_names();
+  for (size_t i = 1; i < f.by_name_.size(); ++i)
+    if (f.header_.tensors[f.by_name_[i]].name == f.header_.tensors[f.by_name_[i - 1]].name)
+      fail("{}: tensor '{}' appears twice", label, f.header_.tensors[f.by_name_[i]].name);
+  return f;
+}
+
+void SafetensorsFile::index_names() {
+  by_name_.resize(header_.tensors.size());
+  for (uint32_t i = 0; i < by_name_.size(); ++i) by_name_[i] = i;
+  std::sort(by_name_.begin(), by_name_.end(), [this](uint32_t a, uint32_t b) {
+    return header_.tensors[a].name < header_.tensors[b].name;
+  });
 }
 
 const SafetensorsEntry* SafetensorsFile::find(std::string_view name) const {
@@ -253,18 +282,18 @@ TensorView SafetensorsFile::view(const SafetensorsEntry& entry) const {
   TensorView v;
   v.dtype = entry.dtype;
   v.shape = entry.shape;
-  v.data = file_.data() + data_start_ + entry.begin;
+  v.data = file_->data() + data_start_ + entry.begin;
   v.nbytes = size_t(entry.end - entry.begin);
   return v;
 }
 
 void SafetensorsFile::release(const SafetensorsEntry& entry) const {
-  file_.release(size_t(data_start_ + entry.begin), size_t(entry.end - entry.begin));
+  file_->release(size_t(data_start_ + entry.begin), size_t(entry.end - entry.begin));
 }
 
 void SafetensorsFile::release(const SafetensorsEntry& entry, uint64_t offset,
                               uint64_t length) const {
-  file_.release(size_t(data_start_ + entry.begin + offset), size_t(length));
+  file_->release(size_t(data_start_ + entry.begin + offset), size_t(length));
 }
 
 }  // namespace qf

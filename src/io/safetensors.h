@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,8 +52,14 @@ class SafetensorsFile {
  public:
   // Maps and validates the file. Throws qf::Error naming the file and the problem.
   static SafetensorsFile open(const std::filesystem::path& path);
+  // Tensors whose bytes lie in a mapping opened elsewhere (a GGUF file's float tensors under
+  // Hugging Face names): `entries` with offsets relative to `data_start`. Entries may leave
+  // gaps (alignment padding) but must not overlap, and each must hold exactly its shape's bytes
+  // inside the mapping; names must be unique. Throws qf::Error naming the mapping's path.
+  static SafetensorsFile over(std::shared_ptr<const MappedFile> file, uint64_t data_start,
+                              std::vector<SafetensorsEntry> entries);
 
-  const std::filesystem::path& path() const { return file_.path(); }
+  const std::filesystem::path& path() const { return file_->path(); }
   const std::vector<SafetensorsEntry>& tensors() const { return header_.tensors; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
   // nullptr if absent.
@@ -63,10 +70,12 @@ class SafetensorsFile {
   void release(const SafetensorsEntry& entry) const;
   // The same for `length` bytes starting `offset` bytes into the entry's data.
   void release(const SafetensorsEntry& entry, uint64_t offset, uint64_t length) const;
-  uint64_t file_size() const { return file_.size(); }
+  uint64_t file_size() const { return file_->size(); }
 
  private:
-  MappedFile file_;
+  void index_names();
+
+  std::shared_ptr<const MappedFile> file_;  // shared with the GGUF reader for over()
   SafetensorsHeader header_;
   uint64_t data_start_ = 0;
   std::vector<uint32_t> by_name_;  // indices into header_.tensors, sorted by name, for find()

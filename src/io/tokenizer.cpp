@@ -142,15 +142,19 @@ namespace qf {
 std::unique_ptr<Tokenizer> Tokenizer::load_for_model(const fs::path& model_dir,
                                                      const fs::path& tokenizer_dir,
                                                      const json* model_config) {
-  if (tokenizer_dir.empty() && is_gguf_file(model_dir))
-    fail("{}: qforge does not read a GGUF file's tokenizer yet; pass --tokenizer DIR (the "
-         "original model's directory)", model_dir.string());
+  if (tokenizer_dir.empty() && is_gguf_file(model_dir)) return load_gguf(model_dir);
+  if (is_gguf_file(tokenizer_dir)) return load_gguf(tokenizer_dir);
   if (tokenizer_dir.empty()) return load(model_dir, model_config);
   std::error_code ec;
   if (fs::exists(tokenizer_dir / "config.json", ec)) return load(tokenizer_dir);
   // A bare tokenizer folder: the model's own config supplies bos_token_id / eos_token_id.
   const json config = model_config ? *model_config : read_optional_config(model_dir / "config.json");
   return load(tokenizer_dir, &config);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::load_gguf(const fs::path& file) {
+  const GgufFile f = GgufFile::open(file);
+  return tok::load_gguf_tokenizer(f);
 }
 
 bool Tokenizer::present(const fs::path& dir) {

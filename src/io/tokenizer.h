@@ -36,11 +36,19 @@ class Tokenizer {
   // not read again).
   static std::unique_ptr<Tokenizer> load(const std::filesystem::path& dir,
                                          const nlohmann::json* config = nullptr);
+  // The tokenizer a GGUF file carries in its tokenizer.* metadata, encoding as llama.cpp
+  // does: "llama" (sentencepiece-style: scores, byte tokens, the dummy prefix) or "gpt2"
+  // (byte-level BPE with merges; tokenizer.ggml.pre must name a pre-tokenizer regex qforge
+  // implements: gpt-2, llama3/llama-bpe, qwen2 and their aliases). Special tokens (control,
+  // user-defined, unknown) written in the text are encoded as themselves; BOS/EOS and
+  // add_bos_token come from the metadata, else llama.cpp's defaults. Throws qf::Error naming
+  // the file and the value for any other tokenizer, and for malformed metadata.
+  static std::unique_ptr<Tokenizer> load_gguf(const std::filesystem::path& file);
   // The tokenizer of the model in `model_dir`, read from `tokenizer_dir` instead when that is
   // not empty (--tokenizer): its BOS/EOS come from tokenizer_dir's own configs, and the
   // model's config.json (`model_config` when already parsed) stands in for a config.json
-  // tokenizer_dir does not have. Throws qf::Error as load(), and for a GGUF file without
-  // tokenizer_dir (its tokenizer metadata is not read yet).
+  // tokenizer_dir does not have. A GGUF file (as the model, or as tokenizer_dir) gives its
+  // embedded tokenizer (load_gguf). Throws qf::Error as load() and load_gguf().
   static std::unique_ptr<Tokenizer> load_for_model(const std::filesystem::path& model_dir,
                                                    const std::filesystem::path& tokenizer_dir,
                                                    const nlohmann::json* model_config = nullptr);

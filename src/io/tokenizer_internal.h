@@ -13,6 +13,10 @@
 #include <string_view>
 #include <vector>
 
+namespace qf {
+class GgufFile;
+}
+
 namespace qf::tok {
 
 // The largest token id a tokenizer file may use. Real vocabularies hold at most a few hundred
@@ -117,5 +121,18 @@ std::unique_ptr<TokenizerBase> load_hf_json(const std::filesystem::path& json_fi
 std::unique_ptr<TokenizerBase> load_vocab_merges(const std::filesystem::path& vocab_file,
                                                  const std::filesystem::path& merges_file,
                                                  std::vector<AddedToken> added_tokens);
+// The tokenizer of a GGUF file's tokenizer.* metadata (tokenizer_gguf.cpp): "llama" (SPM) or
+// "gpt2" (byte-level BPE with a pre-tokenizer qforge implements); anything else is refused
+// naming the file and the value.
+std::unique_ptr<TokenizerBase> load_gguf_tokenizer(const GgufFile& file);
+// The pre-tokenizer a `tokenizer.ggml.pre` name stands for, or nullptr when qforge does not
+// implement it; and the names it implements, comma-separated.
+struct GgufPreTokenizer {
+  std::string_view regex;  // Hugging Face's spelling of llama.cpp's regex
+  bool ignore_merges;      // a word that is a whole token is that token (llama.cpp's LLAMA3)
+  bool add_bos;            // llama.cpp's default for add_bos_token
+};
+const GgufPreTokenizer* gguf_pre_tokenizer(std::string_view name);
+std::string gguf_pre_tokenizer_names();
 
 }  // namespace qf::tok

@@ -7,6 +7,9 @@
 
 #include "model/architecture.h"
 
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -22,5 +25,20 @@ std::string gguf_llama_linear_name(const LinearModule& m);
 void gguf_permute_qk_rows(float* rows, int64_t n_head, int64_t head_dim, int64_t cols);
 // The inverse (llama.cpp order back to Hugging Face's), for reading GGUF files and for tests.
 void gguf_unpermute_qk_rows(float* rows, int64_t n_head, int64_t head_dim, int64_t cols);
+
+// The same inverse on stored rows of `row_bytes` bytes each (any type: whole rows move), from
+// `in` to `out` (n_head * head_dim rows each, not overlapping).
+void gguf_unpermute_qk_row_bytes(const std::byte* in, std::byte* out, int64_t n_head,
+                                 int64_t head_dim, uint64_t row_bytes);
+
+class GgufFile;
+// The config.json fields of a GGUF file of llama.cpp's "llama" architecture, built from its
+// llama.* metadata (and tokenizer.ggml.bos/eos_token_id), for Architecture::from_config: the
+// one description of a Llama, shared by the engine's GGUF loader and the quantizer's GGUF
+// input. Throws qf::Error naming the file for another architecture and for what qforge does not
+// compute (mixture of experts, partial rotary, RoPE scaling other than linear). A
+// `rope_freqs.weight` tensor (Llama 3.1+) is not expressed in the config: the engine reads it
+// itself (RopeType::freq_factors), the quantizer's GGUF input refuses it.
+nlohmann::json gguf_llama_config(const GgufFile& f);
 
 }  // namespace qf

@@ -7,6 +7,7 @@
 #include "core/thread_pool.h"
 #include "formats/ggml_fp4_repack.h"
 #include "formats/nvfp4.h"
+#include "io/gguf_file.h"
 #include "io/gguf_vocab.h"
 #include "io/gguf_writer.h"
 #include "model/gguf_llama_layout.h"
@@ -148,6 +149,45 @@ std::vector<Planned> plan_tensors(const SourceModel& model, const GgufFileType& 
   return out;
 }
 
+// A GGUF input's tokenizer.* metadata, copied key by key as it is (vocabulary, scores, types,
+// merges, specials, chat template): the input's tokenizer is the one llama.cpp already reads.
+std::string copy_gguf_tokenizer(const GgufFile& in, GgufMetadata& m) {
+  std::string model = "?";
+  int64_t tokens = 0;
+  for (const GgufKv& kv : in.metadata()) {
+    if (!kv.key.starts_with("tokenizer.")) continue;
+    const GgufValue& v = kv.value;
+    if (v.type == GgufType::STRING) {
+      m.set_string(kv.key, v.str);
+      if (kv.key == "tokenizer.ggml.model") model = std::string(v.str);
+    } else if (v.type == GgufType::ARRAY && v.elem == GgufType::STRING) {
+      m.set_string_array(kv.key, std::vector<std::string>(v.strings.begin(), v.strings.end()));
+      if (kv.key == "tokenizer.ggml.tokens") tokens = int64_t(v.count);
+    } else if (v.type == GgufType::ARRAY) {
+      m.set_array(kv.key, v.elem, v.count,
+                  std::span(v.elems, size_t(v.count * gguf_scalar_size(v.elem))));
+    } else {
+      // A scalar as a one-element array's bytes would change its type; the typed setters keep it.
+      const uint64_t b = v.bits;
+      switch (v.type) {
+        case GgufType::U8: m.set_u8(kv.key, uint8_t(b)); break;
+        case GgufType::I8: m.set_i8(kv.key, int8_t(b)); break;
+        case GgufType::U16: m.set_u16(kv.key, uint16_t(b)); break;
+        case GgufType::I16: m.set_i16(kv.key, int16_t(b)); break;
+        case GgufType::U32: m.set_u32(kv.key, uint32_t(b)); break;
+        case GgufType::I32: m.set_i32(kv.key, int32_t(b)); break;
+        case GgufType::U64: m.set_u64(kv.key, b); break;
+        case GgufType::I64: m.set_i64(kv.key, int64_t(b)); break;
+        case GgufType::F32: m.set_f32(kv.key, float(v.as_f64())); break;
+        case GgufType::F64: m.set_f64(kv.key, v.as_f64()); break;
+        case GgufType::BOOL: m.set_bool(kv.key, b != 0); break;
+        default: break;
+      }
+    }
+  }
+  return fmt::format("{} ({} metadata, {} tokens, copied)", model, in.path().string(), tokens);
+}
+
 std::vector<float> read_floats(const CheckpointTensor& t) {
   const TensorData d = read_tensor(t);
   const DType dt = d.view.dtype;
@@ -179,11 +219,15 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
   GgufMetadata meta;
   add_model_metadata(model, *ft, meta);
   const std::vector<Planned> plan = plan_tensors(model, *ft);
-  const fs::path tok_dir = model.tokenizer_dir.empty() ? model.dir : model.tokenizer_dir;
-  const GgufVocabInfo vocab =
-      add_gguf_vocab(tok_dir, model.tokenizer(), plan.front().spec.ne[1], meta);
-  report.tokenizer = fmt::format("{} ({}, {} tokens{})", vocab.model, vocab.source, vocab.tokens,
-                                 vocab.padded ? fmt::format(", {} padding", vocab.padded) : "");
+  if (model.gguf && model.tokenizer_dir.empty()) {
+    report.tokenizer = copy_gguf_tokenizer(*model.gguf, meta);
+  } else {
+    const fs::path tok_dir = model.tokenizer_dir.empty() ? model.dir : model.tokenizer_dir;
+    const GgufVocabInfo vocab =
+        add_gguf_vocab(tok_dir, model.tokenizer(), plan.front().spec.ne[1], meta);
+    report.tokenizer = fmt::format("{} ({}, {} tokens{})", vocab.model, vocab.source, vocab.tokens,
+                                   vocab.padded ? fmt::format(", {} padding", vocab.padded) : "");
+  }
 
   std::vector<GgufTensorSpec> specs;
   for (const Planned& p : plan) specs.push_back(p.spec);
@@ -240,7 +284,7 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
     report.tensors.push_back({p.spec.name, std::string(info.name), p.spec.ne, bytes.size(), p.note});
   }
   writer.finish();
-  for (const auto& s : model.checkpoint->shards()) report.bytes_in += s->file_size();
+  report.bytes_in = model.input_bytes();
   report.bytes_out = fs::file_size(out);
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -8,6 +8,7 @@
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"
 #include "io/shard_layout.h"
+#include "io/tokenizer_gguf_export.h"
 
 #include <fmt/format.h>
 
@@ -228,7 +229,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
   const OutputLayout layout = plan_output(source, plan, exporter, options.max_shard_bytes);
   const std::vector<OutputItem>& items = layout.items;
 
-  for (const auto& s : ckpt.shards()) report.bytes_in += s->file_size();
+  report.bytes_in += source.input_bytes();
   // Data-free algorithms quantize as they write; after calibration the results are ready.
   Progress progress(calibration.precomputed.empty() ? "quantize+write" : "write",
                     ProgressUnit::bytes, double(ckpt.tensor_bytes()), options.progress);
@@ -404,6 +405,17 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
     for (const std::string& name : Tokenizer::files_in(source.tokenizer_dir))
       if (std::find(extra.begin(), extra.end(), name) == extra.end())
         copy(source.tokenizer_dir / name, name);
+  }
+  // A GGUF input's tokenizer is metadata: written as tokenizer.json + tokenizer_config.json
+  // that encode as it does; one qforge cannot express is said, not silently left out.
+  if (source.gguf && source.tokenizer_dir.empty()) {
+    try {
+      write_hf_tokenizer_files(*source.gguf, staging_dir);
+    } catch (const Error& e) {
+      report.warnings.push_back(fmt::format(
+          "{}; no tokenizer files are written (--tokenizer DIR, the original model's directory, "
+          "copies them)", e.what()));
+    }
   }
 }
 

@@ -130,9 +130,8 @@ QuantizeReport plan_quantization(const SourceModel& source, const QuantizeOption
   const ModulePlan plan = plan_modules(source, options, *exporter);
   QuantizeReport report = planned_report(plan, options, out_dir);
   report.dry_run = true;
-  const Checkpoint& ckpt = *source.checkpoint;
   const Architecture& arch = source.arch;
-  for (const auto& s : ckpt.shards()) report.bytes_in += s->file_size();
+  report.bytes_in += source.input_bytes();
   const OutputLayout layout = plan_output(source, plan, *exporter, options.max_shard_bytes);
   for (const OutputShard& shard : layout.shards)
     report.bytes_out += safetensors_file_size(shard.specs, shard.metadata);

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "io/gguf_file.h"
 #include "model/expert_tensors.h"
+#include "model/gguf_checkpoint.h"
 #include "targets/target.h"
 
 #include <algorithm>
@@ -11,15 +12,26 @@ namespace qf {
 
 SourceModel SourceModel::open(const std::filesystem::path& dir,
                               const std::filesystem::path& tokenizer_dir) {
-  if (is_gguf_file(dir))
-    fail("{}: a GGUF file; this command reads Hugging Face checkpoint directories (GGUF input "
-         "is not supported yet: eval, bench, generate and inspect read GGUF)", dir.string());
   SourceModel m;
   m.dir = dir;
   m.tokenizer_dir = tokenizer_dir;
+  if (is_gguf_file(dir)) {
+    GgufCheckpoint g = open_gguf_checkpoint(dir);
+    m.gguf = std::move(g.file);
+    m.checkpoint = std::move(g.checkpoint);
+    m.arch = checkpoint_architecture(*m.checkpoint, dir.string());
+    return m;
+  }
   m.checkpoint = open_model_checkpoint(dir);
   m.arch = checkpoint_architecture(*m.checkpoint, (dir / "config.json").string());
   return m;
+}
+
+uint64_t SourceModel::input_bytes() const {
+  if (gguf) return gguf->file_size();
+  uint64_t n = 0;
+  for (const auto& s : checkpoint->shards()) n += s->file_size();
+  return n;
 }
 
 bool SourceModel::is_gpt_oss_mxfp4() const {
