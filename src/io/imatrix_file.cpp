@@ -39,7 +39,7 @@ void check_values(const std::vector<float>& v, const std::string& label, const s
                   const char* what) {
   for (size_t i = 0; i < v.size(); ++i)
     if (!std::isfinite(v[i]) || v[i] < 0.f)
-      fail("{}: {}: {} value {} is {} (sums of squares are finite and >= 0)", label, name, what,
+      fail("{}: {}: {} {} is {} (sums of squares are finite and >= 0)", label, name, what,
            i, v[i]);
 }
 
@@ -147,7 +147,7 @@ ImatrixData parse_gguf_imatrix(std::span<const std::byte> bytes, const std::stri
     const std::vector<float> counts = f32_tensor(bytes, h, *p.second, label);
     if (counts.empty() || sums.empty() || sums.size() % counts.size() != 0)
       fail("{}: {}: {} sums do not split into {} counts", label, name, sums.size(), counts.size());
-    check_values(sums, label, name, "in_sum2");
+    check_values(sums, label, name, "in_sum2 value");
     check_values(counts, label, name, "count");
     const size_t ne0 = sums.size() / counts.size();
     for (size_t j = 0; j < counts.size(); ++j) {
