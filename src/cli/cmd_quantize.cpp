@@ -385,7 +385,8 @@ void register_quantize(CLI::App& app, Action& run) {
                   "legacy .dat) read as llama-quantize reads it; every tensor it names gets "
                   "ggml's importance-weighted quantizer (the bytes llama-quantize --imatrix "
                   "writes; q8_0 ignores it, as ggml does). With --calib the file's importance "
-                  "sets the scales and calibration supplies GPTQ's X^T X");
+                  "sets the scales and calibration supplies GPTQ's X^T X")
+      ->type_name("FILE");
   add_tokenizer_option(cmd, args->tokenizer);
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
                 "Calibrate each layer on the outputs of the already-quantized previous layers "
@@ -442,6 +443,9 @@ void register_quantize(CLI::App& app, Action& run) {
                "--dry-run, --exclude, --quantize-lm-head, --auto and --recipe are not supported "
                "with it");
         const bool calib = !args->calib_files.empty();
+        if (args->calib_quantized_inputs)
+          fail("quantize --export gguf: --calib-quantized-inputs is not supported with it (each "
+               "layer calibrates on the original model's activations)");
         if (algo_given && args->algo != "imatrix" && args->algo != "gptq" && args->algo != "max")
           fail("quantize --export gguf: --algo {}: GGUF takes max, imatrix or gptq", args->algo);
         if (algo_given && args->algo == "gptq" && !calib)
