@@ -252,7 +252,8 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
         }
         if (imp) {
           job.importance = imp->data();
-          ++report.imatrix_entries;
+          // Q8_0's quantizer ignores it (as ggml's): not counted as applied.
+          if (p.spec.type != GgmlType::Q8_0) ++report.imatrix_entries;
         }
         if (p.spec.type == GgmlType::NVFP4)
           job.g = gguf_nvfp4_tensor_scale(x.data(), int64_t(x.size()));
