@@ -86,6 +86,8 @@ TEST(GgufCalibratedE2e, Refusals) {
   EXPECT_NE(r.err.find("--imatrix: blk.0.attn_q.weight has 64 values"), std::string::npos) << r.err;
   r = test::run_qforge(base + "--algo gptq");
   EXPECT_NE(r.err.find("--algo gptq needs --calib"), std::string::npos) << r.err;
+  r = test::run_qforge(base + "--calib x.txt --calib-quantized-inputs");
+  EXPECT_NE(r.err.find("--calib-quantized-inputs is not supported"), std::string::npos) << r.err;
   r = test::run_qforge(base + "--algo awq");
   EXPECT_NE(r.err.find("GGUF takes max, imatrix or gptq"), std::string::npos) << r.err;
   r = test::run_qforge("quantize " + test::quote(test::model_dir("stories260K-hf")) + " -o " +
