@@ -23,7 +23,9 @@ class Reader {
     return v;
   }
   void take(void* out, size_t n, const char* what) {
-    if (n > left()) fail("{}: truncated: {} needs {} bytes at offset {}, {} left", label_, what, n, pos_, left());
+    if (n > left())
+      fail("{}: truncated: {} needs {} bytes at offset {}, {} left", label_, what, n, pos_,
+           left());
     std::memcpy(out, b_.data() + pos_, n);
     pos_ += n;
   }
@@ -126,8 +128,7 @@ ImatrixData parse_gguf_imatrix(std::span<const std::byte> bytes, const std::stri
   for (const GgufTensorInfo& t : h.tensors) {
     std::string name(t.name);
     auto strip = [&](std::string_view suffix) {
-      if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-        return false;
+      if (name.size() <= suffix.size() || !name.ends_with(suffix)) return false;
       name.resize(name.size() - suffix.size());
       return true;
     };

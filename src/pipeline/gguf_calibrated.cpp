@@ -40,7 +40,8 @@ float gguf_nvfp4_tensor_scale(const float* x, int64_t n) {
 std::string quantize_gguf_matrix(const GgufMatrixJob& job, uint8_t* out, ThreadPool& pool) {
   const int64_t rows = job.rows, cols = job.cols;
   const std::optional<uint64_t> rb = ggml_row_bytes(job.type, cols);
-  if (!rb || rows <= 0) fail("gguf: [{}, {}] does not fit {}", rows, cols, ggml_type_info(job.type).name);
+  if (!rb || rows <= 0)
+    fail("gguf: [{}, {}] does not fit {}", rows, cols, ggml_type_info(job.type).name);
   const uint64_t row_bytes = *rb;
   const bool weighted = job.importance || job.block_hessian;
   if (job.type == GgmlType::NVFP4 && !weighted) {
@@ -67,11 +68,10 @@ std::string quantize_gguf_matrix(const GgufMatrixJob& job, uint8_t* out, ThreadP
     });
   }
   std::string note;
-  if (job.block_hessian) note = "block-Hessian scale search";
-  else if (job.importance) note = ggml_type_uses_importance(job.type) || job.type == GgmlType::MXFP4 ||
-                                          job.type == GgmlType::NVFP4
-                                      ? "importance-weighted scales"
-                                      : "";
+  if (job.block_hessian)
+    note = "block-Hessian scale search";
+  else if (job.importance && job.type != GgmlType::Q8_0)  // Q8_0 ignores it, as ggml does
+    note = "importance-weighted scales";
   if (job.gptq) {
     if (!job.xtx) fail("gguf: gptq without X^T X");
     std::vector<float> w(job.x, job.x + rows * cols);
