@@ -57,7 +57,7 @@ PLACEHOLDERS = {
 # Any relative *.html (report pages) too: a name missing here would be written into the
 # repository's working tree.
 OUTPUT_NAMES = [r"out(?:-[A-Za-z0-9_]+)*", r"llama-8b-nvfp4", r"plan\.json", r"plan\.yaml",
-                r"[A-Za-z0-9_-]+\.html"]
+                r"[A-Za-z0-9_-]+\.html", r"[A-Za-z0-9_-]+\.gguf"]
 
 MARKER = re.compile(r"#\s*check_readme:\s*(skip|slow)\s*(?:\((.*?)\))?\s*$")
 RUNNABLE = re.compile(r"^(build/qforge|qforge|scripts/)\S*")

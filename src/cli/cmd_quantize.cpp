@@ -97,6 +97,10 @@ void print_gguf_summary(const GgufReport& r, bool json) {
     j["bytes_in"] = r.bytes_in;
     j["bytes_out"] = r.bytes_out;
     j["seconds"] = r.seconds;
+    j["algo"] = r.algo;
+    j["imatrix_entries"] = r.imatrix_entries;
+    j["calib_tokens"] = r.calib_tokens;
+    j["calib_seconds"] = r.calib_seconds;
     j["tensors"] = nlohmann::ordered_json::array();
     for (const auto& t : r.tensors)
       j["tensors"].push_back(
@@ -111,6 +115,11 @@ void print_gguf_summary(const GgufReport& r, bool json) {
   fmt::print("  {:<28} {} ({} bytes)\n", "bytes in", human_bytes(double(r.bytes_in)), r.bytes_in);
   fmt::print("  {:<28} {} ({} bytes)\n", "bytes out", human_bytes(double(r.bytes_out)), r.bytes_out);
   fmt::print("  {:<28} {:.2f} s\n", "time", r.seconds);
+  if (!r.algo.empty()) fmt::print("  {:<28} {}\n", "algorithm", r.algo);
+  if (r.imatrix_entries > 0) fmt::print("  {:<28} {} tensors\n", "importance from --imatrix", r.imatrix_entries);
+  if (r.calib_tokens > 0)
+    fmt::print("  {:<28} {} tokens, {:.2f} s (with the algorithms)\n", "calibration", r.calib_tokens,
+               r.calib_seconds);
   fmt::print("  {:<28} {:<7} {:>16}  {}\n", "tensor", "type", "ne", "why this type");
   for (const auto& t : r.tensors)
     fmt::print("  {:<28} {:<7} {:>16}  {}\n", t.name, t.type, fmt::format("[{}]", fmt::join(t.ne, ", ")),
@@ -276,7 +285,7 @@ void register_quantize(CLI::App& app, Action& run) {
          allow_nonfinite = false;
     float smoothquant_alpha = 1.0f;
     bool quantize_lm_head = false;
-    std::string qformat, tokenizer;
+    std::string qformat, tokenizer, imatrix;
     bool dry_run = false;
   };
   auto args = std::make_shared<Args>();
@@ -325,9 +334,14 @@ void register_quantize(CLI::App& app, Action& run) {
                   "scale sweep weighted by the inputs' block Hessian; needs --calib), "
                   "local_hessian+gptq (GPTQ with those block scales frozen), smoothquant (INT8 "
                   "W8A8 with --format int8 --activations int8: per-channel scales that move "
-                  "activation outliers into the weights; needs --calib)")
+                  "activation outliers into the weights; needs --calib). With --export gguf: "
+                  "imatrix (each type's scale search weighted by the mean x^2 of every input "
+                  "column: ggml's weighted quantizers for q4_0/q4_k/q5_k/q6_k, qforge's for "
+                  "mxfp4/nvfp4; the importance from --calib or --imatrix) or gptq (those scales "
+                  "frozen, codes by GPTQ over the full X^T X; NVFP4 scales by the block Hessian; "
+                  "needs --calib; the default with --calib)")
       ->check(name_choice("algorithm", {"max", "mse", "awq", "gptq", "awq+gptq", "local_hessian",
-                                        "local_hessian+gptq", "smoothquant"}))
+                                        "local_hessian+gptq", "smoothquant", "imatrix"}))
       ->capture_default_str();
   cmd->add_option("--smoothquant-alpha", args->smoothquant_alpha,
                   "SmoothQuant migration strength alpha in [0, 1]: s = w_max^(1-alpha) / "
@@ -366,6 +380,13 @@ void register_quantize(CLI::App& app, Action& run) {
                 "calibration (except --auto's scoring) (with --json: the same as JSON). Off by "
                 "default");
   add_calibration_flags(cmd, args->calib, args->calib_files, /*required=*/false);
+  cmd->add_option("--imatrix", args->imatrix,
+                  "--export gguf: a llama.cpp importance matrix (llama-imatrix output, GGUF or "
+                  "legacy .dat) read as llama-quantize reads it; every tensor it names gets "
+                  "ggml's importance-weighted quantizer (the bytes llama-quantize --imatrix "
+                  "writes; q8_0 ignores it, as ggml does). With --calib the file's importance "
+                  "sets the scales and calibration supplies GPTQ's X^T X")
+      ->type_name("FILE");
   add_tokenizer_option(cmd, args->tokenizer);
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
                 "Calibrate each layer on the outputs of the already-quantized previous layers "
@@ -413,14 +434,26 @@ void register_quantize(CLI::App& app, Action& run) {
       if (args->out.empty() && !args->dry_run)
         fail("quantize: -o/--output is required (unless --dry-run)");
       if (args->export_format == "gguf") {
-        // Weight-only round to nearest: the calibrated algorithms do not write GGUF yet.
-        if (algo_given || act_given || group_given || !args->calib_files.empty() ||
-            args->kv_cache != "none" || !args->qformat.empty() || args->dry_run ||
-            !args->exclude.empty() || args->quantize_lm_head || plan->auto_plan ||
-            !plan->recipe.empty())
-          fail("quantize --export gguf: weight-only round to nearest for now; --algo, "
-               "--activations, --group-size, --calib, --kv-cache, --qformat, --dry-run, "
-               "--exclude, --quantize-lm-head, --auto and --recipe are not supported with it");
+        // Round to nearest, or the importance-weighted / calibrated GGUF path (--imatrix,
+        // --calib with --algo imatrix|gptq); nothing else of the safetensors pipeline applies.
+        if (act_given || group_given || args->kv_cache != "none" || !args->qformat.empty() ||
+            args->dry_run || !args->exclude.empty() || args->quantize_lm_head ||
+            plan->auto_plan || !plan->recipe.empty())
+          fail("quantize --export gguf: --activations, --group-size, --kv-cache, --qformat, "
+               "--dry-run, --exclude, --quantize-lm-head, --auto and --recipe are not supported "
+               "with it");
+        const bool calib = !args->calib_files.empty();
+        if (args->calib_quantized_inputs)
+          fail("quantize --export gguf: --calib-quantized-inputs is not supported with it (each "
+               "layer calibrates on the original model's activations)");
+        if (algo_given && args->algo != "imatrix" && args->algo != "gptq" && args->algo != "max")
+          fail("quantize --export gguf: --algo {}: GGUF takes max, imatrix or gptq", args->algo);
+        if (algo_given && args->algo == "gptq" && !calib)
+          fail("quantize --export gguf --algo gptq needs --calib (GPTQ needs X^T X)");
+        if (algo_given && args->algo == "imatrix" && !calib && args->imatrix.empty())
+          fail("quantize --export gguf --algo imatrix needs --calib or --imatrix (the importance)");
+        if (algo_given && args->algo == "max" && (calib || !args->imatrix.empty()))
+          fail("quantize --export gguf --algo max: round to nearest takes no --calib or --imatrix");
         if (shard_given)
           fail("quantize --export gguf: --max-shard-size does not apply: the export is one "
                "GGUF file");
@@ -436,6 +469,18 @@ void register_quantize(CLI::App& app, Action& run) {
         g.threads = args->threads;
         g.scale_division =
             args->scale_division == "cpu" ? ConstantDivision::cpu : ConstantDivision::gpu;
+        std::optional<ImatrixData> imatrix;
+        if (!args->imatrix.empty()) {
+          imatrix = load_imatrix(args->imatrix);
+          g.imatrix = &*imatrix;
+        }
+        CalibrationOptions copt = args->calib;
+        if (calib) {
+          copt.files.assign(args->calib_files.begin(), args->calib_files.end());
+          g.calib = &copt;
+          g.algo = algo_given && args->algo == "imatrix" ? GgufAlgo::imatrix : GgufAlgo::gptq;
+          g.progress = !args->quiet && !args->json;
+        }
         const GgufReport r = export_gguf(source, args->out, g);
         if (!args->quiet)
           for (const auto& w : r.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);
@@ -444,6 +489,10 @@ void register_quantize(CLI::App& app, Action& run) {
       }
       if (!parse_format(args->format))
         fail("quantize: --format {} is a GGUF type; it needs --export gguf", args->format);
+      if (!args->imatrix.empty())
+        fail("quantize: --imatrix (a llama.cpp importance matrix) needs --export gguf");
+      if (args->algo == "imatrix")
+        fail("quantize: --algo imatrix needs --export gguf (elsewhere: mse, awq, gptq, ...)");
       QuantizeOptions o;
       o.format = *parse_format(args->format);
       o.export_format = *parse_export_format(args->export_format);

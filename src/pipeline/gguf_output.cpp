@@ -5,8 +5,6 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "formats/ggml_fp4_repack.h"
-#include "formats/nvfp4.h"
 #include "io/gguf_file.h"
 #include "io/gguf_vocab.h"
 #include "io/gguf_writer.h"
@@ -93,6 +91,10 @@ GgufTensorRole role_of(LinearRole r) {
     case LinearRole::up_proj: return GgufTensorRole::ffn_up;
     default: return GgufTensorRole::ffn_down;
   }
+}
+
+bool is_quantized_type(GgmlType t) {
+  return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16;
 }
 
 const CheckpointTensor& require_tensor(const SourceModel& model, const std::string& name) {
@@ -229,6 +231,30 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
                                    vocab.padded ? fmt::format(", {} padding", vocab.padded) : "");
   }
 
+  std::unique_ptr<GgufPrecomputed> precomputed;
+  if (options.calib) {
+    // The blk.* Linears first, one decoder layer at a time; their bytes wait in a spill file.
+    std::vector<GgufLinearTarget> targets;
+    for (const Planned& p : plan)
+      if (p.source && p.spec.name.starts_with("blk.") && is_quantized_type(p.spec.type))
+        targets.push_back({p.spec.name, p.spec.type, p.source, p.permute_heads});
+    GgufCalibrationOptions co;
+    co.calib = *options.calib;
+    co.algo = options.algo;
+    co.imatrix = options.imatrix;
+    co.threads = options.threads;
+    co.progress = options.progress;
+    set_constant_division(options.scale_division);
+    const fs::path spill_dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+    precomputed = calibrate_gguf(model, targets, co, spill_dir);
+    report.algo = options.algo == GgufAlgo::gptq ? "gptq" : "imatrix";
+    report.calib_tokens = precomputed->tokens;
+    report.calib_seconds = precomputed->seconds;
+    for (const auto& w : precomputed->warnings) report.warnings.push_back(w);
+  } else if (options.imatrix) {
+    report.algo = "imatrix";
+  }
+
   std::vector<GgufTensorSpec> specs;
   for (const Planned& p : plan) specs.push_back(p.spec);
   GgufWriter writer(out, meta, specs);
@@ -237,6 +263,7 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
   float pending_scale = 1.f;  // the NVFP4 tensor scale of the tensor just written
   for (const Planned& p : plan) {
     const GgmlTypeInfo& info = ggml_type_info(p.spec.type);
+    std::string note = p.note;
     std::vector<uint8_t> bytes(size_t(gguf_tensor_bytes(p.spec, out.string())));
     if (!p.generated.empty()) {
       std::memcpy(bytes.data(), p.generated.data(), bytes.size());
@@ -259,29 +286,43 @@ GgufReport export_gguf(const SourceModel& model, const fs::path& out,
       const int64_t cols = p.spec.ne[0], rows = int64_t(x.size()) / cols;
       if (p.permute_heads > 0)
         gguf_permute_qk_rows(x.data(), p.permute_heads, rows / p.permute_heads, cols);
-      if (p.spec.type == GgmlType::NVFP4) {
-        // qforge's two-level NVFP4 (ModelOpt's scales), repacked into ggml's blocks; the tensor
-        // scale goes to the .scale tensor that follows.
-        float amax = 0.f;
-        for (float v : x) amax = std::max(amax, std::fabs(v));
-        const float g = nvfp4_global_scale(amax);
-        std::vector<uint8_t> packed(size_t(rows * cols / 2)), scales(size_t(rows * cols / 16));
-        nvfp4_quantize_reference({x.data(), DType::F32, rows, cols, {}}, g, packed.data(),
-                                 scales.data());
-        nvfp4_to_ggml(packed.data(), scales.data(), rows, cols, bytes.data());
-        pending_scale = g;
+      const GgufPrecomputed::Entry* pre = precomputed ? precomputed->find(p.spec.name) : nullptr;
+      if (pre) {
+        bytes = precomputed->bytes(*pre);
+        pending_scale = pre->g;
+        note = pre->note;
+      } else if (is_quantized_type(p.spec.type)) {
+        GgufMatrixJob job;
+        job.type = p.spec.type;
+        job.x = x.data();
+        job.rows = rows;
+        job.cols = cols;
+        const std::vector<float>* imp =
+            options.imatrix ? options.imatrix->find(p.spec.name) : nullptr;
+        if (imp && int64_t(imp->size()) != cols) {
+          if (p.spec.name != "token_embd.weight")
+            fail("--imatrix: {} has {} values, {} has rows of {}", p.spec.name, imp->size(),
+                 p.source->name, cols);
+          imp = nullptr;  // llama-quantize skips the embedding's mismatch too
+        }
+        if (imp) {
+          job.importance = imp->data();
+          // Q8_0's quantizer ignores it (as ggml's): not counted as applied.
+          if (p.spec.type != GgmlType::Q8_0) ++report.imatrix_entries;
+        }
+        if (p.spec.type == GgmlType::NVFP4)
+          job.g = gguf_nvfp4_tensor_scale(x.data(), int64_t(x.size()));
+        note = quantize_gguf_matrix(job, bytes.data(), pool);
+        pending_scale = job.g;
       } else {
-        // Rows are whole blocks and quantized independently: split by rows over the pool.
-        const uint64_t row_bytes = bytes.size() / uint64_t(rows);
-        const int64_t per_task = std::max<int64_t>(1, (int64_t(1) << 16) / cols);
-        pool.parallel_for((rows + per_task - 1) / per_task, [&](int64_t t) {
-          const int64_t r0 = t * per_task, n = std::min(per_task, rows - r0);
-          info.quantize(x.data() + r0 * cols, bytes.data() + uint64_t(r0) * row_bytes, n * cols);
-        });
+        info.quantize(x.data(), bytes.data(), int64_t(x.size()));
       }
     }
     writer.write(p.spec.name, std::as_bytes(std::span(bytes)));
-    report.tensors.push_back({p.spec.name, std::string(info.name), p.spec.ne, bytes.size(), p.note});
+    report.tensors.push_back({p.spec.name, std::string(info.name), p.spec.ne, bytes.size(),
+                              note.empty() || note == p.note ? p.note
+                              : p.note.empty()               ? note
+                                                             : p.note + "; " + note});
   }
   writer.finish();
   report.bytes_in = model.input_bytes();

@@ -6,7 +6,10 @@
 // at a time through GgufWriter (temporary name, renamed when complete).
 #pragma once
 
+#include "calib/calibration_data.h"
 #include "formats/weight_rows.h"
+#include "io/imatrix_file.h"
+#include "pipeline/gguf_calibrated.h"
 #include "pipeline/gguf_tensor_types.h"
 #include "pipeline/source_model.h"
 
@@ -26,6 +29,16 @@ struct GgufExportOptions {
   // How NVFP4's tensor scale divides amax (formats/weight_rows.h ConstantDivision, as
   // `--scale-division` sets it for the other exports).
   ConstantDivision scale_division = ConstantDivision::gpu;
+  // --imatrix: llama.cpp importance per tensor name. Every tensor quantized to a type whose
+  // quantizer reads it and named in it gets it (llama-quantize's rule); a length other than the
+  // tensor's row length is an error (the token embedding, which llama-quantize skips then,
+  // excepted). Null: none.
+  const ImatrixData* imatrix = nullptr;
+  // --calib: qforge's calibration pass drives every blk.* Linear (pipeline/gguf_calibrated.h);
+  // importance from `imatrix` where it names the tensor. Null: no calibration.
+  const CalibrationOptions* calib = nullptr;
+  GgufAlgo algo = GgufAlgo::gptq;
+  bool progress = false;
 };
 
 struct GgufReport {
@@ -44,6 +57,10 @@ struct GgufReport {
   uint64_t bytes_in = 0, bytes_out = 0;
   double seconds = 0;
   std::vector<std::string> warnings;
+  std::string algo;            // "" (round to nearest), "imatrix", "gptq"
+  int64_t imatrix_entries = 0; // tensors that took an importance from --imatrix
+  int64_t calib_tokens = 0;
+  double calib_seconds = 0;
 };
 
 // Writes `model` as GGUF file `out`. Throws qf::Error naming the file and the problem for a
