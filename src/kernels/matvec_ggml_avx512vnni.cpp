@@ -1,0 +1,468 @@
+// AVX-512 VNNI kernels for ggml blocks, reading the GGUF blocks in place (no repacking at load):
+// Q4_0, Q8_0, MXFP4, NVFP4 against Q8_0 activations, and Q4_K, Q5_K, Q6_K against Q8_K (below).
+//
+// Per 64 weights of a row: the block bytes become 64 unsigned bytes in element order (value +
+// offset: Q4_0 nibble = q + 8; Q8_0 q ^ 0x80 = q + 128; FP4 kvalue + 12 through a byte table)
+// and one vpdpbusd with the 64 activation bytes gives 16 lanes of 4-element integer sums; each
+// lane starts from -offset * (sum of its 4 activation bytes), computed once per product, so the
+// lane holds the exact signed sum. Lanes are converted to float and multiplied by their block's
+// weight scale times activation scale (the same per-block factors as ggml; the additions are in
+// lane order rather than block order, so results agree with the scalar model to rounding).
+//
+// Rows go 4 at a time (one activation load serves 4 rows) against up to 4 tokens (one decoded
+// weight vector serves 4 tokens in prefill), with software prefetch of the row stream as in
+// matvec_q4_avx512vnni.cpp: the hardware prefetchers alone leave the 4 interleaved row streams
+// short of the memory bandwidth.
+#include "kernels/ggml_vec_dot.h"
+
+#include "formats/ggml_quants.h"
+#include "formats/ggml_types.h"
+#include "kernels/kernels_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*(), which -Wuninitialized
+// flags once inlined (GCC bug 105593); nothing here reads an undefined value.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#define QF_GGML_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
+
+namespace qf::kernels {
+namespace {
+
+constexpr int64_t kStep = 64;  // elements per vpdpbusd
+constexpr int64_t kPrefetchL1 = 512;
+constexpr int64_t kPrefetchAheadBytes = 8192;
+
+QF_GGML_TARGET inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Two 32-element blocks' scales to lanes 0..7 and 8..15.
+QF_GGML_TARGET inline __m512 two_scales(float a, float b) {
+  return _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+
+// Low nibbles of 32 bytes (two blocks of 16 in the 128-bit halves) then high nibbles, to the
+// element order of two 32-element blocks: [lo0, hi0, lo1, hi1] in 128-bit quarters.
+QF_GGML_TARGET inline __m512i split_nibbles(__m256i q) {
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  const __m256i lo = _mm256_and_si256(q, m);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m);
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // lo0 lo1 hi0 hi1
+  return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+QF_GGML_TARGET inline __m256i load_two_16(const uint8_t* a, const uint8_t* b, bool half) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  if (half) return _mm256_zextsi128_si256(lo);
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+
+// E2M1 doubled (ggml's kvalues) + 12, indexed by nibble.
+QF_GGML_TARGET inline __m512i fp4_lut() {
+  return _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+}
+
+// Each decoder turns the 64 weights at element e0 of a row (p: the first block holding them)
+// into unsigned bytes u and per-lane weight scales ws. kHalf: only the first 32 are in the row
+// (the row's tail); the rest decode as 0 with scale 0 (the activation padding is 0 too).
+struct Q4_0 {
+  static constexpr int kElems = 32, kBytes = 18, kOffset = 8;
+  static constexpr float kFactor = 1.f;
+  template <bool kHalf>
+  QF_GGML_TARGET static void decode(const uint8_t* p, __m512i& u, __m512& ws) {
+    u = split_nibbles(load_two_16(p + 2, p + 20, kHalf));
+    ws = two_scales(f16(p), kHalf ? 0.f : f16(p + 18));
+  }
+};
+struct Q8_0 {
+  static constexpr int kElems = 32, kBytes = 34, kOffset = 128;
+  static constexpr float kFactor = 1.f;
+  template <bool kHalf>
+  QF_GGML_TARGET static void decode(const uint8_t* p, __m512i& u, __m512& ws) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    const __m512i z = kHalf ? _mm512_zextsi256_si512(a)
+                            : _mm512_inserti64x4(_mm512_castsi256_si512(a),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36)), 1);
+    u = _mm512_xor_si512(z, _mm512_set1_epi8(char(0x80)));
+    ws = two_scales(f16(p), kHalf ? 0.f : f16(p + 34));
+  }
+};
+struct Mxfp4 {
+  static constexpr int kElems = 32, kBytes = 17, kOffset = 12;
+  static constexpr float kFactor = 1.f;
+  static const float* e8m0_half() {
+    static const std::array<float, 256> t = [] {
+      std::array<float, 256> v{};
+      for (int i = 0; i < 256; ++i) v[size_t(i)] = ggml_e8m0_to_f32_half(uint8_t(i));
+      return v;
+    }();
+    return t.data();
+  }
+  template <bool kHalf>
+  QF_GGML_TARGET static void decode(const uint8_t* p, __m512i& u, __m512& ws) {
+    u = _mm512_shuffle_epi8(fp4_lut(), split_nibbles(load_two_16(p + 1, p + 18, kHalf)));
+    const float* t = e8m0_half();
+    ws = two_scales(t[p[0]], kHalf ? 0.f : t[p[17]]);
+  }
+};
+// NVFP4: one 64-element block, 4 UE4M3 sub-block scales then 32 bytes where sub-block s takes
+// bytes 8s..8s+7, low nibbles first. The scales are decoded as F16 by a shift (the 7 low bits of
+// the code into the F16 exponent and mantissa: 2^-8 times the E4M3 value, subnormals included),
+// so kFactor = 2^8 * 0.5 gives ggml's half scale; ggml ignores bit 7 and decodes 0x7F as 0.
+struct Nvfp4 {
+  static constexpr int kElems = 64, kBytes = 36, kOffset = 12;
+  static constexpr float kFactor = 128.f;
+  template <bool kHalf>
+  QF_GGML_TARGET static void decode(const uint8_t* p, __m512i& u, __m512& ws) {
+    static_assert(!kHalf || kElems == 64, "NVFP4 rows are whole 64-element blocks");
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 4));
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(q, m);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m);
+    // Per 128-bit half: [lo 8 bytes, hi 8 bytes] of sub-blocks 0 / 2, then 1 / 3.
+    const __m256i s02 = _mm256_unpacklo_epi64(lo, hi), s13 = _mm256_unpackhi_epi64(lo, hi);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(s02), s13, 1);  // s0 s2 s1 s3
+    u = _mm512_shuffle_epi8(fp4_lut(), _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)));
+    uint32_t codes;
+    std::memcpy(&codes, p, 4);
+    // 16-bit lane L holds code L / 4 in its high byte.
+    const __m256i h = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(int(codes)),
+        _mm256_setr_epi8(-1, 0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1,  //
+                         -1, 2, -1, 2, -1, 2, -1, 2, -1, 3, -1, 3, -1, 3, -1, 3));
+    const __mmask16 zero = _mm256_cmpeq_epi16_mask(h, _mm256_set1_epi16(0x7F00));
+    const __m256i f = _mm256_maskz_mov_epi16(
+        __mmask16(~zero), _mm256_and_si256(_mm256_srli_epi16(h, 1), _mm256_set1_epi16(0x3FFF)));
+    ws = _mm512_cvtph_ps(f);
+  }
+};
+
+struct Act {
+  const int8_t* q;
+  const int32_t* bias;
+  const float* scale;
+  int64_t q_stride, lane_stride;
+};
+
+// acc[i][t] += the 64 elements at e0 of rows r0 .. r0+R against tokens t0 .. t0+T.
+template <class D, int R, int T, bool kHalf>
+QF_GGML_TARGET inline void step(const uint8_t* data, int64_t row_bytes, int64_t e0, int64_t r0,
+                                int64_t t0, const Act& a, int64_t ahead, __m512 (&acc)[R][T]) {
+  __m512i u[R];
+  __m512 ws[R];
+  const int64_t off = e0 / D::kElems * D::kBytes;
+  for (int i = 0; i < R; ++i) {
+    const uint8_t* p = data + (r0 + i) * row_bytes + off;
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchL1, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
+    D::template decode<kHalf>(p, u[i], ws[i]);
+  }
+  for (int t = 0; t < T; ++t) {
+    const __m512i x = _mm512_loadu_si512(a.q + (t0 + t) * a.q_stride + e0);
+    const __m512i b = _mm512_loadu_si512(a.bias + (t0 + t) * a.lane_stride + e0 / 4);
+    const __m512 xs = _mm512_loadu_ps(a.scale + (t0 + t) * a.lane_stride + e0 / 4);
+    for (int i = 0; i < R; ++i)
+      acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(b, u[i], x)),
+                                  _mm512_mul_ps(ws[i], xs), acc[i][t]);
+  }
+}
+
+// Rows r0 .. r0+R against tokens t0 .. t0+T. Every (row, token) output goes through the same
+// instructions whatever R and T, so the grouping does not change a bit.
+template <class D, int R, int T>
+QF_GGML_TARGET void rows_tokens(const uint8_t* data, int64_t row_bytes, int64_t cols, int64_t r0,
+                                int64_t t0, const Act& a, int64_t ahead, float factor, float* y,
+                                int64_t ldy) {
+  __m512 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+  const int64_t full = cols / kStep;
+  for (int64_t s = 0; s < full; ++s)
+    step<D, R, T, false>(data, row_bytes, s * kStep, r0, t0, a, ahead, acc);
+  if (cols % kStep != 0) step<D, R, T, true>(data, row_bytes, full * kStep, r0, t0, a, ahead, acc);
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < T; ++t)
+      y[(t0 + t) * ldy + r0 + i] = _mm512_reduce_add_ps(acc[i][t]) * (factor * D::kFactor);
+}
+
+template <class D>
+QF_GGML_TARGET void run_rows(const LinearWeight& w, const GgmlActivations& ga, int64_t r0,
+                             int64_t r1, int64_t t0, int64_t t1, float factor, float* y) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t row_bytes = w.cols / D::kElems * D::kBytes;
+  // L2 prefetch a whole number of 4-row blocks ahead, at least 8 KB, so that the 4 row streams
+  // become one sequential stream well ahead of the loads.
+  const int64_t block = 4 * row_bytes;
+  const int64_t ahead = block * std::max<int64_t>(1, (kPrefetchAheadBytes + block - 1) / block);
+  const Act a{ga.q.data(), ga.lane_bias.data(), ga.lane_scale.data(), ga.padded, ga.padded / 4};
+  for (int64_t t = t0; t < t1;) {
+    if (t1 - t >= 4) {
+      int64_t r = r0;
+      for (; r + 4 <= r1; r += 4)
+        rows_tokens<D, 4, 4>(data, row_bytes, w.cols, r, t, a, ahead, factor, y, w.rows);
+      for (; r < r1; ++r)
+        rows_tokens<D, 1, 4>(data, row_bytes, w.cols, r, t, a, ahead, factor, y, w.rows);
+      t += 4;
+    } else {
+      int64_t r = r0;
+      for (; r + 4 <= r1; r += 4)
+        rows_tokens<D, 4, 1>(data, row_bytes, w.cols, r, t, a, ahead, factor, y, w.rows);
+      for (; r < r1; ++r)
+        rows_tokens<D, 1, 1>(data, row_bytes, w.cols, r, t, a, ahead, factor, y, w.rows);
+      t += 1;
+    }
+  }
+}
+
+
+// ---- k-quants (Q4_K, Q5_K, Q6_K) against Q8_K ------------------------------------------------
+// A super-block of 256 weights decodes to 4 vectors of unsigned bytes in element order (Q4_K
+// 0..15, Q5_K 0..31, Q6_K q + 32 in 0..63) and per-lane int32 sub-block scales; vpdpbusd with the
+// activation bytes, times the lane's scale (vpmulld), summed in int32, gives the super-block's
+// integer sum exactly. The activation's bsums (sums of 16) give the rest in one vpmaddwd: Q6_K's
+// -32 * sum_j sc_j bsum_j and the Q4_K / Q5_K min term sum_j m_j bsum_j. The float combine is
+// the scalar model's, operation for operation (scalar intrinsics, never contracted into a fused
+// multiply-add), so the results are those of ggml_vec_dot_scalar bit for bit.
+struct KBlock {
+  __m512i u[4];
+  __m512i sc[4];  // per-lane sub-block scale
+  __m256i coef;   // per 16 activations: the coefficient of its bsum
+  float d, dmin;
+};
+
+// Lane L of vector k (elements 64k + 4L ..) belongs to sub-block (64k + 4L) / kSub.
+template <int kSub>
+QF_GGML_TARGET inline void spread_scales(const int32_t* per_sub, __m512i (&sc)[4]) {
+  const __m512i v = _mm512_loadu_si512(per_sub);  // 8 (Q4_K/Q5_K) or 16 (Q6_K) values, rest 0
+  for (int k = 0; k < 4; ++k) {
+    alignas(64) int32_t idx[16];
+    for (int l = 0; l < 16; ++l) idx[l] = (64 * k + 4 * l) / kSub;
+    sc[k] = _mm512_permutexvar_epi32(_mm512_load_si512(idx), v);
+  }
+}
+
+QF_GGML_TARGET inline void k4_scales(const uint8_t* p, KBlock& kb) {
+  alignas(64) int32_t sc[16] = {};
+  alignas(32) int16_t coef[16];
+  for (int j = 0; j < 8; ++j) {
+    uint8_t s, m;
+    ggml_k4_scale_min(j, p + 4, &s, &m);
+    sc[j] = s;
+    coef[2 * j] = coef[2 * j + 1] = int16_t(m);
+  }
+  spread_scales<32>(sc, kb.sc);
+  kb.coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(coef));
+  kb.d = f16(p);
+  kb.dmin = f16(p + 2);
+}
+
+struct Q4_K {
+  static constexpr int kBytes = 144;
+  static constexpr bool kMins = true;
+  QF_GGML_TARGET static void decode(const uint8_t* p, KBlock& kb) {
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * k));
+      kb.u[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m)),
+                                   _mm256_and_si256(_mm256_srli_epi16(q, 4), m), 1);
+    }
+    k4_scales(p, kb);
+  }
+};
+struct Q5_K {
+  static constexpr int kBytes = 176;
+  static constexpr bool kMins = true;
+  QF_GGML_TARGET static void decode(const uint8_t* p, KBlock& kb) {
+    const __m256i m = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 48 + 32 * k));
+      const __m256i lo = _mm256_or_si256(
+          _mm256_and_si256(q, m),
+          _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(qh, _mm256_set1_epi8(char(1 << (2 * k)))),
+                                sixteen));
+      const __m256i hi = _mm256_or_si256(
+          _mm256_and_si256(_mm256_srli_epi16(q, 4), m),
+          _mm256_maskz_mov_epi8(
+              _mm256_test_epi8_mask(qh, _mm256_set1_epi8(char(1 << (2 * k + 1)))), sixteen));
+      kb.u[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+    k4_scales(p, kb);
+  }
+};
+struct Q6_K {
+  static constexpr int kBytes = 210;
+  static constexpr bool kMins = false;
+  QF_GGML_TARGET static void decode(const uint8_t* p, KBlock& kb) {
+    const __m256i m = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
+      // The 2-bit fields of qh (bits 0-1, 2-3, 4-5, 6-7) to bits 4..5 of each byte: shifts
+      // within 16-bit lanes, then a per-byte mask, so nothing crosses between bytes.
+      const __m256i top = _mm256_slli_epi16(three, 4);
+      const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(qh, 4), top);
+      const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(qh, 2), top);
+      const __m256i h2 = _mm256_and_si256(qh, top);
+      const __m256i h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), top);
+      const __m256i a = _mm256_or_si256(_mm256_and_si256(l0, m), h0);
+      const __m256i b = _mm256_or_si256(_mm256_and_si256(l1, m), h1);
+      const __m256i c = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m), h2);
+      const __m256i d = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m), h3);
+      kb.u[2 * h] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+      kb.u[2 * h + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(c), d, 1);
+    }
+    alignas(64) int32_t sc[16];
+    alignas(32) int16_t coef[16];
+    const auto* s8 = reinterpret_cast<const int8_t*>(p + 192);
+    for (int j = 0; j < 16; ++j) {
+      sc[j] = s8[j];
+      coef[j] = int16_t(32 * s8[j]);
+    }
+    spread_scales<16>(sc, kb.sc);
+    kb.coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(coef));
+    kb.d = f16(p + 208);
+    kb.dmin = 0.f;
+  }
+};
+
+template <class K, int T>
+QF_GGML_TARGET void k_row_tokens(const uint8_t* row, int64_t blocks, int64_t r, int64_t t0,
+                                 const GgmlActivations& a, float factor, float* y, int64_t ldy) {
+  __m128 sum[T];
+  for (int t = 0; t < T; ++t) sum[t] = _mm_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = row + b * K::kBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(p) + 1024, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + 1024 + 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + 1024 + 128, _MM_HINT_T0);
+    KBlock kb;
+    K::decode(p, kb);
+    for (int t = 0; t < T; ++t) {
+      const int8_t* q = a.q.data() + (t0 + t) * a.padded + 256 * b;
+      __m512i acc = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kb.u[k],
+                                                _mm512_loadu_si512(q + 64 * k));
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(dot, kb.sc[k]));
+      }
+      const int32_t isum = _mm512_reduce_add_epi32(acc);
+      const __m256i bs = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(a.bsums.data() + (t0 + t) * (a.padded / 16) + 16 * b));
+      const int32_t corr =
+          _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(kb.coef, bs)));
+      const __m128 dx = _mm_set_ss(a.d[size_t((t0 + t) * a.d_stride() + b)]);
+      if constexpr (K::kMins) {
+        // (d * dx) * isum - (dmin * dx) * mins
+        const __m128 x1 = _mm_mul_ss(_mm_mul_ss(_mm_set_ss(kb.d), dx), _mm_cvtsi32_ss(dx, isum));
+        const __m128 x2 = _mm_mul_ss(_mm_mul_ss(_mm_set_ss(kb.dmin), dx), _mm_cvtsi32_ss(dx, corr));
+        sum[t] = _mm_add_ss(sum[t], _mm_sub_ss(x1, x2));
+      } else {
+        // (d * dx) * (isum - 32 sum_j sc_j bsum_j)
+        sum[t] = _mm_add_ss(sum[t], _mm_mul_ss(_mm_mul_ss(_mm_set_ss(kb.d), dx),
+                                               _mm_cvtsi32_ss(dx, isum - corr)));
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) y[(t0 + t) * ldy + r] = _mm_cvtss_f32(sum[t]) * factor;
+}
+
+template <class K>
+QF_GGML_TARGET void run_k_rows(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
+                               int64_t r1, int64_t t0, int64_t t1, float factor, float* y) {
+  const int64_t blocks = w.cols / 256;
+  const int64_t row_bytes = blocks * K::kBytes;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  for (int64_t t = t0; t < t1;) {
+    const bool four = t1 - t >= 4;
+    for (int64_t r = r0; r < r1; ++r) {
+      if (four) {
+        k_row_tokens<K, 4>(data + r * row_bytes, blocks, r, t, a, factor, y, w.rows);
+      } else {
+        k_row_tokens<K, 1>(data + r * row_bytes, blocks, r, t, a, factor, y, w.rows);
+      }
+    }
+    t += four ? 4 : 1;
+  }
+}
+
+int offset_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return Q4_0::kOffset;
+    case GgmlType::Q8_0: return Q8_0::kOffset;
+    case GgmlType::MXFP4: return Mxfp4::kOffset;
+    case GgmlType::NVFP4: return Nvfp4::kOffset;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+bool ggml_has_simd(const LinearWeight& w) {
+  const GgmlActKind kind = ggml_act_kind(w);
+  const bool typed = kind == GgmlActKind::q8_k ||
+                     (kind == GgmlActKind::q8_0 && offset_of(GgmlType(w.ggml_type)) >= 0);
+  return typed && cpu_has_avx512vnni();
+}
+
+QF_GGML_TARGET void ggml_prepare_simd(const LinearWeight& w, GgmlActivations& a) {
+  if (a.kind != GgmlActKind::q8_0) return;  // the k-quant kernels read q, d and bsums as they are
+  const int offset = offset_of(GgmlType(w.ggml_type));
+  const int64_t lanes = a.padded / 4;
+  a.lane_bias.assign(size_t(a.tokens * lanes), 0);
+  a.lane_scale.assign(size_t(a.tokens * lanes), 0.f);
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i neg = _mm512_set1_epi32(-offset);
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    for (int64_t c = 0; c < a.padded; c += kStep) {
+      const __m512i q = _mm512_loadu_si512(a.q.data() + t * a.padded + c);
+      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q);
+      _mm512_storeu_si512(a.lane_bias.data() + t * lanes + c / 4, _mm512_mullo_epi32(s, neg));
+    }
+    const float* d = a.d.data() + t * a.d_stride();
+    for (int64_t l = 0; l < lanes; ++l) a.lane_scale[size_t(t * lanes + l)] = d[l / 8];
+  }
+}
+
+bool ggml_rows_simd(const LinearWeight& w, const GgmlActivations& a, int64_t r0, int64_t r1,
+                    int64_t t0, int64_t t1, float factor, float* y) {
+  if (!ggml_has_simd(w)) return false;
+  switch (GgmlType(w.ggml_type)) {
+    case GgmlType::Q4_0: run_rows<Q4_0>(w, a, r0, r1, t0, t1, factor, y); return true;
+    case GgmlType::Q8_0: run_rows<Q8_0>(w, a, r0, r1, t0, t1, factor, y); return true;
+    case GgmlType::MXFP4: run_rows<Mxfp4>(w, a, r0, r1, t0, t1, factor, y); return true;
+    case GgmlType::NVFP4: run_rows<Nvfp4>(w, a, r0, r1, t0, t1, factor, y); return true;
+    case GgmlType::Q4_K: run_k_rows<Q4_K>(w, a, r0, r1, t0, t1, factor, y); return true;
+    case GgmlType::Q5_K: run_k_rows<Q5_K>(w, a, r0, r1, t0, t1, factor, y); return true;
+    case GgmlType::Q6_K: run_k_rows<Q6_K>(w, a, r0, r1, t0, t1, factor, y); return true;
+    default: return false;
+  }
+}
+
+}  // namespace qf::kernels
+
+#else  // not x86-64 GCC/Clang: the scalar model only
+
+namespace qf::kernels {
+bool ggml_has_simd(const LinearWeight&) { return false; }
+void ggml_prepare_simd(const LinearWeight&, GgmlActivations&) {}
+bool ggml_rows_simd(const LinearWeight&, const GgmlActivations&, int64_t, int64_t, int64_t,
+                    int64_t, float, float*) {
+  return false;
+}
+}  // namespace qf::kernels
+
+#endif
