@@ -19,6 +19,10 @@ namespace qf::kernels {
 // amax)), 0 for an all-zero block. n is a multiple of 32; q[n], d[n / 32].
 void ggml_quantize_act_q8_0(const float* x, int64_t n, int8_t* q, float* d);
 
+// The same with AVX-512 where the CPU has it (the same bytes); false (and nothing written)
+// otherwise. ggml_quantize_activations uses it.
+bool ggml_quantize_act_q8_0_simd(const float* x, int64_t n, int8_t* q, float* d);
+
 // ggml's quantize_row_q8_K (the reference, which is what ggml-cpu runs on x86): per 256 values
 // the signed value `max` of largest magnitude (the first one), iscale = -127 / max, q =
 // min(127, nearest_int(iscale * x)), d = 1 / iscale, and bsums = the sums of each 16 q's; all
@@ -32,17 +36,21 @@ enum class GgmlActKind : uint8_t { none, q8_0, q8_k };
 GgmlActKind ggml_act_kind(const LinearWeight& w);
 
 // The activations of `tokens` tokens quantized for one weight type, each token's arrays padded
-// to a multiple of 64 (padding zero) so that the SIMD kernels read whole vectors.
+// to a multiple of 128 (Q8_0) or 256 (Q8_K), padding zero, so that the SIMD kernels read whole
+// vectors.
 struct GgmlActivations {
   GgmlActKind kind = GgmlActKind::none;
   int64_t cols = 0, padded = 0, tokens = 0;
   std::vector<int8_t> q;        // [tokens, padded]
   std::vector<float> d;         // [tokens, padded / 32] (Q8_0) or [tokens, padded / 256] (Q8_K)
   std::vector<int16_t> bsums;   // Q8_K: [tokens, padded / 16]
-  // For the SIMD kernels (ggml_prepare_simd), per 4 activations: -offset * their sum (offset:
-  // what the kernel adds to the weights to make them unsigned) and their block's scale d.
-  std::vector<int32_t> lane_bias;  // [tokens, padded / 4]
-  std::vector<float> lane_scale;   // [tokens, padded / 4]
+  // For the Q8_0 SIMD kernels (ggml_prepare_simd): q in the kernel's element order, and per
+  // 32-bit lane (16 per 128 or 64 activations, the kernel's chunk) -offset * the sum of the
+  // lane's activation bytes (offset: what the kernel adds to the weights to make them unsigned)
+  // and the lane's activation scale d.
+  std::vector<int8_t> simd_q;      // [tokens, padded]
+  std::vector<int32_t> lane_bias;  // [tokens, lanes]
+  std::vector<float> lane_scale;   // [tokens, lanes]
   int64_t d_stride() const { return kind == GgmlActKind::q8_0 ? padded / 32 : padded / 256; }
 };
 void ggml_quantize_activations(GgmlActKind kind, const float* x, int64_t tokens, int64_t cols,

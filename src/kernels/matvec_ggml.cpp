@@ -228,7 +228,7 @@ void ggml_quantize_activations(GgmlActKind kind, const float* x, int64_t tokens,
   out.kind = kind;
   out.cols = cols;
   out.tokens = tokens;
-  const int64_t unit = kind == GgmlActKind::q8_k ? kQK : 64;
+  const int64_t unit = kind == GgmlActKind::q8_k ? kQK : 128;
   out.padded = (cols + unit - 1) / unit * unit;
   out.q.assign(size_t(tokens * out.padded), 0);
   out.d.assign(size_t(tokens * out.d_stride()), 0.f);
@@ -237,7 +237,8 @@ void ggml_quantize_activations(GgmlActKind kind, const float* x, int64_t tokens,
     int8_t* q = out.q.data() + t * out.padded;
     float* d = out.d.data() + t * out.d_stride();
     if (kind == GgmlActKind::q8_0) {
-      ggml_quantize_act_q8_0(x + t * cols, cols, q, d);
+      if (!ggml_quantize_act_q8_0_simd(x + t * cols, cols, q, d))
+        ggml_quantize_act_q8_0(x + t * cols, cols, q, d);
     } else {
       ggml_quantize_act_q8_k(x + t * cols, cols, q, d, out.bsums.data() + t * out.padded / 16);
     }

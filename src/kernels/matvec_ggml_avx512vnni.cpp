@@ -15,6 +15,7 @@
 // short of the memory bandwidth.
 #include "kernels/ggml_vec_dot.h"
 
+#include "core/numeric.h"
 #include "formats/ggml_quants.h"
 #include "formats/ggml_types.h"
 #include "kernels/kernels_internal.h"
@@ -36,7 +37,6 @@
 namespace qf::kernels {
 namespace {
 
-constexpr int64_t kStep = 64;  // elements per vpdpbusd
 constexpr int64_t kPrefetchL1 = 512;
 constexpr int64_t kPrefetchAheadBytes = 8192;
 
@@ -45,27 +45,11 @@ QF_GGML_TARGET inline float f16(const uint8_t* p) {
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
-
-// Two 32-element blocks' scales to lanes 0..7 and 8..15.
-QF_GGML_TARGET inline __m512 two_scales(float a, float b) {
-  return _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(a), _mm512_set1_ps(b));
-}
-
-// Low nibbles of 32 bytes (two blocks of 16 in the 128-bit halves) then high nibbles, to the
-// element order of two 32-element blocks: [lo0, hi0, lo1, hi1] in 128-bit quarters.
-QF_GGML_TARGET inline __m512i split_nibbles(__m256i q) {
-  const __m256i m = _mm256_set1_epi8(0x0F);
-  const __m256i lo = _mm256_and_si256(q, m);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m);
-  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // lo0 lo1 hi0 hi1
-  return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-}
-
-QF_GGML_TARGET inline __m256i load_two_16(const uint8_t* a, const uint8_t* b, bool half) {
-  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-  if (half) return _mm256_zextsi128_si256(lo);
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo),
-                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+inline uint64_t load_u16(const uint8_t* p) { return uint64_t(p[0]) | uint64_t(p[1]) << 8; }
+inline uint64_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
 
 // E2M1 doubled (ggml's kvalues) + 12, indexed by nibble.
@@ -74,78 +58,140 @@ QF_GGML_TARGET inline __m512i fp4_lut() {
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
 }
 
-// Each decoder turns the 64 weights at element e0 of a row (p: the first block holding them)
-// into unsigned bytes u and per-lane weight scales ws. kHalf: only the first 32 are in the row
-// (the row's tail); the rest decode as 0 with scale 0 (the activation padding is 0 too).
+// Lane index vector: lane L takes element L / kPer of a smaller vector.
+template <int kPer>
+QF_GGML_TARGET inline __m512i spread_index() {
+  alignas(64) int32_t idx[16];
+  for (int l = 0; l < 16; ++l) idx[l] = l / kPer;
+  return _mm512_load_si512(idx);
+}
+
+// A decoder turns one chunk of a row (kChunk elements; p: its first block) into kParts vectors
+// of unsigned bytes (weight + kOffset) and the 16 lanes' weight scales. The activation is laid
+// out to match (ggml_prepare_simd): part h, byte i of a chunk meets element elem(h, i) of the
+// chunk, so both vpdpbusd of a chunk add into the same 16 lanes, and each lane's 8 elements lie
+// in one weight scale block and one activation block. `blocks` < kBlocks: the row's tail chunk,
+// whose missing blocks decode as 0 with scale 0 (and meet a zero activation).
+//
+// Nibble types take 4 weight blocks of 32 (Q4_0, MXFP4) or 2 of 64 (NVFP4) per chunk: one
+// 64-byte vector of packed nibbles whose low and high halves are the two parts, so the nibbles
+// are never moved across lanes (the weights' path has no shuffle unit work but the table
+// lookup); only the few scale bytes are gathered.
 struct Q4_0 {
-  static constexpr int kElems = 32, kBytes = 18, kOffset = 8;
+  static constexpr int kChunk = 128, kParts = 2, kBlocks = 4, kElems = 32, kBytes = 18;
+  static constexpr int kOffset = 8;
   static constexpr float kFactor = 1.f;
-  template <bool kHalf>
-  QF_GGML_TARGET static void decode(const uint8_t* p, __m512i& u, __m512& ws) {
-    u = split_nibbles(load_two_16(p + 2, p + 20, kHalf));
-    ws = two_scales(f16(p), kHalf ? 0.f : f16(p + 18));
-  }
-};
-struct Q8_0 {
-  static constexpr int kElems = 32, kBytes = 34, kOffset = 128;
-  static constexpr float kFactor = 1.f;
-  template <bool kHalf>
-  QF_GGML_TARGET static void decode(const uint8_t* p, __m512i& u, __m512& ws) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    const __m512i z = kHalf ? _mm512_zextsi256_si512(a)
-                            : _mm512_inserti64x4(_mm512_castsi256_si512(a),
-                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36)), 1);
-    u = _mm512_xor_si512(z, _mm512_set1_epi8(char(0x80)));
-    ws = two_scales(f16(p), kHalf ? 0.f : f16(p + 34));
+  static int elem(int h, int i) { return 32 * (i / 16) + i % 16 + 16 * h; }
+  template <bool kTail>
+  QF_GGML_TARGET static void decode(const uint8_t* p, int blocks, __m512i* u, __m512& ws) {
+    __m512i w = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)));
+    uint64_t d = load_u16(p);
+    if (!kTail || blocks > 1) {
+      w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20)), 1);
+      d |= load_u16(p + 18) << 16;
+    }
+    if (!kTail || blocks > 2) {
+      w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 38)), 2);
+      d |= load_u16(p + 36) << 32;
+    }
+    if (!kTail || blocks > 3) {
+      w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 56)), 3);
+      d |= load_u16(p + 54) << 48;
+    }
+    if constexpr (kTail) {
+      w = _mm512_maskz_mov_epi32(__mmask16((1u << (4 * blocks)) - 1), w);
+    }
+    const __m512i m = _mm512_set1_epi8(0x0F);
+    u[0] = _mm512_and_si512(w, m);
+    u[1] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m);
+    const __m128 s = _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(d)));
+    ws = _mm512_permutexvar_ps(spread_index<4>(), _mm512_castps128_ps512(s));
   }
 };
 struct Mxfp4 {
-  static constexpr int kElems = 32, kBytes = 17, kOffset = 12;
+  static constexpr int kChunk = 128, kParts = 2, kBlocks = 4, kElems = 32, kBytes = 17;
+  static constexpr int kOffset = 12;
   static constexpr float kFactor = 1.f;
-  static const float* e8m0_half() {
-    static const std::array<float, 256> t = [] {
-      std::array<float, 256> v{};
-      for (int i = 0; i < 256; ++i) v[size_t(i)] = ggml_e8m0_to_f32_half(uint8_t(i));
-      return v;
-    }();
-    return t.data();
-  }
-  template <bool kHalf>
-  QF_GGML_TARGET static void decode(const uint8_t* p, __m512i& u, __m512& ws) {
-    u = _mm512_shuffle_epi8(fp4_lut(), split_nibbles(load_two_16(p + 1, p + 18, kHalf)));
-    const float* t = e8m0_half();
-    ws = two_scales(t[p[0]], kHalf ? 0.f : t[p[17]]);
+  static int elem(int h, int i) { return Q4_0::elem(h, i); }
+  template <bool kTail>
+  QF_GGML_TARGET static void decode(const uint8_t* p, int blocks, __m512i* u, __m512& ws) {
+    __m512i w = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 1)));
+    uint32_t e = p[0];
+    if (!kTail || blocks > 1) {
+      w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 18)), 1);
+      e |= uint32_t(p[17]) << 8;
+    }
+    if (!kTail || blocks > 2) {
+      w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 35)), 2);
+      e |= uint32_t(p[34]) << 16;
+    }
+    if (!kTail || blocks > 3) {
+      w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 52)), 3);
+      e |= uint32_t(p[51]) << 24;
+    }
+    if constexpr (kTail) {
+      w = _mm512_maskz_mov_epi32(__mmask16((1u << (4 * blocks)) - 1), w);
+    }
+    const __m512i m = _mm512_set1_epi8(0x0F);
+    u[0] = _mm512_shuffle_epi8(fp4_lut(), _mm512_and_si512(w, m));
+    u[1] = _mm512_shuffle_epi8(fp4_lut(), _mm512_and_si512(_mm512_srli_epi16(w, 4), m));
+    // Half the E8M0 value, 2^(e - 128), exactly (subnormal for e < 2).
+    const __m512i ei = _mm512_permutexvar_epi32(
+        spread_index<4>(), _mm512_cvtepu8_epi32(_mm_cvtsi32_si128(int(e))));
+    ws = _mm512_scalef_ps(_mm512_set1_ps(1.f),
+                          _mm512_cvtepi32_ps(_mm512_sub_epi32(ei, _mm512_set1_epi32(128))));
   }
 };
-// NVFP4: one 64-element block, 4 UE4M3 sub-block scales then 32 bytes where sub-block s takes
-// bytes 8s..8s+7, low nibbles first. The scales are decoded as F16 by a shift (the 7 low bits of
-// the code into the F16 exponent and mantissa: 2^-8 times the E4M3 value, subnormals included),
-// so kFactor = 2^8 * 0.5 gives ggml's half scale; ggml ignores bit 7 and decodes 0x7F as 0.
+// NVFP4: blocks of 64, 4 UE4M3 sub-block scales then 32 bytes in which sub-block s takes bytes
+// 8s..8s+7, low nibbles first. The scales are decoded to F16 by a shift (the 7 low bits of the
+// code into the F16 exponent and mantissa: 2^-8 times the E4M3 value, subnormals included), so
+// kFactor = 2^8 * 0.5 gives ggml's half scale; ggml ignores bit 7 and decodes 0x7F as 0.
 struct Nvfp4 {
-  static constexpr int kElems = 64, kBytes = 36, kOffset = 12;
+  static constexpr int kChunk = 128, kParts = 2, kBlocks = 2, kElems = 64, kBytes = 36;
+  static constexpr int kOffset = 12;
   static constexpr float kFactor = 128.f;
-  template <bool kHalf>
-  QF_GGML_TARGET static void decode(const uint8_t* p, __m512i& u, __m512& ws) {
-    static_assert(!kHalf || kElems == 64, "NVFP4 rows are whole 64-element blocks");
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 4));
-    const __m256i m = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(q, m);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m);
-    // Per 128-bit half: [lo 8 bytes, hi 8 bytes] of sub-blocks 0 / 2, then 1 / 3.
-    const __m256i s02 = _mm256_unpacklo_epi64(lo, hi), s13 = _mm256_unpackhi_epi64(lo, hi);
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(s02), s13, 1);  // s0 s2 s1 s3
-    u = _mm512_shuffle_epi8(fp4_lut(), _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)));
-    uint32_t codes;
-    std::memcpy(&codes, p, 4);
-    // 16-bit lane L holds code L / 4 in its high byte.
-    const __m256i h = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(int(codes)),
-        _mm256_setr_epi8(-1, 0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1,  //
-                         -1, 2, -1, 2, -1, 2, -1, 2, -1, 3, -1, 3, -1, 3, -1, 3));
-    const __mmask16 zero = _mm256_cmpeq_epi16_mask(h, _mm256_set1_epi16(0x7F00));
-    const __m256i f = _mm256_maskz_mov_epi16(
-        __mmask16(~zero), _mm256_and_si256(_mm256_srli_epi16(h, 1), _mm256_set1_epi16(0x3FFF)));
-    ws = _mm512_cvtph_ps(f);
+  static int elem(int h, int i) { return 64 * (i / 32) + 16 * ((i % 32) / 8) + i % 8 + 8 * h; }
+  template <bool kTail>
+  QF_GGML_TARGET static void decode(const uint8_t* p, int blocks, __m512i* u, __m512& ws) {
+    __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 4)));
+    uint64_t codes = load_u32(p);
+    if (!kTail || blocks > 1) {
+      w = _mm512_inserti64x4(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 40)), 1);
+      codes |= load_u32(p + 36) << 32;
+    } else {
+      w = _mm512_maskz_mov_epi32(__mmask16(0x00FF), w);
+    }
+    const __m512i m = _mm512_set1_epi8(0x0F);
+    u[0] = _mm512_shuffle_epi8(fp4_lut(), _mm512_and_si512(w, m));
+    u[1] = _mm512_shuffle_epi8(fp4_lut(), _mm512_and_si512(_mm512_srli_epi16(w, 4), m));
+    const __m128i c = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(codes)));
+    const __mmask8 zero = _mm_cmpeq_epi16_mask(c, _mm_set1_epi16(0x7F));
+    const __m128i h = _mm_maskz_mov_epi16(
+        __mmask8(~zero), _mm_slli_epi16(_mm_and_si128(c, _mm_set1_epi16(0x7F)), 7));
+    ws = _mm512_permutexvar_ps(spread_index<2>(), _mm512_castps256_ps512(_mm256_cvtph_ps(h)));
+  }
+};
+// Q8_0: bytes, so one part of 64 natural-order elements (two blocks) per chunk; q ^ 0x80 =
+// q + 128.
+struct Q8_0 {
+  static constexpr int kChunk = 64, kParts = 1, kBlocks = 2, kElems = 32, kBytes = 34;
+  static constexpr int kOffset = 128;
+  static constexpr float kFactor = 1.f;
+  static int elem(int, int i) { return i; }
+  template <bool kTail>
+  QF_GGML_TARGET static void decode(const uint8_t* p, int blocks, __m512i* u, __m512& ws) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    uint64_t d = load_u16(p);
+    __m512i z = _mm512_castsi256_si512(a);
+    if (!kTail || blocks > 1) {
+      z = _mm512_inserti64x4(z, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36)), 1);
+      d |= load_u16(p + 34) << 16;
+    } else {
+      z = _mm512_maskz_mov_epi32(__mmask16(0x00FF), z);
+    }
+    u[0] = _mm512_xor_si512(z, _mm512_set1_epi8(char(0x80)));
+    const __m128 s = _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(d)));
+    ws = _mm512_permutexvar_ps(spread_index<8>(), _mm512_castps128_ps512(s));
   }
 };
 
@@ -156,26 +202,36 @@ struct Act {
   int64_t q_stride, lane_stride;
 };
 
-// acc[i][t] += the 64 elements at e0 of rows r0 .. r0+R against tokens t0 .. t0+T.
-template <class D, int R, int T, bool kHalf>
-QF_GGML_TARGET inline void step(const uint8_t* data, int64_t row_bytes, int64_t e0, int64_t r0,
-                                int64_t t0, const Act& a, int64_t ahead, __m512 (&acc)[R][T]) {
-  __m512i u[R];
+// acc[i][t] += chunk c of rows r0 .. r0+R against tokens t0 .. t0+T.
+template <class D, int R, int T, bool kTail>
+QF_GGML_TARGET inline void step(const uint8_t* data, int64_t row_bytes, int64_t c, int blocks,
+                                int64_t r0, int64_t t0, const Act& a, int64_t ahead,
+                                __m512 (&acc)[R][T]) {
+  __m512i u[R][D::kParts];
   __m512 ws[R];
-  const int64_t off = e0 / D::kElems * D::kBytes;
+  const int64_t off = c * D::kBlocks * D::kBytes;
   for (int i = 0; i < R; ++i) {
     const uint8_t* p = data + (r0 + i) * row_bytes + off;
     _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchL1, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
-    D::template decode<kHalf>(p, u[i], ws[i]);
+    D::template decode<kTail>(p, blocks, u[i], ws[i]);
   }
   for (int t = 0; t < T; ++t) {
-    const __m512i x = _mm512_loadu_si512(a.q + (t0 + t) * a.q_stride + e0);
-    const __m512i b = _mm512_loadu_si512(a.bias + (t0 + t) * a.lane_stride + e0 / 4);
-    const __m512 xs = _mm512_loadu_ps(a.scale + (t0 + t) * a.lane_stride + e0 / 4);
-    for (int i = 0; i < R; ++i)
-      acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(b, u[i], x)),
-                                  _mm512_mul_ps(ws[i], xs), acc[i][t]);
+    const int8_t* xq = a.q + (t0 + t) * a.q_stride + c * D::kChunk;
+    const __m512i x0 = _mm512_loadu_si512(xq);
+    const __m512i b = _mm512_loadu_si512(a.bias + (t0 + t) * a.lane_stride + c * 16);
+    const __m512 xs = _mm512_loadu_ps(a.scale + (t0 + t) * a.lane_stride + c * 16);
+    if constexpr (D::kParts == 2) {
+      const __m512i x1 = _mm512_loadu_si512(xq + 64);
+      for (int i = 0; i < R; ++i)
+        acc[i][t] = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(b, u[i][0], x0), u[i][1], x1)),
+            _mm512_mul_ps(ws[i], xs), acc[i][t]);
+    } else {
+      for (int i = 0; i < R; ++i)
+        acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(b, u[i][0], x0)),
+                                    _mm512_mul_ps(ws[i], xs), acc[i][t]);
+    }
   }
 }
 
@@ -188,10 +244,11 @@ QF_GGML_TARGET void rows_tokens(const uint8_t* data, int64_t row_bytes, int64_t 
   __m512 acc[R][T];
   for (int i = 0; i < R; ++i)
     for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
-  const int64_t full = cols / kStep;
-  for (int64_t s = 0; s < full; ++s)
-    step<D, R, T, false>(data, row_bytes, s * kStep, r0, t0, a, ahead, acc);
-  if (cols % kStep != 0) step<D, R, T, true>(data, row_bytes, full * kStep, r0, t0, a, ahead, acc);
+  const int64_t full = cols / D::kChunk;
+  for (int64_t c = 0; c < full; ++c)
+    step<D, R, T, false>(data, row_bytes, c, D::kBlocks, r0, t0, a, ahead, acc);
+  const int tail = int(cols % D::kChunk / D::kElems);
+  if (tail > 0) step<D, R, T, true>(data, row_bytes, full, tail, r0, t0, a, ahead, acc);
   for (int i = 0; i < R; ++i)
     for (int t = 0; t < T; ++t)
       y[(t0 + t) * ldy + r0 + i] = _mm512_reduce_add_ps(acc[i][t]) * (factor * D::kFactor);
@@ -206,7 +263,8 @@ QF_GGML_TARGET void run_rows(const LinearWeight& w, const GgmlActivations& ga, i
   // become one sequential stream well ahead of the loads.
   const int64_t block = 4 * row_bytes;
   const int64_t ahead = block * std::max<int64_t>(1, (kPrefetchAheadBytes + block - 1) / block);
-  const Act a{ga.q.data(), ga.lane_bias.data(), ga.lane_scale.data(), ga.padded, ga.padded / 4};
+  const Act a{ga.simd_q.data(), ga.lane_bias.data(), ga.lane_scale.data(), ga.padded,
+              ga.padded / D::kChunk * 16};
   for (int64_t t = t0; t < t1;) {
     if (t1 - t >= 4) {
       int64_t r = r0;
@@ -226,6 +284,36 @@ QF_GGML_TARGET void run_rows(const LinearWeight& w, const GgmlActivations& ga, i
   }
 }
 
+// The activation in decoder D's layout: per chunk, part h byte i = element D::elem(h, i); per
+// 16 lanes of a chunk the bias -offset * (sum of the lane's bytes over the parts) and the
+// activation scale of the lane's block. Lanes per 64 bytes of chunk part: 16 per chunk.
+template <class D>
+QF_GGML_TARGET void prepare(GgmlActivations& a) {
+  const int64_t chunks = a.padded / D::kChunk;
+  a.simd_q.assign(size_t(a.tokens * a.padded), 0);
+  a.lane_bias.assign(size_t(a.tokens * chunks * 16), 0);
+  a.lane_scale.assign(size_t(a.tokens * chunks * 16), 0.f);
+  int map[D::kParts * 64];
+  for (int h = 0; h < D::kParts; ++h)
+    for (int i = 0; i < 64; ++i) map[h * 64 + i] = D::elem(h, i);
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i neg = _mm512_set1_epi32(-D::kOffset);
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    const int8_t* q = a.q.data() + t * a.padded;
+    const float* d = a.d.data() + t * a.d_stride();
+    for (int64_t c = 0; c < chunks; ++c) {
+      int8_t* o = a.simd_q.data() + t * a.padded + c * D::kChunk;
+      const int8_t* qc = q + c * D::kChunk;
+      for (int j = 0; j < D::kParts * 64; ++j) o[j] = qc[map[j]];
+      __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(o));
+      if constexpr (D::kParts == 2) s = _mm512_dpbusd_epi32(s, ones, _mm512_loadu_si512(o + 64));
+      const int64_t lane0 = (t * chunks + c) * 16;
+      _mm512_storeu_si512(a.lane_bias.data() + lane0, _mm512_mullo_epi32(s, neg));
+      for (int l = 0; l < 16; ++l)
+        a.lane_scale[size_t(lane0 + l)] = d[(c * D::kChunk + map[4 * l]) / 32];
+    }
+  }
+}
 
 // ---- k-quants (Q4_K, Q5_K, Q6_K) against Q8_K ------------------------------------------------
 // A super-block of 256 weights decodes to 4 vectors of unsigned bytes in element order (Q4_K
@@ -399,6 +487,21 @@ QF_GGML_TARGET void run_k_rows(const LinearWeight& w, const GgmlActivations& a, 
   }
 }
 
+// ggml_quantize_act_q8_0 with vector loads: the same amax (a maximum does not depend on order),
+// the same scalar d and 127 / amax, and vcvtps2dq rounds to nearest even as nearbyint does.
+QF_GGML_TARGET void quantize_q8_0_avx512(const float* x, int64_t n, int8_t* q, float* d) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    d[b] = f16_to_f32(f32_to_f16(amax / 127.f));
+    const __m512 id = _mm512_set1_ps(amax != 0.f ? 127.f / amax : 0.f);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id))));
+  }
+}
+
 int offset_of(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: return Q4_0::kOffset;
@@ -418,22 +521,19 @@ bool ggml_has_simd(const LinearWeight& w) {
   return typed && cpu_has_avx512vnni();
 }
 
-QF_GGML_TARGET void ggml_prepare_simd(const LinearWeight& w, GgmlActivations& a) {
-  if (a.kind != GgmlActKind::q8_0) return;  // the k-quant kernels read q, d and bsums as they are
-  const int offset = offset_of(GgmlType(w.ggml_type));
-  const int64_t lanes = a.padded / 4;
-  a.lane_bias.assign(size_t(a.tokens * lanes), 0);
-  a.lane_scale.assign(size_t(a.tokens * lanes), 0.f);
-  const __m512i ones = _mm512_set1_epi8(1);
-  const __m512i neg = _mm512_set1_epi32(-offset);
-  for (int64_t t = 0; t < a.tokens; ++t) {
-    for (int64_t c = 0; c < a.padded; c += kStep) {
-      const __m512i q = _mm512_loadu_si512(a.q.data() + t * a.padded + c);
-      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q);
-      _mm512_storeu_si512(a.lane_bias.data() + t * lanes + c / 4, _mm512_mullo_epi32(s, neg));
-    }
-    const float* d = a.d.data() + t * a.d_stride();
-    for (int64_t l = 0; l < lanes; ++l) a.lane_scale[size_t(t * lanes + l)] = d[l / 8];
+bool ggml_quantize_act_q8_0_simd(const float* x, int64_t n, int8_t* q, float* d) {
+  if (!cpu_has_avx512vnni()) return false;
+  quantize_q8_0_avx512(x, n, q, d);
+  return true;
+}
+
+void ggml_prepare_simd(const LinearWeight& w, GgmlActivations& a) {
+  switch (GgmlType(w.ggml_type)) {
+    case GgmlType::Q4_0: prepare<Q4_0>(a); break;
+    case GgmlType::Q8_0: prepare<Q8_0>(a); break;
+    case GgmlType::MXFP4: prepare<Mxfp4>(a); break;
+    case GgmlType::NVFP4: prepare<Nvfp4>(a); break;
+    default: break;  // the k-quant kernels read q, d and bsums as they are
   }
 }
 
@@ -458,6 +558,7 @@ bool ggml_rows_simd(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
 
 namespace qf::kernels {
 bool ggml_has_simd(const LinearWeight&) { return false; }
+bool ggml_quantize_act_q8_0_simd(const float*, int64_t, int8_t*, float*) { return false; }
 void ggml_prepare_simd(const LinearWeight&, GgmlActivations&) {}
 bool ggml_rows_simd(const LinearWeight&, const GgmlActivations&, int64_t, int64_t, int64_t,
                     int64_t, float, float*) {

@@ -188,6 +188,20 @@ TEST(GgmlMatVec, Q8_0ActivationsAsGgmlCpu) {
   EXPECT_EQ(q, std::vector<int8_t>(32, 0));
 }
 
+// The AVX-512 Q8_0 quantizer (where the CPU has it) gives the scalar one's bytes, ties included.
+TEST(GgmlMatVec, Q8_0SimdQuantizerEqualsScalar) {
+  auto x = random_vector(4096, 21, 1.f);
+  for (size_t i = 0; i < 64; ++i) x[i] = float(int(i) - 32) * 0.5f;  // exact halves: ties
+  std::fill(x.begin() + 64, x.begin() + 96, 0.f);                     // an all-zero block
+  std::vector<int8_t> q1(x.size()), q2(x.size());
+  std::vector<float> d1(x.size() / 32), d2(x.size() / 32);
+  kernels::ggml_quantize_act_q8_0(x.data(), int64_t(x.size()), q1.data(), d1.data());
+  if (!kernels::ggml_quantize_act_q8_0_simd(x.data(), int64_t(x.size()), q2.data(), d2.data()))
+    GTEST_SKIP() << "no AVX-512 VNNI";
+  EXPECT_EQ(q1, q2);
+  EXPECT_EQ(d1, d2);
+}
+
 // Q8_K activations: ggml's quantize_row_q8_K: iscale = -127 / (the signed value of largest
 // magnitude), so that value becomes -127 and d = 1 / iscale carries the sign back; q clamped at
 // 127, bsums per 16.
