@@ -129,7 +129,9 @@ TEST(GgmlMatVec, FastProductMatchesScalarModelOfGgml) {
   for (GgmlType type : kTypes) {
     const int block = ggml_type_info(type).block_size;
     // A row of an odd number of blocks (a half-vector tail for the 32-element types).
-    for (int64_t cols : {int64_t(block) * 3, int64_t(2048 + (block == 32 ? 32 : 0))}) {
+    // Rows of 1, 2, 3 and 5 blocks (every tail of the 128-element chunks) and a long one.
+    for (int64_t cols : {int64_t(block), int64_t(block) * 2, int64_t(block) * 3,
+                         int64_t(block) * 5, int64_t(2048 + (block == 32 ? 32 : 0))}) {
       const int64_t rows = 37, tokens = 6;
       const GgmlMatrix m = make_matrix(type, rows, cols, uint32_t(cols + int(type)));
       ASSERT_NE(kernels::ggml_act_kind(m.w), kernels::GgmlActKind::none);
