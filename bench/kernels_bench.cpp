@@ -2,12 +2,15 @@
 // of weight bytes, next to a STREAM-style read of the same buffers in the same run (the memory
 // ceiling); matrix-matrix products for 512 tokens (prefill) as GFLOP/s. The matrix-vector
 // benchmarks rotate through more than 2 GiB of weight copies so that no copy is cache-resident.
+// KernelGgml* are GGUF tensors in ggml blocks (the fast mode's Q8_0 / Q8_K integer kernels) at
+// the same shape, and at Llama-1B's 8192 x 2048 (ffn_up) next to them.
 // The *Precise variants run the float-activation kernels (KernelMode::exact): the baseline
 // of the int8-activation matrix-vector and BF16 matrix-matrix kernels, in the same run.
 // Run: qforge_bench --benchmark_filter='Kernel' --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include "core/numeric.h"
 #include "core/thread_pool.h"
+#include "formats/ggml_types.h"
 #include "kernels/linear.h"
 #include "kernels/memory_read.h"
 
@@ -184,6 +187,101 @@ void MatMul(benchmark::State& state, WeightFormat f, bool precise = false) {
       benchmark::Counter::kIsRate);
 }
 
+// GGUF tensors in ggml blocks: random block bytes (the product's speed does not depend on the
+// values), as many copies as kRotateBytes needs.
+const std::vector<std::unique_ptr<Stored>>& ggml_copies(GgmlType type, int64_t rows, int64_t cols) {
+  static std::map<std::tuple<GgmlType, int64_t, int64_t>, std::vector<std::unique_ptr<Stored>>> all;
+  auto& v = all[{type, rows, cols}];
+  if (v.empty()) {
+    const GgmlTypeInfo& info = ggml_type_info(type);
+    const uint64_t one = uint64_t(rows * cols / info.block_size * info.block_bytes);
+    const size_t n = size_t((kRotateBytes + one - 1) / one);
+    for (size_t i = 0; i < n; ++i) {
+      auto s = std::make_unique<Stored>();
+      s->data.resize(size_t(one));
+      fill_random(s->data.data(), s->data.size(), 1 + i);
+      s->w.format = WeightFormat::ggml;
+      s->w.ggml_type = uint32_t(type);
+      s->w.group = info.block_size;
+      s->w.rows = rows;
+      s->w.cols = cols;
+      s->w.data = s->data.data();
+      v.push_back(std::move(s));
+    }
+  }
+  return v;
+}
+
+void GgmlMatVec(benchmark::State& state, GgmlType type, int64_t rows = kRows, int64_t cols = kCols) {
+  const auto& ws = ggml_copies(type, rows, cols);
+  ThreadPool pool(int(state.range(0)));
+  const auto x = activation(cols);
+  std::vector<float> y(static_cast<size_t>(rows));
+  size_t i = 0;
+  uint64_t bytes = 0;
+  for (auto _ : state) {
+    const LinearWeight& w = ws[i++ % ws.size()]->w;
+    linear_forward(w, x.data(), 1, y.data(), &pool, KernelMode::fast);
+    benchmark::DoNotOptimize(y.data());
+    bytes += w.stored_bytes();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
+}
+
+// One thread, 256 x 4096 in cache (0.6-1.1 MB), timed by CPU time: the kernel's compute ceiling
+// per core, as MatVecCached.
+void GgmlMatVecCached(benchmark::State& state, GgmlType type) {
+  const GgmlTypeInfo& info = ggml_type_info(type);
+  Stored s;
+  s.data.resize(size_t(256 * 4096 / info.block_size * info.block_bytes));
+  fill_random(s.data.data(), s.data.size(), 5);
+  s.w.format = WeightFormat::ggml;
+  s.w.ggml_type = uint32_t(type);
+  s.w.group = info.block_size;
+  s.w.rows = 256;
+  s.w.cols = 4096;
+  s.w.data = s.data.data();
+  const auto x = activation(4096);
+  std::vector<float> y(256);
+  for (auto _ : state) {
+    linear_forward(s.w, x.data(), 1, y.data(), nullptr, KernelMode::fast);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(
+      double(s.data.size()) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
+void GgmlMatMul(benchmark::State& state, GgmlType type) {
+  const int64_t tokens = 512;
+  const auto& ws = ggml_copies(type, kRows, kCols);
+  ThreadPool pool(int(state.range(0)));
+  const auto x = activation(tokens * kCols);
+  std::vector<float> y(static_cast<size_t>(tokens * kRows));
+  for (auto _ : state) {
+    linear_forward(ws[0]->w, x.data(), tokens, y.data(), &pool, KernelMode::fast);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * double(tokens) * double(kRows) * double(kCols) * double(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+void KernelGgmlMatVecQ4_0(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q4_0); }
+void KernelGgmlMatVecQ8_0(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q8_0); }
+void KernelGgmlMatVecMxfp4(benchmark::State& s) { GgmlMatVec(s, GgmlType::MXFP4); }
+void KernelGgmlMatVecNvfp4(benchmark::State& s) { GgmlMatVec(s, GgmlType::NVFP4); }
+void KernelGgmlMatVecQ4_K(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q4_K); }
+void KernelGgmlMatVecQ6_K(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q6_K); }
+void KernelGgmlMatVecQ4_0Llama1b(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q4_0, 8192, 2048); }
+void KernelGgmlMatVecNvfp4Llama1b(benchmark::State& s) { GgmlMatVec(s, GgmlType::NVFP4, 8192, 2048); }
+void KernelGgmlMatVecCachedQ4_0(benchmark::State& s) { GgmlMatVecCached(s, GgmlType::Q4_0); }
+void KernelGgmlMatVecCachedQ8_0(benchmark::State& s) { GgmlMatVecCached(s, GgmlType::Q8_0); }
+void KernelGgmlMatVecCachedNvfp4(benchmark::State& s) { GgmlMatVecCached(s, GgmlType::NVFP4); }
+void KernelGgmlMatVecCachedQ6_K(benchmark::State& s) { GgmlMatVecCached(s, GgmlType::Q6_K); }
+void KernelGgmlMatMulQ4_0(benchmark::State& s) { GgmlMatMul(s, GgmlType::Q4_0); }
+void KernelGgmlMatMulNvfp4(benchmark::State& s) { GgmlMatMul(s, GgmlType::NVFP4); }
+void KernelGgmlMatMulQ4_K(benchmark::State& s) { GgmlMatMul(s, GgmlType::Q4_K); }
+
 void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }
 void KernelMatVecNvfp4Precise(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4, true); }
 void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
@@ -219,6 +317,21 @@ BENCHMARK(KernelMatVecInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecQ4_0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecQ8_0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecQ4_K)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecQ6_K)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecQ4_0Llama1b)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecNvfp4Llama1b)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelGgmlMatVecCachedQ4_0)->MinTime(0.5);
+BENCHMARK(KernelGgmlMatVecCachedQ8_0)->MinTime(0.5);
+BENCHMARK(KernelGgmlMatVecCachedNvfp4)->MinTime(0.5);
+BENCHMARK(KernelGgmlMatVecCachedQ6_K)->MinTime(0.5);
+BENCHMARK(KernelGgmlMatMulQ4_0)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KernelGgmlMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KernelGgmlMatMulQ4_K)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulBf16)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulNvfp4Precise)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

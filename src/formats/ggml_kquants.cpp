@@ -142,19 +142,6 @@ float make_signed_scale(int n, int nmax, const float* x, int8_t* L) {
   return scale;
 }
 
-// The 6-bit scale and min of sub-block j from the 12 packed bytes (ggml's get_scale_min_k4):
-// bytes 0..3 scales 0..3, 4..7 mins 0..3, 8..11 low nibbles of scales/mins 4..7 whose top two
-// bits sit in the top bits of bytes 0..7.
-void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    *m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 // Shared by Q4_K and Q5_K: header (d, dmin, 12 scale bytes at out[0..15]) and the final levels
 // L[256] in [0, nmax].
 void quantize_scale_min_superblock(const float* x, int nmax, float rmin, int nstep, uint8_t* out,
@@ -195,7 +182,7 @@ void quantize_scale_min_superblock(const float* x, int nmax, float rmin, int nst
   const float dd = ggml_load_f16(out), dmin = ggml_load_f16(out + 2);
   for (int j = 0; j < 8; ++j) {
     uint8_t s, m;
-    scale_min_k4(j, sc, &s, &m);
+    ggml_k4_scale_min(j, sc, &s, &m);
     const float d = dd * float(s);
     if (d == 0.f) continue;  // keeps the levels of the search, as ggml does
     const float dm = dmin * float(m);
@@ -207,6 +194,18 @@ void quantize_scale_min_superblock(const float* x, int nmax, float rmin, int nst
 }
 
 }  // namespace
+
+// ggml's get_scale_min_k4: bytes 0..3 scales 0..3, 4..7 mins 0..3, 8..11 low nibbles of
+// scales/mins 4..7 whose top two bits sit in the top bits of bytes 0..7.
+void ggml_k4_scale_min(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
 
 void ggml_quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
   uint8_t L[kQK];
@@ -224,9 +223,9 @@ void ggml_dequantize_q4_k(const uint8_t* in, float* y, int64_t n) {
     const uint8_t* q = in + 16;
     for (int j = 0, is = 0; j < kQK; j += 64, q += 32, is += 2) {
       uint8_t sc, m;
-      scale_min_k4(is, in + 4, &sc, &m);
+      ggml_k4_scale_min(is, in + 4, &sc, &m);
       const float d1 = d * float(sc), m1 = min * float(m);
-      scale_min_k4(is + 1, in + 4, &sc, &m);
+      ggml_k4_scale_min(is + 1, in + 4, &sc, &m);
       const float d2 = d * float(sc), m2 = min * float(m);
       for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
@@ -269,9 +268,9 @@ void ggml_dequantize_q5_k(const uint8_t* in, float* y, int64_t n) {
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0, is = 0; j < kQK; j += 64, ql += 32, is += 2) {
       uint8_t sc, m;
-      scale_min_k4(is, in + 4, &sc, &m);
+      ggml_k4_scale_min(is, in + 4, &sc, &m);
       const float d1 = d * float(sc), m1 = min * float(m);
-      scale_min_k4(is + 1, in + 4, &sc, &m);
+      ggml_k4_scale_min(is + 1, in + 4, &sc, &m);
       const float d2 = d * float(sc), m2 = min * float(m);
       for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;

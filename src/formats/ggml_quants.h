@@ -32,6 +32,10 @@ float ggml_e8m0_to_f32_half(uint8_t e);
 // ties, so ties go to the smaller magnitude and a negative that rounds to 0 gets code 0, not 8.
 uint8_t ggml_fp4_best_index(float x, float d);
 
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block from its 12
+// packed scale bytes (ggml's get_scale_min_k4).
+void ggml_k4_scale_min(int j, const uint8_t* scales12, uint8_t* scale, uint8_t* min);
+
 void ggml_quantize_q4_0(const float* x, uint8_t* out, int64_t n);
 void ggml_quantize_q8_0(const float* x, uint8_t* out, int64_t n);
 // e = floor(log2 amax) - 2 + 127 per block, 0 for an all-zero block. Deviation from ggml: an

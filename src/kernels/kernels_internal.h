@@ -34,12 +34,6 @@ void matmul_float_transposed(const LinearWeight& w, const float* x, int64_t toke
                              ThreadPool* pool);
 inline constexpr int64_t kTransposedStreamTokens = 16;
 
-// llama.cpp's CPU products round the activations to the weight type's vec_dot_type before the
-// dot product; for a GGUF weight whose vec_dot_type is Q8_0 (Q4_0, Q8_0, MXFP4, NVFP4) the fast
-// mode does the same (as ggml-cpu's x86 quantize_row_q8_0, then back to float), so its numbers
-// can be compared with llama.cpp's. n is a multiple of 32.
-bool ggml_rounds_activations(const LinearWeight& w);
-void ggml_round_activations(const float* x, int64_t n, float* out);
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);

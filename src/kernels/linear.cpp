@@ -4,6 +4,7 @@
 
 #include "core/numeric.h"
 #include "core/thread_pool.h"
+#include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/weight_formats.h"
 
@@ -47,11 +48,10 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
     return;
   }
   const bool fast = mode == KernelMode::fast;
-  std::vector<float> rounded;
-  if (fast && kernels::ggml_rounds_activations(w)) {
-    rounded.resize(size_t(tokens * w.cols));
-    kernels::ggml_round_activations(x, tokens * w.cols, rounded.data());
-    x = rounded.data();
+  if (fast && kernels::ggml_act_kind(w) != kernels::GgmlActKind::none) {
+    // llama.cpp's arithmetic: activations quantized to the type's vec_dot_type, integer sums.
+    kernels::matmul_ggml_int8(w, x, tokens, y, pool);
+    return;
   }
   const kernels::WeightFormatRow& row = kernels::weight_format_row(w.format);
   if (tokens == 1 && fast && kernels::use_int8_matvec(w)) {

@@ -67,7 +67,10 @@ int weight_block(const LinearWeight& w);
 //         VNNI integer dot products (about 4x faster; relative activation error below 1/254 of
 //         each block's largest element), and matrix-matrix products of BF16/F16 and 4-bit
 //         weights round the activations to BF16 for AVX512-BF16 dot products (what bench and
-//         generate use).
+//         generate use). GGUF weights in ggml blocks (Q4_0, Q8_0, MXFP4, NVFP4, Q4_K, Q5_K,
+//         Q6_K) take llama.cpp's CPU arithmetic in every product: activations quantized to the
+//         type's vec_dot_type (Q8_0 or Q8_K) once per product, integer sums per block, scales
+//         combined in float (kernels/ggml_vec_dot.h).
 enum class KernelMode : uint8_t { exact, fast };
 std::string_view kernel_mode_name(KernelMode m);
 std::optional<KernelMode> parse_kernel_mode(std::string_view name);

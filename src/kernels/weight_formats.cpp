@@ -10,6 +10,7 @@
 #include "formats/int4.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
+#include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 
 #include <array>
@@ -267,26 +268,6 @@ constexpr bool rows_in_enum_order() {
 static_assert(rows_in_enum_order(), "weight_format_row indexes the table by the enum value");
 
 }  // namespace
-
-bool ggml_rounds_activations(const LinearWeight& w) {
-  // ggml-cpu's vec_dot_type is Q8_0 for these (and Q8_K for the k-quants, not modelled).
-  const GgmlType t = GgmlType(w.ggml_type);
-  return w.format == WeightFormat::ggml && w.cols % 32 == 0 &&
-         (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::MXFP4 ||
-          t == GgmlType::NVFP4);
-}
-
-void ggml_round_activations(const float* x, int64_t n, float* out) {
-  // As ggml-cpu's x86 quantize_row_q8_0 (not the _ref one): the inverse scale is 127 / amax
-  // rather than 1 / d, and the rounding is to nearest even (_mm256_round_ps).
-  for (int64_t b = 0; b < n; b += 32) {
-    float amax = 0.f;
-    for (int64_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
-    const float d = f16_to_f32(f32_to_f16(amax / 127.f));
-    const float id = amax != 0.f ? 127.f / amax : 0.f;
-    for (int64_t i = 0; i < 32; ++i) out[b + i] = std::nearbyint(x[b + i] * id) * d;
-  }
-}
 
 const WeightFormatRow& weight_format_row(WeightFormat format) {
   const auto i = static_cast<size_t>(format);

@@ -9,6 +9,7 @@
 #include "formats/int8.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
+#include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
@@ -324,8 +325,8 @@ TEST(KernelLinear, GgmlBlockWeightsMatchTheirDequantization) {
       linear_forward(w, x.data(), tokens, y2.data(), &two, KernelMode::exact);
       expect_close(w, x, tokens, y1, ref);
       ASSERT_EQ(y1, y2) << info.name << ": thread count changed the output";
-      // Fast mode: llama.cpp's activation rounding for types whose vec_dot_type is Q8_0 (the
-      // reference on x through ggml's Q8_0), float activations for the k-quants.
+      // Fast mode: llama.cpp's activation rounding, Q8_0 for Q4_0/Q8_0/MXFP4/NVFP4 (the
+      // reference on x through ggml's Q8_0), Q8_K for the k-quants.
       std::vector<float> xr(x);
       const bool q8 = type != GgmlType::Q4_K && type != GgmlType::Q6_K;
       if (q8) {
@@ -338,8 +339,15 @@ TEST(KernelLinear, GgmlBlockWeightsMatchTheirDequantization) {
           for (size_t i = 0; i < 32; ++i)
             xr[b + i] = std::nearbyint(x[b + i] * (127.f / amax)) * d;
         }
-        ASSERT_NE(xr, x);
+      } else {
+        std::vector<int8_t> q(x.size());
+        std::vector<float> d(x.size() / 256);
+        std::vector<int16_t> bsums(x.size() / 16);
+        kernels::ggml_quantize_act_q8_k(x.data(), int64_t(x.size()), q.data(), d.data(),
+                                        bsums.data());
+        for (size_t i = 0; i < x.size(); ++i) xr[i] = float(q[i]) * d[i / 256];
       }
+      ASSERT_NE(xr, x);
       std::vector<float> reff(ref.size()), yf(ref.size());
       linear_reference(w, xr.data(), tokens, reff.data());
       linear_forward(w, x.data(), tokens, yf.data(), &two, KernelMode::fast);
