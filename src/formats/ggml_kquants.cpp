@@ -13,21 +13,9 @@
 #include <cstring>
 
 namespace qf {
-namespace {
 
-constexpr int kQK = 256;
-
-// ggml's nearest_int: round half to even through the 1.5*2^23 trick, valid for |x| < 2^22.
-int nearest_int(float x) {
-  const float v = x + 12582912.f;
-  return int(f32_bits(v) & 0x007FFFFF) - 0x00400000;
-}
-
-// A scale and min for x ~ scale * L + min with L in [0, nmax], minimising the weighted squared
-// error over nstep + 1 candidate scales around nmax / (max - min). Returns the scale, stores -min
-// (>= 0) in *neg_min. ggml's make_qkx2_quants with use_mad = false.
-float make_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L,
-                     float* neg_min, uint8_t* Laux, float rmin, float rdelta, int nstep) {
+float ggml_make_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L,
+                          float* neg_min, uint8_t* Laux, float rmin, float rdelta, int nstep) {
   float min = x[0], max = x[0];
   float sum_w = weights[0];
   float sum_x = sum_w * x[0];
@@ -48,7 +36,7 @@ float make_scale_min(int n, int nmax, const float* x, const float* weights, uint
   float scale = 1 / iscale;
   float best_error = 0;
   for (int i = 0; i < n; ++i) {
-    const int l = nearest_int(iscale * (x[i] - min));
+    const int l = ggml_nearest_int(iscale * (x[i] - min));
     L[i] = uint8_t(std::max(0, std::min(nmax, l)));
     float diff = scale * float(L[i]) + min - x[i];
     diff = diff * diff;
@@ -58,7 +46,7 @@ float make_scale_min(int n, int nmax, const float* x, const float* weights, uint
     iscale = (rmin + rdelta * float(is) + float(nmax)) / (max - min);
     float sum_l = 0, sum_l2 = 0, sum_xl = 0;
     for (int i = 0; i < n; ++i) {
-      int l = nearest_int(iscale * (x[i] - min));
+      int l = ggml_nearest_int(iscale * (x[i] - min));
       l = std::max(0, std::min(nmax, l));
       Laux[i] = uint8_t(l);
       const float w = weights[i];
@@ -92,6 +80,11 @@ float make_scale_min(int n, int nmax, const float* x, const float* weights, uint
   return scale;
 }
 
+namespace {
+
+constexpr int kQK = 256;
+
+
 // A signed scale for x ~ scale * (L - nmax), L in [0, 2 nmax), weighted by x^2, tried at 19
 // scales around -nmax / max (ggml's make_qx_quants with rmse_type 1 and no importance).
 float make_signed_scale(int n, int nmax, const float* x, int8_t* L) {
@@ -110,7 +103,7 @@ float make_signed_scale(int n, int nmax, const float* x, int8_t* L) {
   float iscale = float(-nmax) / max;
   float sumlx = 0, suml2 = 0;
   for (int i = 0; i < n; ++i) {
-    int l = nearest_int(iscale * x[i]);
+    int l = ggml_nearest_int(iscale * x[i]);
     l = std::max(-nmax, std::min(nmax - 1, l));
     L[i] = int8_t(l + nmax);
     const float w = x[i] * x[i];
@@ -124,7 +117,7 @@ float make_signed_scale(int n, int nmax, const float* x, int8_t* L) {
     iscale = -(float(nmax) + 0.1f * float(is)) / max;
     sumlx = suml2 = 0;
     for (int i = 0; i < n; ++i) {
-      int l = nearest_int(iscale * x[i]);
+      int l = ggml_nearest_int(iscale * x[i]);
       l = std::max(-nmax, std::min(nmax - 1, l));
       const float w = x[i] * x[i];
       sumlx += w * x[i] * float(l);
@@ -132,7 +125,7 @@ float make_signed_scale(int n, int nmax, const float* x, int8_t* L) {
     }
     if (suml2 > 0 && sumlx * sumlx > best * suml2) {
       for (int i = 0; i < n; ++i) {
-        const int l = nearest_int(iscale * x[i]);
+        const int l = ggml_nearest_int(iscale * x[i]);
         L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, l)));
       }
       scale = sumlx / suml2;
@@ -156,41 +149,23 @@ void quantize_scale_min_superblock(const float* x, int nmax, float rmin, int nst
     for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-    scales[j] = make_scale_min(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f,
-                               nstep);
+    scales[j] = ggml_make_scale_min(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin,
+                                    0.1f, nstep);
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
   const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
   const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-  uint8_t* sc = out + 4;
+  uint8_t ls[8], lm[8];
   for (int j = 0; j < 8; ++j) {
     // ggml stores nearest_int into a uint8_t before the min: the conversion wraps modulo 256.
-    const uint8_t ls = std::min<uint8_t>(63, uint8_t(nearest_int(inv_scale * scales[j])));
-    const uint8_t lm = std::min<uint8_t>(63, uint8_t(nearest_int(inv_min * mins[j])));
-    if (j < 4) {
-      sc[j] = ls;
-      sc[j + 4] = lm;
-    } else {
-      sc[j + 4] = uint8_t((ls & 0xF) | ((lm & 0xF) << 4));
-      sc[j - 4] |= uint8_t((ls >> 4) << 6);
-      sc[j] |= uint8_t((lm >> 4) << 6);
-    }
+    ls[j] = std::min<uint8_t>(63, uint8_t(ggml_nearest_int(inv_scale * scales[j])));
+    lm[j] = std::min<uint8_t>(63, uint8_t(ggml_nearest_int(inv_min * mins[j])));
   }
+  ggml_k4_pack_scale_min(ls, lm, out + 4);
   ggml_store_f16(out, max_scale / 63.f);
   ggml_store_f16(out + 2, max_min / 63.f);
-  const float dd = ggml_load_f16(out), dmin = ggml_load_f16(out + 2);
-  for (int j = 0; j < 8; ++j) {
-    uint8_t s, m;
-    ggml_k4_scale_min(j, sc, &s, &m);
-    const float d = dd * float(s);
-    if (d == 0.f) continue;  // keeps the levels of the search, as ggml does
-    const float dm = dmin * float(m);
-    for (int ii = 0; ii < 32; ++ii) {
-      const int l = nearest_int((x[32 * j + ii] + dm) / d);
-      L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
-    }
-  }
+  ggml_k4_levels(x, out, nmax, L);
 }
 
 }  // namespace
@@ -204,6 +179,34 @@ void ggml_k4_scale_min(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   } else {
     *d = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
     *m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+void ggml_k4_pack_scale_min(const uint8_t* ls, const uint8_t* lm, uint8_t* sc) {
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      sc[j] = ls[j];
+      sc[j + 4] = lm[j];
+    } else {
+      sc[j + 4] = uint8_t((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+      sc[j - 4] |= uint8_t((ls[j] >> 4) << 6);
+      sc[j] |= uint8_t((lm[j] >> 4) << 6);
+    }
+  }
+}
+
+void ggml_k4_levels(const float* x, const uint8_t* block, int nmax, uint8_t* L) {
+  const float dd = ggml_load_f16(block), dmin = ggml_load_f16(block + 2);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t s, m;
+    ggml_k4_scale_min(j, block + 4, &s, &m);
+    const float d = dd * float(s);
+    if (d == 0.f) continue;
+    const float dm = dmin * float(m);
+    for (int ii = 0; ii < 32; ++ii) {
+      const int l = ggml_nearest_int((x[32 * j + ii] + dm) / d);
+      L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
+    }
   }
 }
 
@@ -302,13 +305,13 @@ void ggml_quantize_q6_k(const float* x, uint8_t* out, int64_t n) {
     ggml_store_f16(out + 208, 1 / iscale);
     int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
     for (int ib = 0; ib < 16; ++ib)
-      sc[ib] = int8_t(std::min(127, nearest_int(iscale * scales[ib])));
+      sc[ib] = int8_t(std::min(127, ggml_nearest_int(iscale * scales[ib])));
     const float dd = ggml_load_f16(out + 208);
     for (int j = 0; j < 16; ++j) {
       const float d = dd * float(sc[j]);
       if (d == 0.f) continue;
       for (int ii = 0; ii < 16; ++ii) {
-        const int l = nearest_int(x[16 * j + ii] / d);
+        const int l = ggml_nearest_int(x[16 * j + ii] / d);
         L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
       }
     }

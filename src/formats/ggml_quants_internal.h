@@ -17,4 +17,25 @@ inline void ggml_store_u16(uint8_t* p, uint16_t v) {
 inline void ggml_store_f16(uint8_t* p, float v) { ggml_store_u16(p, f32_to_f16(v)); }
 inline float ggml_load_f16(const uint8_t* p) { return f16_to_f32(ggml_load_u16(p)); }
 
+// ggml's nearest_int: round half to even through the 1.5*2^23 trick, valid for |x| < 2^22.
+inline int ggml_nearest_int(float x) {
+  const float v = x + 12582912.f;
+  return int(f32_bits(v) & 0x007FFFFF) - 0x00400000;
+}
+
+// A scale and min for x ~ scale * L + min with L in [0, nmax], minimising the weighted squared
+// error over nstep + 1 candidate scales around nmax / (max - min). Returns the scale, stores -min
+// (>= 0) in *neg_min. ggml's make_qkx2_quants and make_qkx3_quants with use_mad = false (the
+// same search; they differ only in the weights their callers pass). Laux: n bytes of scratch.
+float ggml_make_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L,
+                          float* neg_min, uint8_t* Laux, float rmin, float rdelta, int nstep);
+
+// Q4_K / Q5_K super-block header: stores the eight 6-bit sub-block scales `ls` and mins `lm`
+// (each <= 63) in the 12 scale bytes at sc (ggml's packing, read by ggml_k4_scale_min).
+void ggml_k4_pack_scale_min(const uint8_t* ls, const uint8_t* lm, uint8_t* sc);
+// The final levels L[256] in [0, nmax] of x against the scales already stored in the
+// super-block header at `block` (fp16 d, fp16 dmin, 12 scale bytes), as ggml re-derives them;
+// a sub-block whose scale is 0 keeps the levels L already holds (ggml does the same).
+void ggml_k4_levels(const float* x, const uint8_t* block, int nmax, uint8_t* L);
+
 }  // namespace qf

@@ -17,12 +17,6 @@ namespace {
 constexpr int kQK = 256;
 constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS
 
-// ggml's nearest_int: round half to even through the 1.5*2^23 trick, valid for |x| < 2^22.
-int nearest_int(float x) {
-  const float v = x + 12582912.f;
-  return int(f32_bits(v) & 0x007FFFFF) - 0x00400000;
-}
-
 // ggml's make_qx_quants with rmse_type 1 and importance qw: a signed scale for
 // x ~ scale * (L - nmax), L in [0, 2 nmax), the best of 19 candidate scales around -nmax / max
 // by the weighted least-squares fit. Returns the scale; L holds the levels of the best fit
@@ -43,7 +37,7 @@ float make_qx_weighted(int n, int nmax, const float* x, int8_t* L, const float* 
   float iscale = float(-nmax) / max;
   float sumlx = 0, suml2 = 0;
   for (int i = 0; i < n; ++i) {
-    int l = nearest_int(iscale * x[i]);
+    int l = ggml_nearest_int(iscale * x[i]);
     l = std::max(-nmax, std::min(nmax - 1, l));
     L[i] = int8_t(l + nmax);
     const float w = qw[i];
@@ -57,7 +51,7 @@ float make_qx_weighted(int n, int nmax, const float* x, int8_t* L, const float* 
     iscale = -(float(nmax) + 0.1f * float(is)) / max;
     sumlx = suml2 = 0;
     for (int i = 0; i < n; ++i) {
-      int l = nearest_int(iscale * x[i]);
+      int l = ggml_nearest_int(iscale * x[i]);
       l = std::max(-nmax, std::min(nmax - 1, l));
       const float w = qw[i];
       sumlx += w * x[i] * float(l);
@@ -65,7 +59,7 @@ float make_qx_weighted(int n, int nmax, const float* x, int8_t* L, const float* 
     }
     if (suml2 > 0 && sumlx * sumlx > best * suml2) {
       for (int i = 0; i < n; ++i) {
-        const int l = nearest_int(iscale * x[i]);
+        const int l = ggml_nearest_int(iscale * x[i]);
         L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, l)));
       }
       scale = sumlx / suml2;
@@ -75,74 +69,6 @@ float make_qx_weighted(int n, int nmax, const float* x, int8_t* L, const float* 
   return scale;
 }
 
-// ggml's make_qkx3_quants with use_mad = false: scale and min for x ~ scale * L + min,
-// L in [0, nmax], the least weighted squared error over nstep + 1 candidate scales. Returns the
-// scale; -min (>= 0) goes to *neg_min.
-float make_qkx3(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* neg_min,
-                uint8_t* Laux, float rmin, float rdelta, int nstep) {
-  float min = x[0], max = x[0];
-  float sum_w = weights[0];
-  float sum_x = sum_w * x[0];
-  for (int i = 1; i < n; ++i) {
-    if (x[i] < min) min = x[i];
-    if (x[i] > max) max = x[i];
-    const float w = weights[i];
-    sum_w += w;
-    sum_x += w * x[i];
-  }
-  if (min > 0) min = 0;
-  if (max <= min) {
-    std::memset(L, 0, size_t(n));
-    *neg_min = -min;
-    return 0.f;
-  }
-  float iscale = float(nmax) / (max - min);
-  float scale = 1 / iscale;
-  float best_error = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = nearest_int(iscale * (x[i] - min));
-    L[i] = uint8_t(std::max(0, std::min(nmax, l)));
-    float diff = scale * float(L[i]) + min - x[i];
-    diff = diff * diff;
-    best_error += weights[i] * diff;
-  }
-  for (int is = 0; is <= nstep; ++is) {
-    iscale = (rmin + rdelta * float(is) + float(nmax)) / (max - min);
-    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-    for (int i = 0; i < n; ++i) {
-      int l = nearest_int(iscale * (x[i] - min));
-      l = std::max(0, std::min(nmax, l));
-      Laux[i] = uint8_t(l);
-      const float w = weights[i];
-      sum_l += w * float(l);
-      sum_l2 += w * float(l) * float(l);
-      sum_xl += w * float(l) * x[i];
-    }
-    const float D = sum_w * sum_l2 - sum_l * sum_l;
-    if (D > 0) {
-      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-      if (this_min > 0) {
-        this_min = 0;
-        this_scale = sum_xl / sum_l2;
-      }
-      float error = 0;
-      for (int i = 0; i < n; ++i) {
-        float diff = this_scale * float(Laux[i]) + this_min - x[i];
-        diff = diff * diff;
-        error += weights[i] * diff;
-      }
-      if (error < best_error) {
-        std::memcpy(L, Laux, size_t(n));
-        best_error = error;
-        scale = this_scale;
-        min = this_min;
-      }
-    }
-  }
-  *neg_min = -min;
-  return scale;
-}
 
 // ggml's make_qp_quants: a positive super-scale for the n non-negative values x (the sub-block
 // scales or mins) as scale * L, L in [0, nmax], chosen among 9 candidates by weighted squared
@@ -156,7 +82,7 @@ float make_qp(int n, int nmax, const float* x, uint8_t* L, const float* qw) {
     return 0.f;
   }
   float iscale = float(nmax) / max;
-  for (int i = 0; i < n; ++i) L[i] = uint8_t(nearest_int(iscale * x[i]));
+  for (int i = 0; i < n; ++i) L[i] = uint8_t(ggml_nearest_int(iscale * x[i]));
   const float scale = 1 / iscale;
   float best_mse = 0;
   for (int i = 0; i < n; ++i) {
@@ -169,7 +95,7 @@ float make_qp(int n, int nmax, const float* x, uint8_t* L, const float* qw) {
     const float scale_is = 1 / iscale_is;
     float mse = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
+      const int l = std::min(nmax, ggml_nearest_int(iscale_is * x[i]));
       const float diff = x[i] - scale_is * float(l);
       mse += qw[i] * diff * diff;
     }
@@ -180,7 +106,7 @@ float make_qp(int n, int nmax, const float* x, uint8_t* L, const float* qw) {
   }
   float sumlx = 0, suml2 = 0;
   for (int i = 0; i < n; ++i) {
-    const int l = std::min(nmax, nearest_int(iscale * x[i]));
+    const int l = std::min(nmax, ggml_nearest_int(iscale * x[i]));
     L[i] = uint8_t(l);
     const float w = qw[i];
     sumlx += w * x[i] * float(l);
@@ -193,7 +119,7 @@ float make_qp(int n, int nmax, const float* x, uint8_t* L, const float* qw) {
       float slx = sumlx - w * x[i] * float(L[i]);
       float sl2 = suml2 - w * float(L[i]) * float(L[i]);
       if (slx > 0 && sl2 > 0) {
-        const int new_l = std::min(nmax, nearest_int(x[i] * sl2 / slx));
+        const int new_l = std::min(nmax, ggml_nearest_int(x[i] * sl2 / slx));
         if (new_l != L[i]) {
           slx += w * x[i] * float(new_l);
           sl2 += w * float(new_l) * float(new_l);
@@ -211,16 +137,6 @@ float make_qp(int n, int nmax, const float* x, uint8_t* L, const float* qw) {
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K scale array (ggml's get_scale_min_k4).
-void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    *m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
 
 // --- code packing, shared by the weighted quantizers and ggml_pack_codes -------------------
 
@@ -305,38 +221,19 @@ void scale_min_k_row(const float* x, uint8_t* out, int64_t n, const float* qw, i
       float sumw = 0;
       for (int l = 0; l < 32; ++l) sumw += weights[l];
       sw[j] = sumw;
-      scales[j] = make_qkx3(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.9f,
-                            0.05f, 36);
+      scales[j] = ggml_make_scale_min(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                      -0.9f, 0.05f, 36);
     }
     const float d_block = make_qp(8, 63, scales, Ls, sw);
     const float m_block = make_qp(8, 63, mins, Lm, sw);
-    uint8_t* sc = out + 4;
-    std::memset(sc, 0, 12);
     for (int j = 0; j < 8; ++j) {
-      const uint8_t ls = std::min<uint8_t>(63, Ls[j]), lm = std::min<uint8_t>(63, Lm[j]);
-      if (j < 4) {
-        sc[j] = ls;
-        sc[j + 4] = lm;
-      } else {
-        sc[j + 4] = uint8_t((ls & 0xF) | ((lm & 0xF) << 4));
-        sc[j - 4] |= uint8_t((ls >> 4) << 6);
-        sc[j] |= uint8_t((lm >> 4) << 6);
-      }
+      Ls[j] = std::min<uint8_t>(63, Ls[j]);
+      Lm[j] = std::min<uint8_t>(63, Lm[j]);
     }
+    ggml_k4_pack_scale_min(Ls, Lm, out + 4);
     ggml_store_f16(out, d_block);
     ggml_store_f16(out + 2, m_block);
-    const float dd = ggml_load_f16(out), dmin = ggml_load_f16(out + 2);
-    for (int j = 0; j < 8; ++j) {
-      uint8_t s, m;
-      scale_min_k4(j, sc, &s, &m);
-      const float d = dd * float(s);
-      if (d == 0.f) continue;  // keeps the levels of the search, as ggml does
-      const float dm = dmin * float(m);
-      for (int ii = 0; ii < 32; ++ii) {
-        const int l = nearest_int((x[32 * j + ii] + dm) / d);
-        L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
-      }
-    }
+    ggml_k4_levels(x, out, nmax, L);
     if (nmax == 15)
       pack_q4_k(L, out);
     else
@@ -364,13 +261,13 @@ void q6_k_row(const float* x, uint8_t* out, int64_t n, const float* qw) {
     const float iscale = -128.f / max_scale;
     ggml_store_f16(out + 208, 1 / iscale);
     int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
-    for (int ib = 0; ib < 16; ++ib) sc[ib] = int8_t(std::min(127, nearest_int(iscale * scales[ib])));
+    for (int ib = 0; ib < 16; ++ib) sc[ib] = int8_t(std::min(127, ggml_nearest_int(iscale * scales[ib])));
     const float dd = ggml_load_f16(out + 208);
     for (int j = 0; j < 16; ++j) {
       const float d = dd * float(sc[j]);
       if (d == 0.f) continue;
       for (int ii = 0; ii < 16; ++ii) {
-        const int l = nearest_int(x[16 * j + ii] / d);
+        const int l = ggml_nearest_int(x[16 * j + ii] / d);
         L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
       }
     }
@@ -531,7 +428,7 @@ void ggml_frozen_row(GgmlType type, const uint8_t* row, int64_t n, float g, Ggml
         const uint8_t* qh = row + 16;
         for (int j = 0; j < 8; ++j) {
           uint8_t s, m;
-          scale_min_k4(j, row + 4, &s, &m);
+          ggml_k4_scale_min(j, row + 4, &s, &m);
           for (int l = 0; l < 32; ++l) {
             sc[kQK * b + 32 * j + l] = d * float(s);
             of[kQK * b + 32 * j + l] = dmin * float(m);
