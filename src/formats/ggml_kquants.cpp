@@ -182,6 +182,46 @@ void ggml_k4_scale_min(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   }
 }
 
+void ggml_pack_q4_k_levels(const uint8_t* L, uint8_t* blk) {
+  uint8_t* q = blk + 16;
+  for (int j = 0; j < kQK; j += 64, q += 32)
+    for (int l = 0; l < 32; ++l) q[l] = uint8_t(L[j + l] | (L[j + l + 32] << 4));
+}
+void ggml_pack_q5_k_levels(const uint8_t* L, uint8_t* blk) {
+  uint8_t* qh = blk + 16;
+  uint8_t* ql = blk + 48;
+  std::memset(qh, 0, 32);
+  uint8_t m1 = 1, m2 = 2;
+  for (int n = 0; n < kQK; n += 64, ql += 32) {
+    for (int j = 0; j < 32; ++j) {
+      int l1 = L[n + j], l2 = L[n + j + 32];
+      if (l1 > 15) {
+        l1 -= 16;
+        qh[j] |= m1;
+      }
+      if (l2 > 15) {
+        l2 -= 16;
+        qh[j] |= m2;
+      }
+      ql[j] = uint8_t(l1 | (l2 << 4));
+    }
+    m1 = uint8_t(m1 << 2);
+    m2 = uint8_t(m2 << 2);
+  }
+}
+void ggml_pack_q6_k_levels(const uint8_t* L, uint8_t* blk) {
+  uint8_t* ql = blk;
+  uint8_t* qh = blk + 128;
+  for (int j = 0; j < kQK; j += 128, ql += 64, qh += 32) {
+    for (int l = 0; l < 32; ++l) {
+      const int a = L[j + l], b = L[j + l + 32], c = L[j + l + 64], e = L[j + l + 96];
+      ql[l] = uint8_t((a & 0xF) | ((c & 0xF) << 4));
+      ql[l + 32] = uint8_t((b & 0xF) | ((e & 0xF) << 4));
+      qh[l] = uint8_t((a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6));
+    }
+  }
+}
+
 void ggml_k4_pack_scale_min(const uint8_t* ls, const uint8_t* lm, uint8_t* sc) {
   for (int j = 0; j < 8; ++j) {
     if (j < 4) {
@@ -214,9 +254,7 @@ void ggml_quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
   uint8_t L[kQK];
   for (int64_t b = 0; b < n / kQK; ++b, x += kQK, out += 144) {
     quantize_scale_min_superblock(x, 15, -1.f, 20, out, L);
-    uint8_t* q = out + 16;
-    for (int j = 0; j < kQK; j += 64, q += 32)
-      for (int l = 0; l < 32; ++l) q[l] = uint8_t(L[j + l] | (L[j + l + 32] << 4));
+    ggml_pack_q4_k_levels(L, out);
   }
 }
 
@@ -240,26 +278,7 @@ void ggml_quantize_q5_k(const float* x, uint8_t* out, int64_t n) {
   uint8_t L[kQK];
   for (int64_t b = 0; b < n / kQK; ++b, x += kQK, out += 176) {
     quantize_scale_min_superblock(x, 31, -0.5f, 15, out, L);
-    uint8_t* qh = out + 16;
-    uint8_t* ql = out + 48;
-    std::memset(qh, 0, 32);
-    uint8_t m1 = 1, m2 = 2;
-    for (int j0 = 0; j0 < kQK; j0 += 64, ql += 32) {
-      for (int j = 0; j < 32; ++j) {
-        int l1 = L[j0 + j], l2 = L[j0 + j + 32];
-        if (l1 > 15) {
-          l1 -= 16;
-          qh[j] |= m1;
-        }
-        if (l2 > 15) {
-          l2 -= 16;
-          qh[j] |= m2;
-        }
-        ql[j] = uint8_t(l1 | (l2 << 4));
-      }
-      m1 = uint8_t(m1 << 2);
-      m2 = uint8_t(m2 << 2);
-    }
+    ggml_pack_q5_k_levels(L, out);
   }
 }
 
@@ -315,16 +334,7 @@ void ggml_quantize_q6_k(const float* x, uint8_t* out, int64_t n) {
         L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
       }
     }
-    uint8_t* ql = out;
-    uint8_t* qh = out + 128;
-    for (int j = 0; j < kQK; j += 128, ql += 64, qh += 32) {
-      for (int l = 0; l < 32; ++l) {
-        const int a = L[j + l], b2 = L[j + l + 32], c = L[j + l + 64], e = L[j + l + 96];
-        ql[l] = uint8_t((a & 0xF) | ((c & 0xF) << 4));
-        ql[l + 32] = uint8_t((b2 & 0xF) | ((e & 0xF) << 4));
-        qh[l] = uint8_t((a >> 4) | ((b2 >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6));
-      }
-    }
+    ggml_pack_q6_k_levels(reinterpret_cast<const uint8_t*>(L), out);
   }
 }
 

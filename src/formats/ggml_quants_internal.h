@@ -30,6 +30,12 @@ inline int ggml_nearest_int(float x) {
 float ggml_make_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L,
                           float* neg_min, uint8_t* Laux, float rmin, float rdelta, int nstep);
 
+// The levels L[256] of one super-block into its code bytes, as ggml lays them out: Q4_K
+// (nibbles at blk + 16; L in [0, 15]), Q5_K (high bits at blk + 16, nibbles at blk + 48; L in
+// [0, 31]), Q6_K (low nibbles at blk, high 2 bits at blk + 128; L in [0, 63]). Scales untouched.
+void ggml_pack_q4_k_levels(const uint8_t* L, uint8_t* blk);
+void ggml_pack_q5_k_levels(const uint8_t* L, uint8_t* blk);
+void ggml_pack_q6_k_levels(const uint8_t* L, uint8_t* blk);
 // Q4_K / Q5_K super-block header: stores the eight 6-bit sub-block scales `ls` and mins `lm`
 // (each <= 63) in the 12 scale bytes at sc (ggml's packing, read by ggml_k4_scale_min).
 void ggml_k4_pack_scale_min(const uint8_t* ls, const uint8_t* lm, uint8_t* sc);

@@ -143,45 +143,6 @@ float make_qp(int n, int nmax, const float* x, uint8_t* L, const float* qw) {
 void pack_q4_0(const uint8_t* L, uint8_t* blk) {
   for (int j = 0; j < 16; ++j) blk[2 + j] = uint8_t(L[j] | (L[j + 16] << 4));
 }
-void pack_q4_k(const uint8_t* L, uint8_t* blk) {
-  uint8_t* q = blk + 16;
-  for (int j = 0; j < kQK; j += 64, q += 32)
-    for (int l = 0; l < 32; ++l) q[l] = uint8_t(L[j + l] | (L[j + l + 32] << 4));
-}
-void pack_q5_k(const uint8_t* L, uint8_t* blk) {
-  uint8_t* qh = blk + 16;
-  uint8_t* ql = blk + 48;
-  std::memset(qh, 0, 32);
-  uint8_t m1 = 1, m2 = 2;
-  for (int n = 0; n < kQK; n += 64, ql += 32) {
-    for (int j = 0; j < 32; ++j) {
-      int l1 = L[n + j], l2 = L[n + j + 32];
-      if (l1 > 15) {
-        l1 -= 16;
-        qh[j] |= m1;
-      }
-      if (l2 > 15) {
-        l2 -= 16;
-        qh[j] |= m2;
-      }
-      ql[j] = uint8_t(l1 | (l2 << 4));
-    }
-    m1 = uint8_t(m1 << 2);
-    m2 = uint8_t(m2 << 2);
-  }
-}
-void pack_q6_k(const uint8_t* L, uint8_t* blk) {
-  uint8_t* ql = blk;
-  uint8_t* qh = blk + 128;
-  for (int j = 0; j < kQK; j += 128, ql += 64, qh += 32) {
-    for (int l = 0; l < 32; ++l) {
-      const int a = L[j + l], b = L[j + l + 32], c = L[j + l + 64], e = L[j + l + 96];
-      ql[l] = uint8_t((a & 0xF) | ((c & 0xF) << 4));
-      ql[l + 32] = uint8_t((b & 0xF) | ((e & 0xF) << 4));
-      qh[l] = uint8_t((a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6));
-    }
-  }
-}
 // MXFP4 (32: element j low nibble of qs[j], j + 16 high) and each 16 of NVFP4 (element j low
 // nibble of qs[j], j + 8 high): ggml's split halves.
 void pack_fp4(const uint8_t* L, int n, uint8_t* qs) {
@@ -235,9 +196,9 @@ void scale_min_k_row(const float* x, uint8_t* out, int64_t n, const float* qw, i
     ggml_store_f16(out + 2, m_block);
     ggml_k4_levels(x, out, nmax, L);
     if (nmax == 15)
-      pack_q4_k(L, out);
+      ggml_pack_q4_k_levels(L, out);
     else
-      pack_q5_k(L, out);
+      ggml_pack_q5_k_levels(L, out);
   }
 }
 
@@ -271,7 +232,7 @@ void q6_k_row(const float* x, uint8_t* out, int64_t n, const float* qw) {
         L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
       }
     }
-    pack_q6_k(reinterpret_cast<const uint8_t*>(L), out);
+    ggml_pack_q6_k_levels(reinterpret_cast<const uint8_t*>(L), out);
   }
 }
 
@@ -530,13 +491,13 @@ void ggml_pack_codes(const GgmlFrozenRow& r, uint8_t* row) {
         for (int j = 0; j < 32; ++j) row[34 * b + 2 + j] = uint8_t(int8_t(int(L[32 * b + j]) - 128));
       break;
     case GgmlType::Q4_K:
-      for (int64_t b = 0; b < n / kQK; ++b) pack_q4_k(L + kQK * b, row + 144 * b);
+      for (int64_t b = 0; b < n / kQK; ++b) ggml_pack_q4_k_levels(L + kQK * b, row + 144 * b);
       break;
     case GgmlType::Q5_K:
-      for (int64_t b = 0; b < n / kQK; ++b) pack_q5_k(L + kQK * b, row + 176 * b);
+      for (int64_t b = 0; b < n / kQK; ++b) ggml_pack_q5_k_levels(L + kQK * b, row + 176 * b);
       break;
     case GgmlType::Q6_K:
-      for (int64_t b = 0; b < n / kQK; ++b) pack_q6_k(L + kQK * b, row + 210 * b);
+      for (int64_t b = 0; b < n / kQK; ++b) ggml_pack_q6_k_levels(L + kQK * b, row + 210 * b);
       break;
     case GgmlType::MXFP4:
       for (int64_t b = 0; b < n / 32; ++b) pack_fp4(L + 32 * b, 32, row + 17 * b + 1);
