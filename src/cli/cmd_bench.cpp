@@ -68,6 +68,7 @@ void register_bench(CLI::App& app, Action& run) {
       mo.threads = args->threads;
       mo.max_seq = args->prompt + args->gen;
       mo.kernels = args->kernels;
+      mo.huge_page_weights = true;
       std::vector<nlohmann::ordered_json> rows;
       for (const std::string& dir : args->dirs) {
         // One model in memory at a time; peak RSS is the process's, so it covers those before.

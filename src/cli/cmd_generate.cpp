@@ -47,6 +47,7 @@ void register_generate(CLI::App& app, Action& run) {
       ModelOptions mo;
       mo.threads = args->threads;
       mo.kernels = args->kernels;
+      mo.huge_page_weights = true;
       auto model = Model::load(args->dir, mo);
       std::vector<int32_t> prompt = tok->encode(args->prompt, tok->bos_id() >= 0);
       if (prompt.empty()) fail("{}: the prompt is empty and the tokenizer has no BOS", args->dir);

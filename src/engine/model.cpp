@@ -117,7 +117,9 @@ void route_sigmoid_grouped(const float* logits, const MoeSpec& moe, const std::v
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const ModelOptions& opt) {
-  return std::make_unique<Model>(ModelWeights::load(dir), opt);
+  ModelWeights w = ModelWeights::load(dir);
+  if (opt.huge_page_weights) w.move_to_huge_pages();
+  return std::make_unique<Model>(std::move(w), opt);
 }
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const Checkpoint> checkpoint,

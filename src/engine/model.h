@@ -55,6 +55,9 @@ struct ModelOptions {
   // llama.cpp` sets it: on tiny models whose activations are rounded to Q8_0 these roundings
   // move the perplexity by about 1e-3, the size of the agreement it is checked to.
   bool llama_cpp_attention = false;
+  // Weights moved into 2 MB pages at load (ModelWeights::move_to_huge_pages): for commands that
+  // stream them every token (bench, generate); calibration and evaluation read them in place.
+  bool huge_page_weights = false;
 };
 
 class Model {

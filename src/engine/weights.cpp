@@ -3,6 +3,8 @@
 // description of how it is stored, views into the mapped shards.
 #include "engine/weights.h"
 
+#include "core/huge_pages.h"
+
 #include "io/gguf_file.h"
 
 #include "core/error.h"
@@ -426,6 +428,27 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
     mw.layers.push_back(std::move(L));
   }
   return mw;
+}
+
+void ModelWeights::move_to_huge_pages(uint64_t min_bytes) {
+  auto move = [&](EngineLinear& L) {
+    const WeightFormat f = L.w.format;
+    if (f != WeightFormat::ggml && f != WeightFormat::f32 && f != WeightFormat::f16 &&
+        f != WeightFormat::bf16)
+      return;
+    const uint64_t n = L.w.stored_bytes();
+    if (n < min_bytes || !L.w.data) return;
+    const void* from = L.w.data;
+    // A view into a GGUF file's read-only mapping (other checkpoints may hold anonymous copies,
+    // whose pages must not be dropped): its file pages can go.
+    const bool mapped = gguf != nullptr && L.storage == nullptr;
+    L.storage = copy_to_huge_pages(from, size_t(n));
+    L.w.data = L.storage.get();
+    if (mapped) release_mapped_pages(from, size_t(n));
+  };
+  for (LayerWeights& layer : layers)
+    for (EngineLinear& L : layer.linears) move(L);
+  move(lm_head);
 }
 
 }  // namespace qf
