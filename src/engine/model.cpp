@@ -118,7 +118,7 @@ void route_sigmoid_grouped(const float* logits, const MoeSpec& moe, const std::v
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const ModelOptions& opt) {
   ModelWeights w = ModelWeights::load(dir);
-  if (opt.huge_page_weights) w.move_to_huge_pages();
+  if (opt.huge_page_weights) w.move_to_huge_pages(/*release_file_pages=*/true);
   return std::make_unique<Model>(std::move(w), opt);
 }
 

@@ -430,21 +430,23 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
   return mw;
 }
 
-void ModelWeights::move_to_huge_pages(uint64_t min_bytes) {
+void ModelWeights::move_to_huge_pages(bool release_file_pages, uint64_t min_bytes) {
   auto move = [&](EngineLinear& L) {
-    const WeightFormat f = L.w.format;
-    if (f != WeightFormat::ggml && f != WeightFormat::f32 && f != WeightFormat::f16 &&
-        f != WeightFormat::bf16)
-      return;
-    const uint64_t n = L.w.stored_bytes();
-    if (n < min_bytes || !L.w.data) return;
+    if (L.w.transposed || !L.w.data) return;
+    const uint64_t n = L.w.data_bytes();
+    if (n < min_bytes) return;
     const void* from = L.w.data;
-    // A view into a GGUF file's read-only mapping (other checkpoints may hold anonymous copies,
-    // whose pages must not be dropped): its file pages can go.
-    const bool mapped = gguf != nullptr && L.storage == nullptr;
-    L.storage = copy_to_huge_pages(from, size_t(n));
-    L.w.data = L.storage.get();
-    if (mapped) release_mapped_pages(from, size_t(n));
+    std::shared_ptr<const void> copy = copy_to_huge_pages(from, size_t(n));
+    L.w.data = copy.get();
+    if (!L.storage) {
+      L.storage = std::move(copy);
+      if (release_file_pages) release_mapped_pages(from, size_t(n));
+    } else {
+      // The old owner may also hold other parts (scales copied with the codes): keep it too.
+      auto both = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+          std::move(L.storage), copy);
+      L.storage = std::shared_ptr<const void>(both, copy.get());
+    }
   };
   for (LayerWeights& layer : layers)
     for (EngineLinear& L : layer.linears) move(L);

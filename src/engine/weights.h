@@ -79,12 +79,13 @@ struct ModelWeights {
   // bytes times top_k: which experts a token picks is not known ahead).
   uint64_t weight_bytes_per_token() const;
 
-  // Copies the weights of every Linear of at least `min_bytes` (and the output head) into memory
-  // backed by 2 MB pages where the system grants them (core/huge_pages.h), releasing the file
-  // pages they came from: what a decode loop that streams them every token wants. Weights held
-  // whole in `data` only (ggml blocks, F32/F16/BF16); other formats stay where they are.
-  // Memory: the copies replace the mapped pages (plus one tensor while copying).
-  void move_to_huge_pages(uint64_t min_bytes = uint64_t(2) << 20);
+  // Copies the weights (`data`: values, codes or ggml blocks; separate block scales stay) of
+  // every Linear of at least `min_bytes`, and the output head, into memory backed by 2 MB pages
+  // where the system grants them (core/huge_pages.h): what a decode loop that streams them every
+  // token wants. `release_file_pages`: the weights not already copied are views of read-only
+  // file mappings (a model loaded from its path), whose pages are then dropped, so the copies
+  // replace them in memory (plus one tensor while copying); otherwise both stay.
+  void move_to_huge_pages(bool release_file_pages, uint64_t min_bytes = uint64_t(2) << 20);
 
   // Loads `dir`, or a GGUF file (load_gguf). Throws qf::Error, starting with the directory and
   // naming the tensor, for a missing or malformed tensor, or a quantization config that does not

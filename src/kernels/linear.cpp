@@ -28,6 +28,23 @@ uint64_t LinearWeight::stored_bytes() const {
   return kernels::weight_format_row(format).stored_bytes(*this);
 }
 
+uint64_t LinearWeight::data_bytes() const {
+  const uint64_t n = uint64_t(rows) * uint64_t(cols);
+  switch (format) {
+    case WeightFormat::f32: return n * 4;
+    case WeightFormat::f16:
+    case WeightFormat::bf16: return n * 2;
+    case WeightFormat::fp8:
+    case WeightFormat::int8: return n;
+    case WeightFormat::nvfp4:
+    case WeightFormat::mxfp4:
+    case WeightFormat::int4_row_pairs:
+    case WeightFormat::int4_packed32: return n / 2;
+    case WeightFormat::ggml: return stored_bytes();
+  }
+  return 0;
+}
+
 std::string_view kernel_mode_name(KernelMode m) { return m == KernelMode::exact ? "exact" : "fast"; }
 
 std::optional<KernelMode> parse_kernel_mode(std::string_view name) {

@@ -54,6 +54,8 @@ struct LinearWeight {
 
   // Bytes a product reads from memory: the stored weights and their scales.
   uint64_t stored_bytes() const;
+  // Bytes at `data` alone (codes or values; ggml blocks with their scales inside).
+  uint64_t data_bytes() const;
 };
 
 // Elements per block scale along a row for the block formats (16, 32 or group); 0 otherwise.
