@@ -14,6 +14,54 @@
 
 namespace qf {
 
+float ggml_make_qx(int n, int nmax, const float* x, int8_t* L, const float* qw) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < 1e-15f) {  // GROUP_MAX_EPS
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.f;
+  }
+  float iscale = float(-nmax) / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    int l = ggml_nearest_int(iscale * x[i]);
+    l = std::max(-nmax, std::min(nmax - 1, l));
+    L[i] = int8_t(l + nmax);
+    const float w = qw ? qw[i] : x[i] * x[i];
+    sumlx += w * x[i] * float(l);
+    suml2 += w * float(l) * float(l);
+  }
+  float scale = suml2 != 0.f ? sumlx / suml2 : 0.f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(float(nmax) + 0.1f * float(is)) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      int l = ggml_nearest_int(iscale * x[i]);
+      l = std::max(-nmax, std::min(nmax - 1, l));
+      const float w = qw ? qw[i] : x[i] * x[i];
+      sumlx += w * x[i] * float(l);
+      suml2 += w * float(l) * float(l);
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i) {
+        const int l = ggml_nearest_int(iscale * x[i]);
+        L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, l)));
+      }
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
 float ggml_make_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L,
                           float* neg_min, uint8_t* Laux, float rmin, float rdelta, int nstep) {
   float min = x[0], max = x[0];
@@ -85,55 +133,6 @@ namespace {
 constexpr int kQK = 256;
 
 
-// A signed scale for x ~ scale * (L - nmax), L in [0, 2 nmax), weighted by x^2, tried at 19
-// scales around -nmax / max (ggml's make_qx_quants with rmse_type 1 and no importance).
-float make_signed_scale(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < 1e-15f) {  // GROUP_MAX_EPS
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    return 0.f;
-  }
-  float iscale = float(-nmax) / max;
-  float sumlx = 0, suml2 = 0;
-  for (int i = 0; i < n; ++i) {
-    int l = ggml_nearest_int(iscale * x[i]);
-    l = std::max(-nmax, std::min(nmax - 1, l));
-    L[i] = int8_t(l + nmax);
-    const float w = x[i] * x[i];
-    sumlx += w * x[i] * float(l);
-    suml2 += w * float(l) * float(l);
-  }
-  float scale = suml2 != 0.f ? sumlx / suml2 : 0.f;
-  float best = scale * sumlx;
-  for (int is = -9; is <= 9; ++is) {
-    if (is == 0) continue;
-    iscale = -(float(nmax) + 0.1f * float(is)) / max;
-    sumlx = suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-      int l = ggml_nearest_int(iscale * x[i]);
-      l = std::max(-nmax, std::min(nmax - 1, l));
-      const float w = x[i] * x[i];
-      sumlx += w * x[i] * float(l);
-      suml2 += w * float(l) * float(l);
-    }
-    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i) {
-        const int l = ggml_nearest_int(iscale * x[i]);
-        L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, l)));
-      }
-      scale = sumlx / suml2;
-      best = scale * sumlx;
-    }
-  }
-  return scale;
-}
 
 // Shared by Q4_K and Q5_K: header (d, dmin, 12 scale bytes at out[0..15]) and the final levels
 // L[256] in [0, nmax].
@@ -309,7 +308,7 @@ void ggml_quantize_q6_k(const float* x, uint8_t* out, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, x += kQK, out += 210) {
     float max_scale = 0, max_abs_scale = 0;
     for (int ib = 0; ib < 16; ++ib) {
-      const float scale = make_signed_scale(16, 32, x + 16 * ib, L + 16 * ib);
+      const float scale = ggml_make_qx(16, 32, x + 16 * ib, L + 16 * ib, nullptr);
       scales[ib] = scale;
       if (std::fabs(scale) > max_abs_scale) {
         max_abs_scale = std::fabs(scale);

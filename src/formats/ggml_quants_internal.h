@@ -23,6 +23,13 @@ inline int ggml_nearest_int(float x) {
   return int(f32_bits(v) & 0x007FFFFF) - 0x00400000;
 }
 
+// ggml's make_qx_quants with rmse_type 1: a signed scale for x ~ scale * (L - nmax), L in
+// [0, 2 nmax), the best of 19 candidate scales around -nmax / max by the least-squares fit
+// weighted by qw (the importance), or by x^2 when qw is null (the reference quantizers). Returns
+// the scale; L holds the levels of the best fit (not re-derived from the rounded scale: ggml
+// keeps them).
+float ggml_make_qx(int n, int nmax, const float* x, int8_t* L, const float* qw);
+
 // A scale and min for x ~ scale * L + min with L in [0, nmax], minimising the weighted squared
 // error over nstep + 1 candidate scales around nmax / (max - min). Returns the scale, stores -min
 // (>= 0) in *neg_min. ggml's make_qkx2_quants and make_qkx3_quants with use_mad = false (the

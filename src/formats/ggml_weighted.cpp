@@ -17,59 +17,6 @@ namespace {
 constexpr int kQK = 256;
 constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS
 
-// ggml's make_qx_quants with rmse_type 1 and importance qw: a signed scale for
-// x ~ scale * (L - nmax), L in [0, 2 nmax), the best of 19 candidate scales around -nmax / max
-// by the weighted least-squares fit. Returns the scale; L holds the levels of the best fit
-// (not re-derived from the rounded scale: ggml keeps them).
-float make_qx_weighted(int n, int nmax, const float* x, int8_t* L, const float* qw) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    return 0.f;
-  }
-  float iscale = float(-nmax) / max;
-  float sumlx = 0, suml2 = 0;
-  for (int i = 0; i < n; ++i) {
-    int l = ggml_nearest_int(iscale * x[i]);
-    l = std::max(-nmax, std::min(nmax - 1, l));
-    L[i] = int8_t(l + nmax);
-    const float w = qw[i];
-    sumlx += w * x[i] * float(l);
-    suml2 += w * float(l) * float(l);
-  }
-  float scale = suml2 != 0.f ? sumlx / suml2 : 0.f;
-  float best = scale * sumlx;
-  for (int is = -9; is <= 9; ++is) {
-    if (is == 0) continue;
-    iscale = -(float(nmax) + 0.1f * float(is)) / max;
-    sumlx = suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-      int l = ggml_nearest_int(iscale * x[i]);
-      l = std::max(-nmax, std::min(nmax - 1, l));
-      const float w = qw[i];
-      sumlx += w * x[i] * float(l);
-      suml2 += w * float(l) * float(l);
-    }
-    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i) {
-        const int l = ggml_nearest_int(iscale * x[i]);
-        L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, l)));
-      }
-      scale = sumlx / suml2;
-      best = scale * sumlx;
-    }
-  }
-  return scale;
-}
-
-
 // ggml's make_qp_quants: a positive super-scale for the n non-negative values x (the sub-block
 // scales or mins) as scale * L, L in [0, nmax], chosen among 9 candidates by weighted squared
 // error and then refined by up to 5 passes that move single levels while the weighted
@@ -161,7 +108,7 @@ void q4_0_row(const float* x, uint8_t* out, int64_t n, const float* qw) {
     const float* xb = x + 32 * ib;
     const float* w = qw + 32 * ib;
     for (int j = 0; j < 32; ++j) weight[j] = w[j] * std::sqrt(sigma2 + xb[j] * xb[j]);
-    const float d = make_qx_weighted(32, 8, xb, L, weight);
+    const float d = ggml_make_qx(32, 8, xb, L, weight);
     ggml_store_f16(out, d);
     pack_q4_0(reinterpret_cast<const uint8_t*>(L), out);
   }
@@ -208,7 +155,7 @@ void q6_k_row(const float* x, uint8_t* out, int64_t n, const float* qw) {
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK, qw += kQK, out += 210) {
     float max_scale = 0, max_abs_scale = 0;
     for (int ib = 0; ib < 16; ++ib) {
-      const float scale = make_qx_weighted(16, 32, x + 16 * ib, L + 16 * ib, qw + 16 * ib);
+      const float scale = ggml_make_qx(16, 32, x + 16 * ib, L + 16 * ib, qw + 16 * ib);
       scales[ib] = scale;
       if (std::fabs(scale) > max_abs_scale) {
         max_abs_scale = std::fabs(scale);
