@@ -1,6 +1,7 @@
 // GPTQ column sweep over ggml blocks with frozen scales (see the header).
 #include "algo/ggml_gptq.h"
 
+#include "algo/gptq.h"
 #include "algo/linalg.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -28,22 +29,8 @@ GgmlGptqReport ggml_gptq(GgmlType type, std::vector<float> w, int64_t rows, int6
   const uint64_t row_bytes = *rb;
 
   GgmlGptqReport report;
-  std::vector<double> h(xtx.size());
-  const double factor = 2.0 / double(tokens);
-  for (size_t i = 0; i < h.size(); ++i) h[i] = xtx[i] * factor;
-  for (int64_t i = 0; i < n; ++i) {
-    bool zero_column = true;
-    for (int64_t r = 0; r < rows && zero_column; ++r) zero_column = w[size_t(r * n + i)] == 0.f;
-    if (h[size_t(i * n + i)] == 0.0 || zero_column) {
-      for (int64_t k = 0; k < n; ++k) h[size_t(i * n + k)] = h[size_t(k * n + i)] = 0.0;
-      h[size_t(i * n + i)] = 1.0;
-      ++report.dead_columns;
-    }
-  }
-  double mean_diag = 0.0;
-  for (int64_t i = 0; i < n; ++i) mean_diag += h[size_t(i * n + i)];
-  mean_diag /= double(n);
-  for (int64_t i = 0; i < n; ++i) h[size_t(i * n + i)] += options.damp * mean_diag;
+  std::vector<double> h =
+      gptq_damped_hessian(w, rows, n, xtx, tokens, options.damp, &report.dead_columns);
   std::vector<float> u;
   if (!inverse_cholesky_upper(h, n, u, pool)) {
     report.fell_back = true;  // the scale search's own codes stay

@@ -18,6 +18,29 @@ constexpr int64_t kRowTile = 32;  // rows per sweep task: 32 * in floats of work
 
 }  // namespace
 
+std::vector<double> gptq_damped_hessian(const std::vector<float>& w, int64_t rows, int64_t n,
+                                        const std::vector<double>& xtx, int64_t tokens,
+                                        double damp, int64_t* dead_columns) {
+  // H = 2 XtX / n (the scale does not change U's direction, but damping is relative to it).
+  std::vector<double> h(xtx.size());
+  const double factor = 2.0 / double(tokens);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = xtx[i] * factor;
+  for (int64_t i = 0; i < n; ++i) {
+    bool zero_column = true;
+    for (int64_t r = 0; r < rows && zero_column; ++r) zero_column = w[size_t(r * n + i)] == 0.f;
+    if (h[size_t(i * n + i)] == 0.0 || zero_column) {
+      for (int64_t k = 0; k < n; ++k) h[size_t(i * n + k)] = h[size_t(k * n + i)] = 0.0;
+      h[size_t(i * n + i)] = 1.0;
+      ++*dead_columns;
+    }
+  }
+  double mean_diag = 0.0;
+  for (int64_t i = 0; i < n; ++i) mean_diag += h[size_t(i * n + i)];
+  mean_diag /= double(n);
+  for (int64_t i = 0; i < n; ++i) h[size_t(i * n + i)] += damp * mean_diag;
+  return h;
+}
+
 GptqResult gptq_with_scales(std::vector<float> w, QuantizedTensor frozen,
                             const std::vector<double>& xtx, int64_t tokens,
                             const GptqOptions& options, ThreadPool& pool) {
@@ -29,23 +52,8 @@ GptqResult gptq_with_scales(std::vector<float> w, QuantizedTensor frozen,
   if (options.block_size <= 0) fail("gptq: block size {} is not positive", options.block_size);
 
   GptqResult result;
-  // H = 2 XtX / n (the scale does not change U's direction, but damping is relative to it).
-  std::vector<double> h(xtx.size());
-  const double factor = 2.0 / double(tokens);
-  for (size_t i = 0; i < h.size(); ++i) h[i] = xtx[i] * factor;
-  for (int64_t i = 0; i < n; ++i) {
-    bool zero_column = true;
-    for (int64_t r = 0; r < rows && zero_column; ++r) zero_column = w[size_t(r * n + i)] == 0.f;
-    if (h[size_t(i * n + i)] == 0.0 || zero_column) {
-      for (int64_t k = 0; k < n; ++k) h[size_t(i * n + k)] = h[size_t(k * n + i)] = 0.0;
-      h[size_t(i * n + i)] = 1.0;
-      ++result.dead_columns;
-    }
-  }
-  double mean_diag = 0.0;
-  for (int64_t i = 0; i < n; ++i) mean_diag += h[size_t(i * n + i)];
-  mean_diag /= double(n);
-  for (int64_t i = 0; i < n; ++i) h[size_t(i * n + i)] += options.damp * mean_diag;
+  std::vector<double> h = gptq_damped_hessian(w, rows, n, xtx, tokens, options.damp,
+                                              &result.dead_columns);
 
   std::vector<float> u;
   if (!inverse_cholesky_upper(h, n, u, pool)) {

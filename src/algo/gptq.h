@@ -43,6 +43,13 @@ struct GptqResult {
 GptqResult quantize_gptq(const WeightRows& w, const LinearStats& stats, const GptqOptions& options,
                          float tensor_amax, ThreadPool& pool);
 
+// GPTQ's Hessian of w [rows, n] (row-major float32): H = 2 XtX / tokens, dead columns (H[i,i]
+// == 0 or W[:,i] all zero) zeroed with H[i,i] = 1 and counted in *dead_columns, then
+// H += damp * mean(diag H) * I. Shared by every GPTQ sweep (qforge's formats and ggml's).
+std::vector<double> gptq_damped_hessian(const std::vector<float>& w, int64_t rows, int64_t n,
+                                        const std::vector<double>& xtx, int64_t tokens,
+                                        double damp, int64_t* dead_columns);
+
 // The same sweep over a float32 weight [rows, cols] against given frozen scales (`frozen`:
 // format, shape, block and scales set; its codes are replaced), with XtX and the token count.
 // Used by quantize_gptq and by AWQ-then-GPTQ (scaled weights, scaled statistics).
