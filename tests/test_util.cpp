@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -114,6 +115,20 @@ nlohmann::json inspect_json(const fs::path& dir) {
   const auto r = run_qforge("inspect " + quote(dir) + " --json --brief");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
+}
+
+std::vector<uint8_t> ggml_golden(const std::string& name) {
+  const fs::path path = fs::path(QFORGE_SOURCE_DIR) / "tests/data/ggml" / (name + ".bin");
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+std::vector<float> ggml_golden_floats(const std::string& name) {
+  const auto bytes = ggml_golden(name);
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
 }
 
 }  // namespace qf::test

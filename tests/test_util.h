@@ -5,8 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace qf::test {
 
@@ -54,6 +56,9 @@ std::string quote(const std::filesystem::path& p);
 // `qforge eval kl` of fixture model `model` against `quantized` on the first 4000 characters
 // of tinystories_valid_subset.txt, parsed; an empty object (and a test failure) if it fails.
 nlohmann::json eval_kl(const std::string& model, const std::filesystem::path& quantized);
+// tests/data/ggml/NAME.bin (golden vectors made by ggml itself): its bytes, or as float32.
+std::vector<uint8_t> ggml_golden(const std::string& name);
+std::vector<float> ggml_golden_floats(const std::string& name);
 // A tokenizer.json whose 256 tokens are the bytes (GPT-2's byte-to-unicode alphabet, no
 // merges): text in and out for the vocab-256 conformance models.
 std::string byte_level_tokenizer();

@@ -4,33 +4,17 @@
 #include "core/numeric.h"
 #include "formats/ggml_quants.h"
 #include "formats/ggml_types.h"
+#include "test_util.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 namespace qf {
 namespace {
-
-std::vector<uint8_t> golden(const std::string& name) {
-  const auto path = std::filesystem::path(QFORGE_SOURCE_DIR) / "tests/data/ggml" / (name + ".bin");
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << path;
-  return {std::istreambuf_iterator<char>(f), {}};
-}
-
-std::vector<float> golden_floats(const std::string& name) {
-  const auto bytes = golden(name);
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);
-  return v;
-}
 
 struct Case {
   const char* file;
@@ -40,10 +24,10 @@ struct Case {
 class GgmlGolden : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GgmlGolden, QuantizeMatchesGgmlReferenceBitForBit) {
-  const auto x = golden_floats("input_f32");
+  const auto x = test::ggml_golden_floats("input_f32");
   ASSERT_EQ(x.size(), 1024u);
   const GgmlTypeInfo& t = ggml_type_info(GetParam().type);
-  const auto want = golden(GetParam().file);
+  const auto want = test::ggml_golden(GetParam().file);
   ASSERT_EQ(want.size(), x.size() / size_t(t.block_size) * size_t(t.block_bytes));
   std::vector<uint8_t> got(want.size(), 0xCD);
   t.quantize(x.data(), got.data(), int64_t(x.size()));
@@ -54,8 +38,8 @@ TEST_P(GgmlGolden, QuantizeMatchesGgmlReferenceBitForBit) {
 
 TEST_P(GgmlGolden, DequantizeMatchesGgmlBitForBit) {
   const GgmlTypeInfo& t = ggml_type_info(GetParam().type);
-  const auto blocks = golden(GetParam().file);
-  const auto want = golden_floats(std::string(GetParam().file) + "_deq");
+  const auto blocks = test::ggml_golden(GetParam().file);
+  const auto want = test::ggml_golden_floats(std::string(GetParam().file) + "_deq");
   std::vector<float> got(want.size());
   t.dequantize(blocks.data(), got.data(), int64_t(got.size()));
   for (size_t i = 0; i < got.size(); ++i)
@@ -65,7 +49,7 @@ TEST_P(GgmlGolden, DequantizeMatchesGgmlBitForBit) {
 TEST_P(GgmlGolden, RoundTripErrorIsBoundedByTheBlockScale) {
   // Quantize, dequantize, quantize again: the codes are a fixed point for the simple formats,
   // and for every format the error stays below the block's amax.
-  const auto x = golden_floats("input_f32");
+  const auto x = test::ggml_golden_floats("input_f32");
   const GgmlTypeInfo& t = ggml_type_info(GetParam().type);
   std::vector<uint8_t> q(x.size() / size_t(t.block_size) * size_t(t.block_bytes));
   std::vector<float> y(x.size());
@@ -92,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GgmlGolden,
 TEST(GgmlUe4m3, SweepMatchesGgmlBitForBit) {
   // Every exponent around the E4M3 range x every kept-mantissa and rounding bit, three fillers
   // of the remaining bits (tests/data/ggml/README.md).
-  const auto want = golden("ue4m3_sweep");
+  const auto want = test::ggml_golden("ue4m3_sweep");
   ASSERT_EQ(want.size(), 31u * 16 * 3);
   const uint32_t low[3] = {0u, 1u, 0x7FFFFu};
   for (uint32_t e = 110; e <= 140; ++e)

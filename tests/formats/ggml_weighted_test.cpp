@@ -5,34 +5,18 @@
 #include "formats/ggml_quants.h"
 #include "formats/ggml_types.h"
 #include "formats/ggml_weighted.h"
+#include "test_util.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace qf {
 namespace {
-
-std::vector<uint8_t> golden(const std::string& name) {
-  const auto path = std::filesystem::path(QFORGE_SOURCE_DIR) / "tests/data/ggml" / (name + ".bin");
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << path;
-  return {std::istreambuf_iterator<char>(f), {}};
-}
-
-std::vector<float> golden_floats(const std::string& name) {
-  const auto bytes = golden(name);
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);
-  return v;
-}
 
 struct Case {
   const char* file;
@@ -42,12 +26,12 @@ struct Case {
 class GgmlWeightedGolden : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GgmlWeightedGolden, MatchesGgmlQuantizeWithImportanceBitForBit) {
-  const auto x = golden_floats("input_f32");
-  const auto w = golden_floats("imatrix_weights");
+  const auto x = test::ggml_golden_floats("input_f32");
+  const auto w = test::ggml_golden_floats("imatrix_weights");
   ASSERT_EQ(x.size(), 1024u);
   ASSERT_EQ(w.size(), 256u);
   const GgmlType type = GetParam().type;
-  const auto want = golden(GetParam().file);
+  const auto want = test::ggml_golden(GetParam().file);
   const uint64_t row = *ggml_row_bytes(type, 256);
   ASSERT_EQ(want.size(), 4 * row);
   std::vector<uint8_t> got(want.size(), 0xCD);
@@ -69,7 +53,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GgmlWeightedGolden,
                          [](const auto& p) { return std::string(p.param.file).substr(8); });
 
 TEST(GgmlWeighted, NullImportanceIsTheReferenceQuantizer) {
-  const auto x = golden_floats("input_f32");
+  const auto x = test::ggml_golden_floats("input_f32");
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const GgmlTypeInfo& info = ggml_type_info(t);
     std::vector<uint8_t> a(*ggml_row_bytes(t, 1024)), b(a.size());
@@ -112,7 +96,7 @@ TEST(GgmlWeighted, Fp4SearchesNeverLoseToRoundToNearestUnderTheirOwnWeights) {
 }
 
 TEST(GgmlFrozenGrid, ReadsBackEveryTypeAndRepacksToTheSameBytes) {
-  const auto x = golden_floats("input_f32");
+  const auto x = test::ggml_golden_floats("input_f32");
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
                      GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::NVFP4}) {
     const GgmlTypeInfo& info = ggml_type_info(t);
