@@ -302,39 +302,43 @@ void ggml_dequantize_q5_k(const uint8_t* in, float* y, int64_t n) {
 }
 
 // Q6_K layout: ql[128] low nibbles, qh[64] high 2 bits, int8 scales[16], fp16 d (at 208).
-void ggml_quantize_q6_k(const float* x, uint8_t* out, int64_t n) {
+void ggml_quantize_q6_k_block(const float* x, const float* qw, uint8_t* out) {
   int8_t L[kQK];
   float scales[16];
-  for (int64_t b = 0; b < n / kQK; ++b, x += kQK, out += 210) {
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < 16; ++ib) {
-      const float scale = ggml_make_qx(16, 32, x + 16 * ib, L + 16 * ib, nullptr);
-      scales[ib] = scale;
-      if (std::fabs(scale) > max_abs_scale) {
-        max_abs_scale = std::fabs(scale);
-        max_scale = scale;
-      }
+  float max_scale = 0, max_abs_scale = 0;
+  for (int ib = 0; ib < 16; ++ib) {
+    const float* w = qw ? qw + 16 * ib : nullptr;
+    const float scale = ggml_make_qx(16, 32, x + 16 * ib, L + 16 * ib, w);
+    scales[ib] = scale;
+    if (std::fabs(scale) > max_abs_scale) {
+      max_abs_scale = std::fabs(scale);
+      max_scale = scale;
     }
-    if (max_abs_scale < 1e-15f) {
-      std::memset(out, 0, 210);
-      continue;
-    }
-    const float iscale = -128.f / max_scale;
-    ggml_store_f16(out + 208, 1 / iscale);
-    int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
-    for (int ib = 0; ib < 16; ++ib)
-      sc[ib] = int8_t(std::min(127, ggml_nearest_int(iscale * scales[ib])));
-    const float dd = ggml_load_f16(out + 208);
-    for (int j = 0; j < 16; ++j) {
-      const float d = dd * float(sc[j]);
-      if (d == 0.f) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = ggml_nearest_int(x[16 * j + ii] / d);
-        L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
-      }
-    }
-    ggml_pack_q6_k_levels(reinterpret_cast<const uint8_t*>(L), out);
   }
+  if (max_abs_scale < 1e-15f) {  // GROUP_MAX_EPS
+    std::memset(out, 0, 210);
+    return;
+  }
+  const float iscale = -128.f / max_scale;
+  ggml_store_f16(out + 208, 1 / iscale);
+  int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
+  for (int ib = 0; ib < 16; ++ib)
+    sc[ib] = int8_t(std::min(127, ggml_nearest_int(iscale * scales[ib])));
+  const float dd = ggml_load_f16(out + 208);
+  for (int j = 0; j < 16; ++j) {
+    const float d = dd * float(sc[j]);
+    if (d == 0.f) continue;
+    for (int ii = 0; ii < 16; ++ii) {
+      const int l = ggml_nearest_int(x[16 * j + ii] / d);
+      L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
+    }
+  }
+  ggml_pack_q6_k_levels(reinterpret_cast<const uint8_t*>(L), out);
+}
+
+void ggml_quantize_q6_k(const float* x, uint8_t* out, int64_t n) {
+  for (int64_t b = 0; b < n / kQK; ++b)
+    ggml_quantize_q6_k_block(x + b * kQK, nullptr, out + b * 210);
 }
 
 void ggml_dequantize_q6_k(const uint8_t* in, float* y, int64_t n) {

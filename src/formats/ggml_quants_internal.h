@@ -43,6 +43,9 @@ float ggml_make_scale_min(int n, int nmax, const float* x, const float* weights,
 void ggml_pack_q4_k_levels(const uint8_t* L, uint8_t* blk);
 void ggml_pack_q5_k_levels(const uint8_t* L, uint8_t* blk);
 void ggml_pack_q6_k_levels(const uint8_t* L, uint8_t* blk);
+// One Q6_K super-block (210 bytes) of x[256]: ggml's quantize_row_q6_K_ref when qw is null,
+// its importance-weighted quantize_q6_K with qw[256] otherwise.
+void ggml_quantize_q6_k_block(const float* x, const float* qw, uint8_t* out);
 // Q4_K / Q5_K super-block header: stores the eight 6-bit sub-block scales `ls` and mins `lm`
 // (each <= 63) in the 12 scale bytes at sc (ggml's packing, read by ggml_k4_scale_min).
 void ggml_k4_pack_scale_min(const uint8_t* ls, const uint8_t* lm, uint8_t* sc);

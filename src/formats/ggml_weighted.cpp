@@ -125,7 +125,8 @@ void scale_min_k_row(const float* x, uint8_t* out, int64_t n, const float* qw, i
     const float sigma2 = 2 * sum_x2 / kQK;
     for (int j = 0; j < 8; ++j) {
       const float* w = qw + 32 * j;
-      for (int l = 0; l < 32; ++l) weights[l] = w[l] * std::sqrt(sigma2 + x[32 * j + l] * x[32 * j + l]);
+      for (int l = 0; l < 32; ++l)
+        weights[l] = w[l] * std::sqrt(sigma2 + x[32 * j + l] * x[32 * j + l]);
       float sumw = 0;
       for (int l = 0; l < 32; ++l) sumw += weights[l];
       sw[j] = sumw;
@@ -150,37 +151,8 @@ void scale_min_k_row(const float* x, uint8_t* out, int64_t n, const float* qw, i
 }
 
 void q6_k_row(const float* x, uint8_t* out, int64_t n, const float* qw) {
-  int8_t L[kQK];
-  float scales[16];
-  for (int64_t i = 0; i < n / kQK; ++i, x += kQK, qw += kQK, out += 210) {
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < 16; ++ib) {
-      const float scale = ggml_make_qx(16, 32, x + 16 * ib, L + 16 * ib, qw + 16 * ib);
-      scales[ib] = scale;
-      if (std::fabs(scale) > max_abs_scale) {
-        max_abs_scale = std::fabs(scale);
-        max_scale = scale;
-      }
-    }
-    if (max_abs_scale < kGroupMaxEps) {
-      std::memset(out, 0, 210);
-      continue;
-    }
-    const float iscale = -128.f / max_scale;
-    ggml_store_f16(out + 208, 1 / iscale);
-    int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
-    for (int ib = 0; ib < 16; ++ib) sc[ib] = int8_t(std::min(127, ggml_nearest_int(iscale * scales[ib])));
-    const float dd = ggml_load_f16(out + 208);
-    for (int j = 0; j < 16; ++j) {
-      const float d = dd * float(sc[j]);
-      if (d == 0.f) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = ggml_nearest_int(x[16 * j + ii] / d);
-        L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
-      }
-    }
-    ggml_pack_q6_k_levels(reinterpret_cast<const uint8_t*>(L), out);
-  }
+  for (int64_t b = 0; b < n / kQK; ++b)
+    ggml_quantize_q6_k_block(x + b * kQK, qw + b * kQK, out + b * 210);
 }
 
 }  // namespace
@@ -435,7 +407,8 @@ void ggml_pack_codes(const GgmlFrozenRow& r, uint8_t* row) {
       break;
     case GgmlType::Q8_0:
       for (int64_t b = 0; b < n / 32; ++b)
-        for (int j = 0; j < 32; ++j) row[34 * b + 2 + j] = uint8_t(int8_t(int(L[32 * b + j]) - 128));
+        for (int j = 0; j < 32; ++j)
+          row[34 * b + 2 + j] = uint8_t(int8_t(int(L[32 * b + j]) - 128));
       break;
     case GgmlType::Q4_K:
       for (int64_t b = 0; b < n / kQK; ++b) ggml_pack_q4_k_levels(L + kQK * b, row + 144 * b);
