@@ -27,6 +27,8 @@ nlohmann::ordered_json series_json(const std::string& dir, const std::string& qu
   j["weight_bytes_per_token"] = r.weight_bytes_per_token;
   j["decode_gbps"] = r.decode_gbps;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["kv_cache"] = std::string(kv_cache_type_name(r.kv_cache));
+  j["kv_cache_bytes"] = r.kv_cache_bytes;
   j["prompt"] = r.prompt;
   j["gen"] = r.gen;
   j["threads"] = r.threads;
@@ -43,6 +45,7 @@ void register_bench(CLI::App& app, Action& run) {
     int threads = 0, repeat = 3;
     bool json = false;
     KernelMode kernels = KernelMode::fast;
+    std::optional<KvCacheType> kv_cache;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -62,6 +65,7 @@ void register_bench(CLI::App& app, Action& run) {
   cmd->add_flag("--json", args->json,
                 "Print JSON on stdout (one object; with several models {\"models\": [...]})");
   add_kernels_option(cmd, args->kernels);
+  add_kv_cache_option(cmd, args->kv_cache, KvCacheType::bf16);
   cmd->callback([args, &run] {
     run = [args] {
       ModelOptions mo;
@@ -69,6 +73,8 @@ void register_bench(CLI::App& app, Action& run) {
       mo.max_seq = args->prompt + args->gen;
       mo.kernels = args->kernels;
       mo.huge_page_weights = true;
+      mo.kv_cache = args->kv_cache;
+      mo.kv_cache_default = KvCacheType::bf16;
       std::vector<nlohmann::ordered_json> rows;
       for (const std::string& dir : args->dirs) {
         // One model in memory at a time; peak RSS is the process's, so it covers those before.
@@ -98,17 +104,19 @@ void register_bench(CLI::App& app, Action& run) {
       };
       size_t w = 5;
       for (const auto& j : rows) w = std::max(w, j["model"].get<std::string>().size());
-      fmt::print("{:<{}}  {:>24}  {:>24}  {:>11}  {:>16}  {:>10}  {}\n", "model", w,
+      fmt::print("{:<{}}  {:>24}  {:>24}  {:>11}  {:>16}  {:>10}  {:>15}  {}\n", "model", w,
                  "prefill tok/s (range)", "decode tok/s (range)", "bytes/token",
-                 "GB/s (of STREAM)", "peak RSS", "quantization");
+                 "GB/s (of STREAM)", "peak RSS", "KV cache", "quantization");
       for (const auto& j : rows)
-        fmt::print("{:<{}}  {:>24}  {:>24}  {:>11}  {:>16}  {:>10}  {}\n",
+        fmt::print("{:<{}}  {:>24}  {:>24}  {:>11}  {:>16}  {:>10}  {:>15}  {}\n",
                    j["model"].get<std::string>(), w, range(j, "prefill_tok_s"),
                    range(j, "decode_tok_s"),
                    human_bytes(double(j["weight_bytes_per_token"].get<uint64_t>())),
                    fmt::format("{:.2f} ({:.0f}%)", j["decode_gbps"].get<double>(),
                                100 * j["decode_fraction_of_stream"].get<double>()),
                    human_bytes(double(j["peak_rss_bytes"].get<uint64_t>())),
+                   fmt::format("{} {}", j["kv_cache"].get<std::string>(),
+                               human_bytes(double(j["kv_cache_bytes"].get<uint64_t>()))),
                    j["quantization"].get<std::string>());
       fmt::print("{} threads, prompt {} tokens, {} decoded, median of {} runs; GB/s = weight bytes "
                  "per token x decode rate; STREAM read measured in this run: {:.2f} GB/s\n",

@@ -23,6 +23,7 @@ struct EvalArgs {
   int threads = 0;
   bool json = false;
   KernelMode kernels = KernelMode::exact;
+  std::optional<KvCacheType> kv_cache;
 };
 
 void add_common(CLI::App* cmd, EvalArgs& a) {
@@ -38,6 +39,7 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", a.json, "Print JSON on stdout");
   add_kernels_option(cmd, a.kernels);
+  add_kv_cache_option(cmd, a.kv_cache, KvCacheType::f32);
   add_tokenizer_option(cmd, a.tokenizer);
 }
 
@@ -87,6 +89,7 @@ void register_eval(CLI::App& app, Action& run) {
       ModelOptions mo;
       mo.threads = pa->threads;
       mo.kernels = pa->kernels;
+      mo.kv_cache = pa->kv_cache;
       mo.llama_cpp_attention = *p_protocol == "llama.cpp";
       auto model = Model::load(*p_model, mo);
       int32_t bos = -1;
@@ -132,6 +135,7 @@ void register_eval(CLI::App& app, Action& run) {
       ModelOptions mo;
       mo.threads = ka->threads;
       mo.kernels = ka->kernels;
+      mo.kv_cache = ka->kv_cache;
       auto base = Model::load(k_models->first, mo);
       auto quant = Model::load(k_models->second, mo);
       std::vector<std::string> warnings;
@@ -192,6 +196,7 @@ void register_compare(CLI::App& app, Action& run) {
       ModelOptions mo;
       mo.threads = a->threads;
       mo.kernels = a->kernels;
+      mo.kv_cache = a->kv_cache;
       const auto ids = stream_ids(a->base, *a);
       std::vector<std::filesystem::path> variants(a->variants.begin(), a->variants.end());
       std::unique_ptr<Progress> bar;

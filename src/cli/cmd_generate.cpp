@@ -18,6 +18,7 @@ void register_generate(CLI::App& app, Action& run) {
     uint64_t seed = 0;
     int threads = 0;
     KernelMode kernels = KernelMode::fast;
+    std::optional<KvCacheType> kv_cache;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -40,6 +41,7 @@ void register_generate(CLI::App& app, Action& run) {
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
   add_kernels_option(cmd, args->kernels);
+  add_kv_cache_option(cmd, args->kv_cache, KvCacheType::bf16);
   add_tokenizer_option(cmd, args->tokenizer);
   cmd->callback([args, &run] {
     run = [args] {
@@ -48,6 +50,8 @@ void register_generate(CLI::App& app, Action& run) {
       mo.threads = args->threads;
       mo.kernels = args->kernels;
       mo.huge_page_weights = true;
+      mo.kv_cache = args->kv_cache;
+      mo.kv_cache_default = KvCacheType::bf16;
       auto model = Model::load(args->dir, mo);
       std::vector<int32_t> prompt = tok->encode(args->prompt, tok->bos_id() >= 0);
       if (prompt.empty()) fail("{}: the prompt is empty and the tokenizer has no BOS", args->dir);

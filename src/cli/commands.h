@@ -3,6 +3,7 @@
 #pragma once
 
 #include "calib/calibration_data.h"
+#include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "pipeline/source_model.h"
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <string>
@@ -42,6 +44,10 @@ uint64_t parse_size(const std::string& text);
 
 // --kernels exact|fast (kernels/linear.h KernelMode), `mode` holding the command's default.
 void add_kernels_option(CLI::App* cmd, KernelMode& mode);
+// --kv-cache auto|f32|bf16|f16|fp8 into `type` (auto: nullopt, ModelOptions::kv_cache's rule with
+// `unscaled_default` as the command's cache for checkpoints without KV scales).
+void add_kv_cache_option(CLI::App* cmd, std::optional<KvCacheType>& type,
+                         KvCacheType unscaled_default);
 
 // A flag's check that its value is one of `choices`; anything else is refused with
 // "unknown WHAT 'x'; did you mean 'y'? (choices: ...)". With `ignore_case` the value is

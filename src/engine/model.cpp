@@ -18,10 +18,6 @@
 namespace qf {
 namespace {
 
-void round_to_f16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
-}
-
 // Dynamic NTK RoPE exists to run past max_position_embeddings and transformers sets no limit
 // for it; the cache grows with the positions run, so only int32 token positions bound it.
 int64_t default_max_seq(const Architecture& a) {
@@ -114,6 +110,22 @@ void route_sigmoid_grouped(const float* logits, const MoeSpec& moe, const std::v
   for (int64_t k = 0; k < moe.top_k; ++k) weights[k] *= moe.routed_scaling;
 }
 
+// The cache type ModelOptions asks for, with the checkpoint's FP8 scales (1 where it has none).
+KvCache make_kv_cache(const ModelWeights& w, const ModelOptions& opt) {
+  const Architecture& a = w.arch;
+  bool scaled = !w.layers.empty();
+  std::vector<float> ks, vs;
+  for (const LayerWeights& L : w.layers) {
+    scaled &= L.k_scale > 0 && L.v_scale > 0;
+    ks.push_back(L.k_scale > 0 ? L.k_scale : 1.f);
+    vs.push_back(L.v_scale > 0 ? L.v_scale : 1.f);
+  }
+  KvCacheType type = opt.kv_cache.value_or(
+      scaled ? KvCacheType::fp8
+             : opt.llama_cpp_attention ? KvCacheType::f16 : opt.kv_cache_default);
+  return KvCache(type, a.num_kv_heads, a.head_dim, a.v_head_dim, std::move(ks), std::move(vs));
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const ModelOptions& opt) {
@@ -135,18 +147,10 @@ Model::Model(ModelWeights weights, const ModelOptions& opt)
       llama_cpp_attention_(opt.llama_cpp_attention),
       pool_(std::make_unique<ThreadPool>(opt.threads > 0 ? opt.threads
                                                          : ThreadPool::hardware_threads())),
-      rope_(w_.arch.ropes.size()),
-      key_cache_(size_t(w_.arch.num_layers)),
-      value_cache_(size_t(w_.arch.num_layers)) {}
+      kv_(make_kv_cache(w_, opt)),
+      rope_(w_.arch.ropes.size()) {}
 
 Model::~Model() = default;
-
-uint64_t Model::kv_cache_bytes() const {
-  uint64_t n = 0;
-  for (size_t l = 0; l < key_cache_.size(); ++l)
-    n += (key_cache_[l].capacity() + value_cache_[l].capacity()) * sizeof(float);
-  return n;
-}
 
 void Model::ensure_capacity(int64_t n) {
   if (n <= capacity_) return;
@@ -193,21 +197,6 @@ void Model::ensure_capacity(int64_t n) {
   scaled_.resize(sz(widest_in));
   actq_.resize(scaled_.size());
   capacity_ = n;
-}
-
-void Model::ensure_kv(int64_t len) {
-  if (len <= kv_len_) return;
-  const Architecture& a = w_.arch;
-  const int64_t k_dim = a.num_kv_heads * a.head_dim, v_dim = a.num_kv_heads * a.v_head_dim;
-  // Geometric growth keeps token-by-token generation from copying the cache every step.
-  const int64_t target = std::min(max_seq_, std::max(len, 2 * kv_len_));
-  for (size_t l = 0; l < key_cache_.size(); ++l) {
-    key_cache_[l].reserve(size_t(target * k_dim));
-    value_cache_[l].reserve(size_t(target * v_dim));
-    key_cache_[l].resize(size_t(len * k_dim));
-    value_cache_[l].resize(size_t(len * v_dim));
-  }
-  kv_len_ = len;
 }
 
 void Model::prepare_rope(int64_t pos, int64_t n) {
@@ -259,7 +248,7 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits,
   if (pos < 0 || pos + n > max_seq_)
     fail("context of {} tokens exceeds the model's limit of {}", pos + n, max_seq_);
   ensure_capacity(n);
-  ensure_kv(pos + n);
+  kv_.ensure(pos + n, max_seq_);
   prepare_rope(pos, n);
   embed(tokens, x_.data());
   for (int64_t l = 0; l < a.num_layers; ++l) run_layer(l, w_.layers[size_t(l)], pos, n, nullptr);
@@ -271,45 +260,33 @@ void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, i
                       int64_t n) {
   const Architecture& a = w_.arch;
   const int64_t hd = a.head_dim, vd = a.v_head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
-  const int64_t q_dim = nh * hd, k_dim = nkv * hd, v_dim = nkv * vd, att_dim = nh * vd;
+  const int64_t q_dim = nh * hd, att_dim = nh * vd;
   const int64_t kv_mul = nh / nkv;
-  const float* kc = key_cache_[size_t(l)].data();
-  const float* vc = value_cache_[size_t(l)].data();
-  const float scale = a.attention_scale, cap = a.attn_softcap;
   const int64_t window = spec.sliding_window;
-  // Causal attention, one task per (token, head); each writes its own slice of att_.
-  pool_->parallel_for(n * nh, [&](int64_t task) {
-    const int64_t t = task / nh, h = task % nh;
-    const int64_t end = pos + t + 1;  // keys [begin, end) are visible
-    const int64_t begin = window > 0 ? std::max<int64_t>(0, end - window) : 0;
-    const float* qh = q_.data() + t * q_dim + h * hd;
-    std::vector<float> q16;
-    if (llama_cpp_attention_) {
-      q16.assign(qh, qh + hd);
-      round_to_f16(q16.data(), hd);
-      qh = q16.data();
-    }
-    const int64_t kvh = h / kv_mul;
-    std::vector<float> scores(static_cast<size_t>(end - begin));
-    for (int64_t p = begin; p < end; ++p) {
-      const float* kp = kc + p * k_dim + kvh * hd;
-      float s = 0.f;
-      for (int64_t i = 0; i < hd; ++i) s += qh[i] * kp[i];
-      s *= scale;
-      if (cap > 0) s = std::tanh(s / cap) * cap;
-      scores[size_t(p - begin)] = s;
-    }
-    // gpt-oss: the head's sink joins the softmax and its probability is dropped.
-    if (!L.sinks.empty()) softmax_with_sink(scores.data(), end - begin, L.sinks[size_t(h)]);
-    else softmax(scores.data(), end - begin);
-    if (llama_cpp_attention_) round_to_f16(scores.data(), end - begin);
-    float* out = att_.data() + t * att_dim + h * vd;
-    std::fill_n(out, vd, 0.f);
-    for (int64_t p = begin; p < end; ++p) {
-      const float* vp = vc + p * v_dim + kvh * vd;
-      const float s = scores[size_t(p - begin)];
-      for (int64_t i = 0; i < vd; ++i) out[i] += s * vp[i];
-    }
+  // Causal attention, one task per (token, KV head) over the query heads sharing it; each
+  // writes its own slice of att_.
+  pool_->parallel_for(n * nkv, [&](int64_t task) {
+    const int64_t t = task / nkv, kvh = task % nkv, h0 = kvh * kv_mul;
+    kernels::AttentionGroup g;
+    g.q = q_.data() + t * q_dim + h0 * hd;
+    g.heads = kv_mul;
+    g.head_dim = hd;
+    g.v_head_dim = vd;
+    g.type = kv_.type();
+    g.k = kv_.keys(l, kvh);
+    g.v = kv_.values(l, kvh);
+    g.k_stride = kv_.key_tile_stride();
+    g.v_stride = kv_.value_stride();
+    g.k_scale = kv_.k_scale(l);
+    g.v_scale = kv_.v_scale(l);
+    g.end = pos + t + 1;  // keys [begin, end) are visible
+    g.begin = window > 0 ? std::max<int64_t>(0, g.end - window) : 0;
+    g.scale = a.attention_scale;
+    g.softcap = a.attn_softcap;
+    g.sinks = L.sinks.empty() ? nullptr : L.sinks.data() + h0;
+    g.f16_queries_and_probs = llama_cpp_attention_;
+    g.out = att_.data() + t * att_dim + h0 * vd;
+    kernels::attend(g);
   });
 }
 
@@ -361,16 +338,12 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
     }
   }
   if (obs) obs->key_value(k_.data(), v_.data(), n, kv_dim, v_dim);
-  float* kc = key_cache_[size_t(l)].data();
-  float* vc = value_cache_[size_t(l)].data();
-  std::copy_n(k_.data(), n * kv_dim, kc + pos * kv_dim);
-  std::copy_n(v_.data(), n * v_dim, vc + pos * v_dim);
-  if (llama_cpp_attention_) {
-    round_to_f16(kc + pos * kv_dim, n * kv_dim);
-    round_to_f16(vc + pos * v_dim, n * v_dim);
+  if (kv_.type() != KvCacheType::fp8) {
+    // A wider cache keeps the checkpoint's own KV quantization.
+    if (L.k_scale > 0) fake_quantize_fp8(L.k_scale, k_.data(), n * kv_dim);
+    if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, v_.data(), n * v_dim);
   }
-  if (L.k_scale > 0) fake_quantize_fp8(L.k_scale, kc + pos * kv_dim, n * kv_dim);
-  if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, vc + pos * v_dim, n * v_dim);
+  kv_.store(l, pos, n, k_.data(), v_.data());
   attention(l, spec, L, pos, n);
 
   if (obs) obs->linear_input(LayerInput::attn_out, kNoExpert, att_.data(), n, att_dim);
@@ -582,7 +555,7 @@ void Model::forward_layer(int64_t layer, float* x, int64_t n, LayerObserver* obs
   if (n <= 0) return;
   if (n > max_seq_) fail("window of {} tokens exceeds the model's limit of {}", n, max_seq_);
   ensure_capacity(n);
-  ensure_kv(n);
+  kv_.ensure(n, max_seq_);
   if (rope_[0].first != 0 || rope_[0].count != n) prepare_rope(0, n);
   std::copy_n(x, n * a.hidden_size, x_.data());
   run_layer(layer, weights ? *weights : w_.layers[size_t(layer)], 0, n, observer);

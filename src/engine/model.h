@@ -1,16 +1,18 @@
 // The forward pass of a dense decoder (the families of model/architecture.h), in the spirit of
-// llama2.c's run.c: weights (as stored), a run state of float32 activations, a float32 KV cache
-// that grows with the positions run (never beyond max_seq()).
+// llama2.c's run.c: weights (as stored), a run state of float32 activations, a KV cache (F32,
+// BF16, F16 or FP8) that grows with the positions run (never beyond max_seq()).
 // A call processes a window of tokens at once (matrix-matrix products: prefill) or a single
 // token (matrix-vector products: decode).
 #pragma once
 
+#include "engine/kv_cache.h"
 #include "engine/weights.h"
 #include "kernels/ops.h"
 
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -49,12 +51,19 @@ struct ModelOptions {
   // for bench and generate.
   KernelMode kernels = KernelMode::exact;
   // llama.cpp's CPU attention without flash attention (`-fa off`) and its default F16 cache:
-  // keys and values are rounded to F16 (nearest even) as they enter the cache, queries before
-  // their dot products with the keys, and the softmax probabilities before they weigh the
-  // values (ggml converts the second operand of each F16 product to F16). `eval ppl --protocol
-  // llama.cpp` sets it: on tiny models whose activations are rounded to Q8_0 these roundings
-  // move the perplexity by about 1e-3, the size of the agreement it is checked to.
+  // keys and values are rounded to F16 (nearest even) as they enter the cache (the cache type
+  // is f16 unless kv_cache says otherwise), queries before their dot products with the keys,
+  // and the softmax probabilities before they weigh the values (ggml converts the second
+  // operand of each F16 product to F16). `eval ppl --protocol llama.cpp` sets it: on tiny
+  // models whose activations are rounded to Q8_0 these roundings move the perplexity by about
+  // 1e-3, the size of the agreement it is checked to.
   bool llama_cpp_attention = false;
+  // How the KV cache stores keys and values. Unset: fp8 when every attention layer carries the
+  // checkpoint's k_scale and v_scale (its own KV quantization, read back exactly as
+  // fake-quantizing with those scales gives), else kv_cache_default. A cache wider than fp8 on
+  // a checkpoint with KV scales stores the fake-quantized values.
+  std::optional<KvCacheType> kv_cache;
+  KvCacheType kv_cache_default = KvCacheType::f32;
   // Weights moved into 2 MB pages at load (ModelWeights::move_to_huge_pages): for commands that
   // stream them every token (bench, generate); calibration and evaluation read them in place.
   bool huge_page_weights = false;
@@ -75,7 +84,8 @@ class Model {
   KernelMode kernels() const { return kernels_; }
   void set_kernels(KernelMode mode) { kernels_ = mode; }
   // Bytes the KV cache holds now (it grows with the positions run).
-  uint64_t kv_cache_bytes() const;
+  uint64_t kv_cache_bytes() const { return kv_.bytes(); }
+  KvCacheType kv_cache_type() const { return kv_.type(); }
   int64_t vocab_size() const { return w_.arch.vocab_size; }
   ThreadPool& pool() { return *pool_; }
 
@@ -99,8 +109,6 @@ class Model {
 
  private:
   void ensure_capacity(int64_t n);
-  // Grows the KV cache to hold positions [0, len).
-  void ensure_kv(int64_t len);
   // cos/sin of every RoPE for the positions [pos, pos + n) of this call.
   void prepare_rope(int64_t pos, int64_t n);
   void linear(const EngineLinear& L, const float* x, int64_t n, float* y);
@@ -131,6 +139,7 @@ class Model {
   KernelMode kernels_ = KernelMode::exact;
   bool llama_cpp_attention_ = false;
   std::unique_ptr<ThreadPool> pool_;
+  KvCache kv_;
   std::vector<RopeRows> rope_;  // per Architecture::ropes, for the current call
   // Run state, [capacity, ...] rows per token.
   int64_t capacity_ = 0;
@@ -143,10 +152,6 @@ class Model {
   std::vector<int64_t> route_start_, route_next_, route_token_;
   // MLA: the q latent, kv_a_proj_with_mqa's output, the kv latent, kv_b_proj's output.
   std::vector<float> q_latent_, kv_a_, kv_latent_, kv_b_;
-  int64_t kv_len_ = 0;  // positions the cache has room for
-  // Per layer [kv_len_, k_dim] and [kv_len_, v_dim]. MLA caches the expanded per-head keys
-  // and values, not the latent: simplest and exact (transformers expands the same latent).
-  std::vector<std::vector<float>> key_cache_, value_cache_;
 };
 
 }  // namespace qf

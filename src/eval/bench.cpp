@@ -47,6 +47,8 @@ BenchResult bench_model(Model& model, int64_t prompt, int64_t gen) {
   r.weight_bytes_per_token = model.weights().weight_bytes_per_token();
   r.decode_gbps = double(r.weight_bytes_per_token) * r.decode_tok_s / 1e9;
   r.peak_rss_bytes = peak_rss_bytes();
+  r.kv_cache = model.kv_cache_type();
+  r.kv_cache_bytes = model.kv_cache_bytes();
   return r;
 }
 

@@ -17,6 +17,8 @@ struct BenchResult {
   uint64_t weight_bytes_per_token = 0;  // stored Linear weights + scales + output head
   double decode_gbps = 0;               // weight_bytes_per_token * decode_tok_s / 1e9
   uint64_t peak_rss_bytes = 0;
+  KvCacheType kv_cache = KvCacheType::f32;
+  uint64_t kv_cache_bytes = 0;  // held after the last decoded token (reserve included)
 };
 
 // Prompt ids are a fixed pseudo-random sequence (no tokenizer needed). Throws qf::Error if

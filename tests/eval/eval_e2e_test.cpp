@@ -122,6 +122,31 @@ TEST(EvalE2E, BenchReportsItsFields) {
   EXPECT_EQ(j["weight_bytes_per_token"].get<uint64_t>(),
             4u * (5 * (64 * 64 * 2 + 32 * 64 * 2 + 3 * 64 * 172) + 512 * 64));
   EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
+  // BF16 by default: 5 layers x (K + V) x 32 positions (24 run, whole tiles of 16) x 4 KV heads
+  // of 8 x 2 bytes.
+  EXPECT_EQ(j["kv_cache"], "bf16");
+  EXPECT_EQ(j["kv_cache_bytes"].get<uint64_t>(), 5u * 2 * 32 * 32 * 2);
+}
+
+// --kv-cache chooses the cache's storage; perplexity moves little from the F32 cache's.
+TEST(EvalE2E, KvCacheTypes) {
+  QF_REQUIRE_FIXTURES();
+  const auto j = run_json("bench " + model("stories260K-hf") +
+                          " --prompt 16 --gen 8 --repeat 1 --kv-cache fp8 --json");
+  EXPECT_EQ(j["kv_cache"], "fp8");
+  EXPECT_EQ(j["kv_cache_bytes"].get<uint64_t>(), 5u * 2 * 32 * 32);
+  const std::string ppl = "eval ppl " + model("tinystories-656K-hf") + " --text " + corpus() +
+                          " --max-chars 3000 --json --kv-cache ";
+  const double f32 = run_json(ppl + "f32")["ppl"].get<double>();
+  for (const char* t : {"bf16", "f16", "fp8", "auto"}) {
+    const double p = run_json(ppl + t)["ppl"].get<double>();
+    EXPECT_NEAR(p, f32, (t[0] == 'f' && t[1] == 'p' ? 2e-2 : 2e-3) * f32) << t;
+    if (std::string(t) == "auto") EXPECT_EQ(p, f32);  // no KV scales: F32 in eval
+    else EXPECT_NE(p, f32) << t;
+  }
+  const auto bad = test::run_qforge(ppl + "int8");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("unknown kv-cache 'int8'"), std::string::npos) << bad.err;
 }
 
 // Several models in one table, each the median of --repeat runs with its range.

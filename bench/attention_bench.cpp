@@ -1,0 +1,118 @@
+// Decode attention of one layer of a Llama-1B-class model (32 query heads, 8 KV heads of 64) at
+// a long context, per KV cache type: GB/s of cache bytes read (the layer's keys and values),
+// next to a STREAM-style read of the same bytes in the same run. Threads split the KV heads as
+// the engine does. Several layers' caches rotate so no layer is cache-resident.
+// Run: qforge_bench --benchmark_filter='Attention' --benchmark_repetitions=5
+//        --benchmark_report_aggregates_only=true
+#include "core/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/memory_read.h"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace qf {
+namespace {
+
+constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 64, kLayers = 16;
+
+struct Cache {
+  std::vector<std::vector<uint8_t>> k, v;  // per layer
+  int64_t bytes_per_layer = 0;
+};
+
+Cache make_cache(KvCacheType type, int64_t context) {
+  Cache c;
+  const int64_t dim = kKvHeads * kHeadDim;
+  std::vector<float> row(static_cast<size_t>(dim));
+  const int64_t b = kv_cache_type_bytes(type);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    std::vector<uint8_t> k(size_t(context * dim * b)), v(k.size());
+    for (int64_t p = 0; p < context; ++p) {
+      for (int64_t i = 0; i < dim; ++i) row[size_t(i)] = float((p * 31 + i * 7 + l) % 17) / 17.f - 0.5f;
+      // The tile layout only permutes a layer's keys; the bytes read are the same.
+      kernels::kv_store(type, row.data(), dim, 1.f, k.data() + p * dim * b);
+      kernels::kv_store(type, row.data(), dim, 1.f, v.data() + p * dim * b);
+    }
+    c.k.push_back(std::move(k));
+    c.v.push_back(std::move(v));
+  }
+  c.bytes_per_layer = 2 * context * dim * b;
+  return c;
+}
+
+void AttentionDecode(benchmark::State& state) {
+  const auto type = KvCacheType(state.range(0));
+  const int64_t context = state.range(1);
+  const int threads = int(state.range(2));
+  const Cache c = make_cache(type, context);
+  ThreadPool pool(threads);
+  std::vector<float> q(size_t(kHeads * kHeadDim), 0.01f), out(size_t(kHeads * kHeadDim));
+  const int64_t b = kv_cache_type_bytes(type), kv_mul = kHeads / kKvHeads;
+  int64_t layer = 0;
+  for (auto _ : state) {
+    const auto& k = c.k[size_t(layer)];
+    const auto& v = c.v[size_t(layer)];
+    pool.parallel_for(kKvHeads, [&](int64_t h) {
+      kernels::AttentionGroup g;
+      g.q = q.data() + h * kv_mul * kHeadDim;
+      g.heads = kv_mul;
+      g.head_dim = g.v_head_dim = kHeadDim;
+      g.type = type;
+      // Each KV head's region contiguous, as engine/kv_cache lays it.
+      g.k = k.data() + h * context * kHeadDim * b;
+      g.v = v.data() + h * context * kHeadDim * b;
+      g.k_stride = kHeadDim * kernels::kKeyTile;
+      g.v_stride = kHeadDim;
+      g.begin = 0;
+      g.end = context;
+      g.scale = 0.125f;
+      g.out = out.data() + h * kv_mul * kHeadDim;
+      kernels::attend(g);
+    });
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % kLayers;
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(c.bytes_per_layer) * double(state.iterations()),
+                                              benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(kv_cache_type_name(type)));
+}
+
+// The same bytes read with kernels::read_all, split like the attention.
+void AttentionStreamRead(benchmark::State& state) {
+  const int64_t context = state.range(1);
+  const int threads = int(state.range(2));
+  const Cache c = make_cache(KvCacheType(state.range(0)), context);
+  ThreadPool pool(threads);
+  int64_t layer = 0;
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    const auto& k = c.k[size_t(layer)];
+    const auto& v = c.v[size_t(layer)];
+    const size_t part = k.size() / kKvHeads;
+    std::vector<uint64_t> sums(static_cast<size_t>(kKvHeads));
+    pool.parallel_for(kKvHeads, [&](int64_t h) {
+      sums[size_t(h)] = kernels::read_all(k.data() + h * part, part) +
+                        kernels::read_all(v.data() + h * part, part);
+    });
+    for (uint64_t s : sums) sink += s;
+    layer = (layer + 1) % kLayers;
+  }
+  benchmark::DoNotOptimize(sink);
+  state.counters["GB/s"] = benchmark::Counter(double(c.bytes_per_layer) * double(state.iterations()),
+                                              benchmark::Counter::kIsRate);
+}
+
+void Args(benchmark::internal::Benchmark* b) {
+  for (KvCacheType t : {KvCacheType::f32, KvCacheType::bf16, KvCacheType::fp8})
+    for (int threads : {1, 2}) b->Args({int64_t(t), 4096, threads});
+  b->UseRealTime()->MinTime(0.5);
+}
+
+BENCHMARK(AttentionDecode)->Apply(Args);
+BENCHMARK(AttentionStreamRead)->Apply(Args);
+
+}  // namespace
+}  // namespace qf

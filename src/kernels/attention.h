@@ -1,0 +1,67 @@
+// Causal attention of one query group over a KV cache whose entries are stored as F32, BF16,
+// F16 or FP8: the key/value storage conversions and the SIMD score / softmax / weighted-sum
+// loops (runtime dispatch). The engine runs one group per (token, KV head), so a key or value
+// row is read once for all the query heads that share it (grouped-query attention).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace qf {
+
+// How a KV cache stores keys and values.
+//  f32:  exact (4 bytes per value).
+//  bf16, f16: rounded to nearest even (2 bytes); f16 is llama.cpp's default cache type.
+//  fp8:  E4M3 codes of value / scale, saturating at +-448 (1 byte): the checkpoint's
+//        k_scale / v_scale where it has them (ModelOpt, compressed-tensors), else 1 (vLLM's
+//        default when none is given). Reads back as code * scale, which is exactly what
+//        fake-quantizing with that scale gives.
+enum class KvCacheType : uint8_t { f32, bf16, f16, fp8 };
+std::string_view kv_cache_type_name(KvCacheType t);
+std::optional<KvCacheType> parse_kv_cache_type(std::string_view name);
+int kv_cache_type_bytes(KvCacheType t);
+
+namespace kernels {
+
+// Keys are stored transposed in tiles of kKeyTile positions, so scores are vectors over
+// positions (no horizontal sums): channel c of position p lies at element
+// (p / kKeyTile) * head_dim * kKeyTile + c * kKeyTile + p % kKeyTile of a KV head's keys.
+// Values stay rows [position, v_head_dim] (the weighted sum is a vector over channels).
+inline constexpr int64_t kKeyTile = 16;
+
+// Writes x[0, n) to dst (n values of `type`): f32 copied, bf16/f16 rounded to nearest even,
+// fp8 the saturating E4M3 code of x / scale (scale > 0; ignored by the other types).
+void kv_store(KvCacheType type, const float* x, int64_t n, float scale, void* dst);
+// Reads n values of `type` back as float32 (fp8: code * scale).
+void kv_load(KvCacheType type, const void* src, int64_t n, float scale, float* y);
+
+// One query group: `heads` query heads [heads, head_dim] at `q` attending to the keys and values
+// of one KV head at positions [begin, end), writing [heads, v_head_dim] to `out`.
+struct AttentionGroup {
+  const float* q = nullptr;
+  int64_t heads = 1, head_dim = 0, v_head_dim = 0;
+  KvCacheType type = KvCacheType::f32;
+  // The KV head's keys (tile 0) and the elements between consecutive tiles (at least
+  // head_dim * kKeyTile); its value at position 0 and the elements between positions.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_stride = 0, v_stride = 0;
+  float k_scale = 1.f, v_scale = 1.f;  // fp8 only
+  int64_t begin = 0, end = 0;          // end > begin
+  float scale = 1.f;                   // multiplies q.k
+  float softcap = 0.f;                 // > 0: scores become tanh(s / softcap) * softcap
+  const float* sinks = nullptr;        // [heads] gpt-oss sink logits, or none
+  // llama.cpp without flash attention: queries and probabilities rounded to F16 before their
+  // products (ggml converts the second operand of an F16 matrix product to F16).
+  bool f16_queries_and_probs = false;
+  float* out = nullptr;
+};
+
+// Scores s = scale * q.k (soft-capped), softmax over the positions (with the head's sink when
+// given), out = sum_p softmax_p * v_p. Uses a per-thread scratch of about heads * (end - begin)
+// floats.
+void attend(const AttentionGroup& g);
+
+}  // namespace kernels
+}  // namespace qf

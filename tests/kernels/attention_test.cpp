@@ -1,0 +1,138 @@
+// kernels::attend against a double-precision reference of the same math, for every KV cache
+// type, with shapes that leave tails everywhere (head sizes not a multiple of the vector, ranges
+// that start and end inside key tiles, groups of 1-5 heads), sinks and soft-capping; and
+// engine/kv_cache: the stored values, and that growing keeps them.
+#include "core/numeric.h"
+#include "engine/kv_cache.h"
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace qf {
+namespace {
+
+struct Case {
+  int64_t heads, hd, vd, begin, end;
+  float softcap = 0.f;
+  bool sinks = false;
+};
+
+// What the cache holds for x: the type's rounding (fp8 with `scale`).
+float stored(KvCacheType t, float x, float scale) {
+  switch (t) {
+    case KvCacheType::f32: return x;
+    case KvCacheType::bf16: return bf16_to_f32(f32_to_bf16(x));
+    case KvCacheType::f16: return f16_to_f32(f32_to_f16(x));
+    case KvCacheType::fp8: return e4m3_to_f32(f32_to_e4m3_satfinite(x / scale)) * scale;
+  }
+  return x;
+}
+
+// Runs one group through a KvCache of one layer and one KV head (the engine's layout) and
+// compares with softmax(scale * q.k) . v in double over the stored values.
+void check(KvCacheType type, const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const float k_scale = 0.02f, v_scale = 0.03f;
+  KvCache cache(type, 1, c.hd, c.vd, {k_scale}, {v_scale});
+  std::vector<float> k(size_t(c.end * c.hd)), v(size_t(c.end * c.vd)), q(size_t(c.heads * c.hd));
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (auto& x : q) x = nd(rng);
+  // Grown in two steps, so the second re-lays the first's positions.
+  cache.ensure(c.end / 2 + 1, c.end / 2 + 1);
+  cache.store(0, 0, c.end / 2 + 1, k.data(), v.data());
+  cache.ensure(c.end, c.end);
+  cache.store(0, c.end / 2 + 1, c.end - c.end / 2 - 1, k.data() + (c.end / 2 + 1) * c.hd,
+              v.data() + (c.end / 2 + 1) * c.vd);
+  std::vector<float> sinks(size_t(c.heads));
+  for (auto& x : sinks) x = nd(rng);
+  std::vector<float> out(size_t(c.heads * c.vd), NAN);
+  kernels::AttentionGroup g;
+  g.q = q.data();
+  g.heads = c.heads;
+  g.head_dim = c.hd;
+  g.v_head_dim = c.vd;
+  g.type = type;
+  g.k = cache.keys(0, 0);
+  g.v = cache.values(0, 0);
+  g.k_stride = cache.key_tile_stride();
+  g.v_stride = cache.value_stride();
+  g.k_scale = cache.k_scale(0);
+  g.v_scale = cache.v_scale(0);
+  g.begin = c.begin;
+  g.end = c.end;
+  g.scale = 1.f / std::sqrt(float(c.hd));
+  g.softcap = c.softcap;
+  g.sinks = c.sinks ? sinks.data() : nullptr;
+  g.out = out.data();
+  kernels::attend(g);
+
+  for (int64_t h = 0; h < c.heads; ++h) {
+    std::vector<double> s;
+    double m = c.sinks ? double(sinks[size_t(h)]) : -INFINITY;
+    for (int64_t p = c.begin; p < c.end; ++p) {
+      double dot = 0;
+      for (int64_t i = 0; i < c.hd; ++i)
+        dot += double(q[size_t(h * c.hd + i)]) * stored(type, k[size_t(p * c.hd + i)], k_scale);
+      dot *= g.scale;
+      if (c.softcap > 0) dot = std::tanh(dot / c.softcap) * c.softcap;
+      s.push_back(dot);
+      m = std::max(m, dot);
+    }
+    double sum = c.sinks ? std::exp(double(sinks[size_t(h)]) - m) : 0.0;
+    for (double& x : s) sum += (x = std::exp(x - m));
+    for (int64_t i = 0; i < c.vd; ++i) {
+      double o = 0;
+      for (int64_t p = c.begin; p < c.end; ++p)
+        o += s[size_t(p - c.begin)] / sum * stored(type, v[size_t(p * c.vd + i)], v_scale);
+      const float got = out[size_t(h * c.vd + i)];
+      ASSERT_NEAR(got, o, 2e-5 * (1 + std::fabs(o)))
+          << kv_cache_type_name(type) << " heads " << c.heads << " hd " << c.hd << " vd " << c.vd
+          << " [" << c.begin << ", " << c.end << ") head " << h << " channel " << i;
+    }
+  }
+}
+
+TEST(Attention, EveryCacheTypeMatchesTheReferenceWithTails) {
+  const Case cases[] = {
+      {4, 64, 64, 0, 1},     {4, 64, 64, 0, 37},   {1, 16, 16, 5, 16},  {3, 80, 48, 17, 100},
+      {5, 24, 40, 0, 33},    {2, 192, 128, 3, 70}, {4, 64, 64, 0, 300}, {1, 7, 9, 2, 19},
+  };
+  uint32_t seed = 1;
+  for (KvCacheType t : {KvCacheType::f32, KvCacheType::bf16, KvCacheType::f16, KvCacheType::fp8})
+    for (const Case& c : cases) check(t, c, seed++);
+}
+
+TEST(Attention, SinksAndSoftcapJoinTheSoftmax) {
+  uint32_t seed = 100;
+  for (KvCacheType t : {KvCacheType::f32, KvCacheType::fp8}) {
+    check(t, {4, 64, 64, 0, 50, 0.f, true}, seed++);
+    check(t, {2, 32, 32, 10, 45, 5.f, false}, seed++);
+  }
+}
+
+TEST(KvCache, StoresTheTypesRoundingAndReportsItsBytes) {
+  const std::vector<float> x = {0.1f, -3.3f, 1000.f, 1e-8f};
+  for (KvCacheType t : {KvCacheType::f32, KvCacheType::bf16, KvCacheType::f16, KvCacheType::fp8}) {
+    std::vector<uint8_t> buf(16);
+    std::vector<float> back(4);
+    kernels::kv_store(t, x.data(), 4, 2.f, buf.data());
+    kernels::kv_load(t, buf.data(), 4, 2.f, back.data());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(back[i], stored(t, x[i], 2.f)) << i;
+    KvCache cache(t, 2, 8, 8, {1.f, 1.f, 1.f}, {1.f, 1.f, 1.f});
+    EXPECT_EQ(cache.bytes(), 0u);
+    cache.ensure(20, 1000);  // room for whole key tiles: 32 positions
+    EXPECT_EQ(cache.length(), 20);
+    EXPECT_EQ(cache.bytes(), uint64_t(3 * 2 * 2 * 32 * 8 * kv_cache_type_bytes(t)));
+  }
+  EXPECT_EQ(parse_kv_cache_type("fp8"), KvCacheType::fp8);
+  EXPECT_FALSE(parse_kv_cache_type("int8").has_value());
+}
+
+}  // namespace
+}  // namespace qf
