@@ -20,6 +20,8 @@ nlohmann::ordered_json series_json(const std::string& dir, const std::string& qu
   j["quantization"] = quantization;
   j["prefill_tok_s"] = r.prefill_tok_s;
   j["decode_tok_s"] = r.decode_tok_s;
+  j["batch"] = r.batch;
+  j["decode_tok_s_per_sequence"] = r.decode_tok_s_per_sequence;
   j["prefill_tok_s_min"] = s.prefill_min;
   j["prefill_tok_s_max"] = s.prefill_max;
   j["decode_tok_s_min"] = s.decode_min;
@@ -41,7 +43,7 @@ nlohmann::ordered_json series_json(const std::string& dir, const std::string& qu
 void register_bench(CLI::App& app, Action& run) {
   struct Args {
     std::vector<std::string> dirs;
-    int64_t prompt = 128, gen = 32;
+    int64_t prompt = 128, gen = 32, batch = 1;
     int threads = 0, repeat = 3;
     bool json = false;
     KernelMode kernels = KernelMode::fast;
@@ -57,6 +59,11 @@ void register_bench(CLI::App& app, Action& run) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--gen", args->gen, "Tokens decoded one at a time (default 32)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", args->batch,
+                  "Sequences decoded together, each weight read once per step for all of them "
+                  "(each prefilled on its own first); decode tok/s is then the sum over the "
+                  "sequences, and the JSON also gives it per sequence (default 1)")
+      ->check(CLI::Range(int64_t(1), int64_t(4096)));
   cmd->add_option("--repeat", args->repeat,
                   "Runs per model; the median and the range are reported (default 3)")
       ->check(CLI::Range(1, 1000));
@@ -79,7 +86,7 @@ void register_bench(CLI::App& app, Action& run) {
       for (const std::string& dir : args->dirs) {
         // One model in memory at a time; peak RSS is the process's, so it covers those before.
         auto model = Model::load(dir, mo);
-        const BenchSeries s = bench_repeated(*model, args->prompt, args->gen, args->repeat);
+        const BenchSeries s = bench_repeated(*model, args->prompt, args->gen, args->repeat, args->batch);
         rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
       }
       // After the models, so its buffer is not in their peak RSS.
@@ -119,8 +126,13 @@ void register_bench(CLI::App& app, Action& run) {
                                human_bytes(double(j["kv_cache_bytes"].get<uint64_t>()))),
                    j["quantization"].get<std::string>());
       fmt::print("{} threads, prompt {} tokens, {} decoded, median of {} runs; GB/s = weight bytes "
-                 "per token x decode rate; STREAM read measured in this run: {:.2f} GB/s\n",
+                 "per step x decode steps per second; STREAM read measured in this run: {:.2f} "
+                 "GB/s\n",
                  rows[0]["threads"].get<int>(), args->prompt, args->gen, args->repeat, stream);
+      if (args->batch > 1)
+        fmt::print("{} sequences decoded together: tok/s are summed over them ({:.1f} decode tok/s "
+                   "per sequence for the first model)\n",
+                   args->batch, rows[0]["decode_tok_s_per_sequence"].get<double>());
       return 0;
     };
   });

@@ -21,6 +21,11 @@ class KvCache {
   KvCache(KvCacheType type, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim,
           std::vector<float> k_scale, std::vector<float> v_scale);
 
+  // A cache of the same type, shape and scales, holding nothing.
+  KvCache empty_copy() const {
+    return KvCache(type_, heads_, hd_, vd_, k_scale_, v_scale_);
+  }
+
   KvCacheType type() const { return type_; }
   // Positions every layer holds.
   int64_t length() const { return len_; }

@@ -147,10 +147,23 @@ Model::Model(ModelWeights weights, const ModelOptions& opt)
       llama_cpp_attention_(opt.llama_cpp_attention),
       pool_(std::make_unique<ThreadPool>(opt.threads > 0 ? opt.threads
                                                          : ThreadPool::hardware_threads())),
-      kv_(make_kv_cache(w_, opt)),
+      kv_{make_kv_cache(w_, opt)},
       rope_(w_.arch.ropes.size()) {}
 
 Model::~Model() = default;
+
+uint64_t Model::kv_cache_bytes() const {
+  uint64_t n = 0;
+  for (const KvCache& c : kv_) n += c.bytes();
+  return n;
+}
+
+KvCache& Model::sequence_cache(int64_t s) {
+  if (s < 0) fail("sequence {} out of range", s);
+  // Every sequence's cache is a copy of the first's empty shape (type and scales).
+  while (int64_t(kv_.size()) <= s) kv_.push_back(kv_[0].empty_copy());
+  return kv_[size_t(s)];
+}
 
 void Model::ensure_capacity(int64_t n) {
   if (n <= capacity_) return;
@@ -241,19 +254,61 @@ void Model::norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int6
   for (int64_t t = 0; t < n; ++t) rmsnorm(x + t * cols, w.data(), cols, eps, out + t * cols);
 }
 
-void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) {
+void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits,
+                    int64_t sequence) {
   const Architecture& a = w_.arch;
   const int64_t n = int64_t(tokens.size());
   if (n == 0) return;
   if (pos < 0 || pos + n > max_seq_)
     fail("context of {} tokens exceeds the model's limit of {}", pos + n, max_seq_);
+  KvCache& cache = sequence_cache(sequence);
+  if (pos > cache.length())
+    fail("sequence {} holds {} positions; cannot run from position {}", sequence, cache.length(),
+         pos);
   ensure_capacity(n);
-  kv_.ensure(pos + n, max_seq_);
+  cache.ensure(pos + n, max_seq_);
+  seq_ = sequence;
+  batch_pos_ = nullptr;
   prepare_rope(pos, n);
   embed(tokens, x_.data());
   for (int64_t l = 0; l < a.num_layers; ++l) run_layer(l, w_.layers[size_t(l)], pos, n, nullptr);
   const int64_t first = all_logits ? 0 : n - 1;
   head(x_.data() + first * a.hidden_size, n - first, logits);
+}
+
+void Model::decode_batch(std::span<const int32_t> tokens, std::span<const int64_t> positions,
+                         float* logits) {
+  const Architecture& a = w_.arch;
+  const int64_t n = int64_t(tokens.size());
+  if (int64_t(positions.size()) != n)
+    fail("decode_batch: {} tokens but {} positions", n, positions.size());
+  if (n == 0) return;
+  const auto [lo, hi] = std::minmax_element(positions.begin(), positions.end());
+  if (*lo < 0 || *hi + 1 > max_seq_)
+    fail("context of {} tokens exceeds the model's limit of {}", *hi + 1, max_seq_);
+  // Length-dependent RoPE computes its frequencies from the call's last position: one call
+  // can only stand for sequences that all stand there.
+  for (const RopeSpec& r : a.ropes)
+    if ((r.type == RopeType::dynamic || r.type == RopeType::longrope) && *lo != *hi)
+      fail("decode_batch: {} RoPE depends on the sequence length; the sequences must be at the "
+           "same position (got {} to {})", rope_type_name(r.type), *lo, *hi);
+  for (int64_t s = 0; s < n; ++s)
+    if (positions[size_t(s)] > sequence_cache(s).length())
+      fail("sequence {} holds {} positions; cannot decode at position {}", s,
+           sequence_cache(s).length(), positions[size_t(s)]);
+  ensure_capacity(n);
+  for (int64_t s = 0; s < n; ++s) kv_[size_t(s)].ensure(positions[size_t(s)] + 1, max_seq_);
+  batch_pos_ = positions.data();
+  prepare_rope(*lo, *hi + 1 - *lo);
+  embed(tokens, x_.data());
+  try {
+    for (int64_t l = 0; l < a.num_layers; ++l) run_layer(l, w_.layers[size_t(l)], 0, n, nullptr);
+  } catch (...) {
+    batch_pos_ = nullptr;
+    throw;
+  }
+  batch_pos_ = nullptr;
+  head(x_.data(), n, logits);
 }
 
 void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t pos,
@@ -272,14 +327,15 @@ void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, i
     g.heads = kv_mul;
     g.head_dim = hd;
     g.v_head_dim = vd;
-    g.type = kv_.type();
-    g.k = kv_.keys(l, kvh);
-    g.v = kv_.values(l, kvh);
-    g.k_stride = kv_.key_tile_stride();
-    g.v_stride = kv_.value_stride();
-    g.k_scale = kv_.k_scale(l);
-    g.v_scale = kv_.v_scale(l);
-    g.end = pos + t + 1;  // keys [begin, end) are visible
+    const KvCache& kv = row_cache(t);
+    g.type = kv.type();
+    g.k = kv.keys(l, kvh);
+    g.v = kv.values(l, kvh);
+    g.k_stride = kv.key_tile_stride();
+    g.v_stride = kv.value_stride();
+    g.k_scale = kv.k_scale(l);
+    g.v_scale = kv.v_scale(l);
+    g.end = row_position(pos, t) + 1;  // keys [begin, end) are visible
     g.begin = window > 0 ? std::max<int64_t>(0, g.end - window) : 0;
     g.scale = a.attention_scale;
     g.softcap = a.attn_softcap;
@@ -328,22 +384,27 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
       for (int64_t h = 0; h < nh; ++h) {
         float* qh = q_.data() + t * q_dim + h * hd;
         if (a.qk_norm == QkNorm::per_head) rmsnorm(qh, L.norm(NormSlot::q).data(), hd, eps, qh);
-        rope.apply(qh, pos + t);
+        rope.apply(qh, row_position(pos, t));
       }
       for (int64_t h = 0; h < nkv; ++h) {
         float* kh = k_.data() + t * kv_dim + h * hd;
         if (a.qk_norm == QkNorm::per_head) rmsnorm(kh, L.norm(NormSlot::k).data(), hd, eps, kh);
-        rope.apply(kh, pos + t);
+        rope.apply(kh, row_position(pos, t));
       }
     }
   }
   if (obs) obs->key_value(k_.data(), v_.data(), n, kv_dim, v_dim);
-  if (kv_.type() != KvCacheType::fp8) {
+  if (kv_[0].type() != KvCacheType::fp8) {
     // A wider cache keeps the checkpoint's own KV quantization.
     if (L.k_scale > 0) fake_quantize_fp8(L.k_scale, k_.data(), n * kv_dim);
     if (L.v_scale > 0) fake_quantize_fp8(L.v_scale, v_.data(), n * v_dim);
   }
-  kv_.store(l, pos, n, k_.data(), v_.data());
+  if (batch_pos_) {
+    for (int64_t t = 0; t < n; ++t)
+      kv_[size_t(t)].store(l, batch_pos_[t], 1, k_.data() + t * kv_dim, v_.data() + t * v_dim);
+  } else {
+    kv_[size_t(seq_)].store(l, pos, n, k_.data(), v_.data());
+  }
   attention(l, spec, L, pos, n);
 
   if (obs) obs->linear_input(LayerInput::attn_out, kNoExpert, att_.data(), n, att_dim);
@@ -398,9 +459,9 @@ void Model::mla_qkv(const LayerSpec& spec, const LayerWeights& L, int64_t pos, i
   };
   for (int64_t t = 0; t < n; ++t) {
     float* k_rot = kv_a_.data() + t * kv_a + lora;  // one rope key, shared by every head
-    rotate(k_rot, pos + t);
+    rotate(k_rot, row_position(pos, t));
     for (int64_t h = 0; h < nh; ++h) {
-      rotate(q_.data() + t * q_dim + h * hd + dn, pos + t);
+      rotate(q_.data() + t * q_dim + h * hd + dn, row_position(pos, t));
       const float* kv = kv_b_.data() + (t * nh + h) * kv_b;
       float* kh = k_.data() + t * q_dim + h * hd;
       std::copy_n(kv, dn, kh);
@@ -555,7 +616,9 @@ void Model::forward_layer(int64_t layer, float* x, int64_t n, LayerObserver* obs
   if (n <= 0) return;
   if (n > max_seq_) fail("window of {} tokens exceeds the model's limit of {}", n, max_seq_);
   ensure_capacity(n);
-  kv_.ensure(n, max_seq_);
+  kv_[0].ensure(n, max_seq_);
+  seq_ = 0;
+  batch_pos_ = nullptr;
   if (rope_[0].first != 0 || rope_[0].count != n) prepare_rope(0, n);
   std::copy_n(x, n * a.hidden_size, x_.data());
   run_layer(layer, weights ? *weights : w_.layers[size_t(layer)], 0, n, observer);

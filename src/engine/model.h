@@ -84,16 +84,27 @@ class Model {
   KernelMode kernels() const { return kernels_; }
   void set_kernels(KernelMode mode) { kernels_ = mode; }
   // Bytes the KV cache holds now (it grows with the positions run).
-  uint64_t kv_cache_bytes() const { return kv_.bytes(); }
-  KvCacheType kv_cache_type() const { return kv_.type(); }
+  // Bytes the KV caches of every sequence hold now (they grow with the positions run).
+  uint64_t kv_cache_bytes() const;
+  KvCacheType kv_cache_type() const { return kv_[0].type(); }
   int64_t vocab_size() const { return w_.arch.vocab_size; }
   ThreadPool& pool() { return *pool_; }
 
-  // Runs `tokens` at positions [pos, pos + n): the KV cache must hold positions [0, pos) from
-  // earlier calls (pos == 0 starts a new sequence). Writes logits [n, vocab] when `all_logits`,
-  // else the last token's [vocab], to `logits`. Throws qf::Error if pos + n exceeds max_seq()
-  // or a token id is out of range.
-  void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits);
+  // Runs `tokens` of sequence `sequence` (its own KV cache; 0 unless several sequences are
+  // decoded together) at positions [pos, pos + n): the cache must hold positions [0, pos) from
+  // earlier calls (pos == 0 starts the sequence anew). Writes logits [n, vocab] when
+  // `all_logits`, else the last token's [vocab], to `logits`. Throws qf::Error if pos + n
+  // exceeds max_seq(), a token id is out of range or sequence < 0.
+  void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits,
+               int64_t sequence = 0);
+  // One decode step of several sequences at once: token s of `tokens` is sequence s's next token
+  // at positions[s] (its cache holding [0, positions[s]) from earlier calls). Every weight is
+  // read once for all of them (matrix-matrix products); logits [tokens.size(), vocab]. The
+  // results equal running each sequence alone up to the products' rounding. Throws qf::Error
+  // as forward does, and when the model's RoPE depends on the sequence length (dynamic NTK,
+  // LongRoPE) and the positions differ.
+  void decode_batch(std::span<const int32_t> tokens, std::span<const int64_t> positions,
+                    float* logits);
 
   // ---- One layer at a time (layer-by-layer calibration) ------------------------------------
   // x [n, hidden] = the token embeddings of `tokens`. Throws qf::Error for an id out of range.
@@ -139,7 +150,14 @@ class Model {
   KernelMode kernels_ = KernelMode::exact;
   bool llama_cpp_attention_ = false;
   std::unique_ptr<ThreadPool> pool_;
-  KvCache kv_;
+  std::vector<KvCache> kv_;  // per sequence (forward's `sequence`, decode_batch's rows)
+  // Where the rows of the current call go: rows t = 0..n-1 are positions pos + t of sequence
+  // seq_, or, during decode_batch, row t is sequence t at batch_pos_[t].
+  int64_t seq_ = 0;
+  const int64_t* batch_pos_ = nullptr;
+  int64_t row_position(int64_t pos, int64_t t) const { return batch_pos_ ? batch_pos_[t] : pos + t; }
+  KvCache& row_cache(int64_t t) { return kv_[size_t(batch_pos_ ? t : seq_)]; }
+  KvCache& sequence_cache(int64_t s);
   std::vector<RopeRows> rope_;  // per Architecture::ropes, for the current call
   // Run state, [capacity, ...] rows per token.
   int64_t capacity_ = 0;

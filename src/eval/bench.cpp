@@ -13,49 +13,65 @@
 
 namespace qf {
 
-BenchResult bench_model(Model& model, int64_t prompt, int64_t gen) {
+BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch) {
   if (prompt < 1 || gen < 1) fail("--prompt and --gen must be at least 1");
+  if (batch < 1) fail("--batch must be at least 1");
   if (prompt + gen > model.max_seq())
     fail("--prompt {} + --gen {} exceeds the model's context of {}", prompt, gen, model.max_seq());
   const int64_t V = model.vocab_size();
-  std::vector<int32_t> ids(static_cast<size_t>(prompt));
+  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(batch));
   uint64_t s = 0x9E3779B97F4A7C15ull;
-  for (auto& id : ids) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    id = int32_t((s >> 33) % uint64_t(V));
+  for (auto& seq : ids) {
+    seq.resize(size_t(prompt));
+    for (auto& id : seq) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      id = int32_t((s >> 33) % uint64_t(V));
+    }
   }
-  std::vector<float> logits(static_cast<size_t>(V));
+  std::vector<float> logits(static_cast<size_t>(batch * V));
   using clock = std::chrono::steady_clock;
   BenchResult r;
   r.prompt = prompt;
   r.gen = gen;
+  r.batch = batch;
   r.threads = model.pool().size();
   // One untimed token first: page the weights in, warm the caches and the thread pool.
-  model.forward(std::span<const int32_t>(ids.data(), 1), 0, logits.data(), false);
+  model.forward(std::span<const int32_t>(ids[0].data(), 1), 0, logits.data(), false);
+  std::vector<int32_t> next(static_cast<size_t>(batch));
   auto t0 = clock::now();
-  model.forward(ids, 0, logits.data(), false);
+  for (int64_t q = 0; q < batch; ++q) {
+    model.forward(ids[size_t(q)], 0, logits.data(), false, q);
+    next[size_t(q)] = argmax(logits.data(), V);
+  }
   r.prefill_s = std::chrono::duration<double>(clock::now() - t0).count();
-  int32_t next = argmax(logits.data(), V);
+  std::vector<int64_t> positions(static_cast<size_t>(batch));
   t0 = clock::now();
   for (int64_t i = 0; i < gen; ++i) {
-    model.forward(std::span<const int32_t>(&next, 1), prompt + i, logits.data(), false);
-    next = argmax(logits.data(), V);
+    if (batch == 1) {
+      model.forward(std::span<const int32_t>(next.data(), 1), prompt + i, logits.data(), false);
+    } else {
+      std::fill(positions.begin(), positions.end(), prompt + i);
+      model.decode_batch(next, positions, logits.data());
+    }
+    for (int64_t q = 0; q < batch; ++q) next[size_t(q)] = argmax(logits.data() + q * V, V);
   }
   r.decode_s = std::chrono::duration<double>(clock::now() - t0).count();
-  r.prefill_tok_s = double(prompt) / r.prefill_s;
-  r.decode_tok_s = double(gen) / r.decode_s;
+  r.prefill_tok_s = double(batch * prompt) / r.prefill_s;
+  r.decode_tok_s_per_sequence = double(gen) / r.decode_s;
+  r.decode_tok_s = double(batch) * r.decode_tok_s_per_sequence;
   r.weight_bytes_per_token = model.weights().weight_bytes_per_token();
-  r.decode_gbps = double(r.weight_bytes_per_token) * r.decode_tok_s / 1e9;
+  r.decode_gbps = double(r.weight_bytes_per_token) * r.decode_tok_s_per_sequence / 1e9;
   r.peak_rss_bytes = peak_rss_bytes();
   r.kv_cache = model.kv_cache_type();
   r.kv_cache_bytes = model.kv_cache_bytes();
   return r;
 }
 
-BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat) {
+BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat,
+                           int64_t batch) {
   if (repeat < 1) fail("--repeat must be at least 1");
   BenchSeries s;
-  for (int i = 0; i < repeat; ++i) s.runs.push_back(bench_model(model, prompt, gen));
+  for (int i = 0; i < repeat; ++i) s.runs.push_back(bench_model(model, prompt, gen, batch));
   std::vector<double> prefill, decode;
   for (const BenchResult& r : s.runs) {
     prefill.push_back(r.prefill_tok_s);
@@ -67,7 +83,7 @@ BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat
   for (const BenchResult& r : s.runs)
     if (r.decode_tok_s == decode[mid]) s.median = r;
   s.median.prefill_tok_s = prefill[mid];
-  s.median.prefill_s = double(prompt) / prefill[mid];
+  s.median.prefill_s = double(batch * prompt) / prefill[mid];
   s.median.peak_rss_bytes = s.runs.back().peak_rss_bytes;
   s.prefill_min = prefill.front();
   s.prefill_max = prefill.back();

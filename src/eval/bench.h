@@ -11,19 +11,23 @@ namespace qf {
 
 struct BenchResult {
   int64_t prompt = 0, gen = 0;
+  int64_t batch = 1;  // sequences decoded together
   int threads = 0;
   double prefill_s = 0, decode_s = 0;
-  double prefill_tok_s = 0, decode_tok_s = 0;
-  uint64_t weight_bytes_per_token = 0;  // stored Linear weights + scales + output head
-  double decode_gbps = 0;               // weight_bytes_per_token * decode_tok_s / 1e9
+  // Tokens of all sequences per second; decode also per sequence (decode steps per second).
+  double prefill_tok_s = 0, decode_tok_s = 0, decode_tok_s_per_sequence = 0;
+  uint64_t weight_bytes_per_token = 0;  // per decode step: stored Linear weights + scales + head
+  double decode_gbps = 0;  // weight_bytes_per_token * decode steps per second / 1e9
   uint64_t peak_rss_bytes = 0;
   KvCacheType kv_cache = KvCacheType::f32;
   uint64_t kv_cache_bytes = 0;  // held after the last decoded token (reserve included)
 };
 
-// Prompt ids are a fixed pseudo-random sequence (no tokenizer needed). Throws qf::Error if
-// prompt < 1, gen < 1, or prompt + gen exceeds the model's context.
-BenchResult bench_model(Model& model, int64_t prompt, int64_t gen);
+// Prompt ids are fixed pseudo-random sequences (no tokenizer needed), one per sequence. `batch`
+// sequences are prefilled one after another, then decoded together (Model::decode_batch; one
+// sequence: Model::forward). Throws qf::Error if prompt < 1, gen < 1, batch < 1, or prompt + gen
+// exceeds the model's context.
+BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch = 1);
 
 // `repeat` runs of bench_model (>= 1): each run's result, and the median, smallest and largest
 // prefill and decode rates over them (the median of an even count is the lower middle run's, a
@@ -34,7 +38,8 @@ struct BenchSeries {
                        // prefill rate
   double prefill_min = 0, prefill_max = 0, decode_min = 0, decode_max = 0;
 };
-BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat);
+BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat,
+                           int64_t batch = 1);
 
 // The machine's STREAM-style read bandwidth in GB/s, the ceiling of a decode step that streams
 // its weights: a `bytes` buffer (well past the caches) read with vector loads

@@ -33,6 +33,11 @@ void matvec_bf16(const LinearWeight& w, const float* x, float* y, ThreadPool* po
 void matmul_float_transposed(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                              ThreadPool* pool);
 inline constexpr int64_t kTransposedStreamTokens = 16;
+// y [tokens, rows] = x [tokens, cols] W^T for F32/F16/BF16 weights in rows, float32 throughout,
+// the weights read once per group of up to 8 tokens (batched decode: fast mode up to
+// kSmallBatchTokens).
+void matvec_float_tokens(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                         ThreadPool* pool);
 
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
@@ -50,9 +55,13 @@ constexpr int64_t kActBlock = 16;
 // n is a multiple of kActBlock; q[n], scales[n / kActBlock].
 void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scales);
 
-// Whether a fast-mode linear_forward(tokens == 1) of w takes the int8-activation path: the CPU
-// has AVX-512 VNNI (BW, VL, F16C), and w's row has the path and its shape fits it.
+// Whether a fast-mode linear_forward of up to kSmallBatchTokens tokens of w takes the
+// int8-activation path: the CPU has AVX-512 VNNI (BW, VL, F16C), and w's row has the path and
+// its shape fits it. The path decodes each weight chunk once for up to 8 tokens (batched
+// decode), where the BF16 matrix-matrix kernel's panel packing would cost more than the
+// products.
 bool use_int8_matvec(const LinearWeight& w);
+inline constexpr int64_t kSmallBatchTokens = 8;
 bool cpu_has_avx512vnni();
 // The int8-activation products per 4-bit layout (matvec_q4_avx512vnni.cpp) and whether w's
 // block layout suits them; call a product only if use_int8_matvec(w).
@@ -60,12 +69,15 @@ bool fits_vnni_nvfp4(const LinearWeight& w);
 bool fits_vnni_mxfp4(const LinearWeight& w);
 bool fits_vnni_int4_row_pairs(const LinearWeight& w);
 bool fits_vnni_int4_packed32(const LinearWeight& w);
-void matvec_nvfp4_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
-void matvec_mxfp4_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
-void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, float* y,
-                                      ThreadPool* pool);
-void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, float* y,
-                                     ThreadPool* pool);
+// x [tokens, cols] -> y [tokens, rows].
+void matvec_nvfp4_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                             ThreadPool* pool);
+void matvec_mxfp4_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                             ThreadPool* pool);
+void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens,
+                                      float* y, ThreadPool* pool);
+void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens,
+                                     float* y, ThreadPool* pool);
 
 // BF16 matrix-matrix product (AVX512-BF16) for BF16 and quantized weights
 // (matmul_bf16_avx512bf16.cpp); a fast-mode linear_forward uses it when use_bf16_matmul(w).

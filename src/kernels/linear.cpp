@@ -71,8 +71,16 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
     return;
   }
   const kernels::WeightFormatRow& row = kernels::weight_format_row(w.format);
-  if (tokens == 1 && fast && kernels::use_int8_matvec(w)) {
-    row.matvec_int8_activation(w, x, y, pool);
+  if (tokens <= kernels::kSmallBatchTokens && fast && kernels::use_int8_matvec(w)) {
+    row.matvec_int8_activation(w, x, tokens, y, pool);
+    return;
+  }
+  const bool float_rows = (w.format == WeightFormat::f32 || w.format == WeightFormat::f16 ||
+                           w.format == WeightFormat::bf16) && !w.transposed;
+  if (tokens > 1 && tokens <= kernels::kSmallBatchTokens && fast && float_rows) {
+    // A few tokens (batched decode): the weights streamed once, as for one token; the BF16
+    // matrix-matrix kernel's panel packing would cost more than its products.
+    kernels::matvec_float_tokens(w, x, tokens, y, pool);
     return;
   }
   if (tokens > 1) {

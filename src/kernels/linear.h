@@ -64,12 +64,13 @@ int weight_block(const LinearWeight& w);
 // Which products linear_forward may use.
 //  exact: float32 activations and float32 accumulation of the dequantized weights everywhere;
 //         the result is the float model of the checkpoint (what evaluation and calibration use).
-//  fast:  on CPUs that have them, decode products (tokens == 1) of NVFP4, MXFP4 and INT4
-//         weights quantize the activation to int8 per 16 elements (scale = amax / 127) and use
-//         VNNI integer dot products (about 4x faster; relative activation error below 1/254 of
-//         each block's largest element), and matrix-matrix products of BF16/F16 and 4-bit
-//         weights round the activations to BF16 for AVX512-BF16 dot products (what bench and
-//         generate use). GGUF weights in ggml blocks (Q4_0, Q8_0, MXFP4, NVFP4, Q4_K, Q5_K,
+//  fast:  on CPUs that have them, products of up to 8 tokens (decode, batched decode) of
+//         NVFP4, MXFP4 and INT4 weights quantize each activation to int8 per 16 elements
+//         (scale = amax / 127) and use VNNI integer dot products (about 4x faster; relative
+//         activation error below 1/254 of each block's largest element; a token's result does
+//         not depend on the others), F32/F16/BF16 weights of 2-8 tokens stream once with float
+//         activations, and larger matrix-matrix products of BF16/F16 and 4-bit weights round the
+//         activations to BF16 for AVX512-BF16 dot products (what bench and generate use). GGUF weights in ggml blocks (Q4_0, Q8_0, MXFP4, NVFP4, Q4_K, Q5_K,
 //         Q6_K) take llama.cpp's CPU arithmetic in every product: activations quantized to the
 //         type's vec_dot_type (Q8_0 or Q8_K) once per product, integer sums per block, scales
 //         combined in float (kernels/ggml_vec_dot.h).

@@ -162,6 +162,49 @@ void FloatRows(const LinearWeight& w, const float* x, float* y, ThreadPool* pool
   });
 }
 
+// y [tokens, rows] = x [tokens, cols] W^T for a few tokens (batched decode): R rows at a time
+// against T tokens, each weight vector loaded once for the T tokens and each activation vector
+// for the R rows, R * T accumulators in registers.
+template <int R, int T, class Load, class Scalar>
+void FloatRowsTokens(const uint8_t* data, size_t elem, int64_t r, int64_t cols, int64_t rows,
+                     const float* x, float* y, const Load& load, const Scalar& scalar) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const uint8_t* p[R];
+  for (int i = 0; i < R; ++i) p[i] = data + size_t((r + i) * cols) * elem;
+  hn::Vec<decltype(df)> acc[R * T];
+  for (int i = 0; i < R * T; ++i) acc[i] = hn::Zero(df);
+  int64_t c = 0;
+  for (; c + N <= cols; c += N) {
+    hn::Vec<decltype(df)> wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = load(df, p[i], c);
+    for (int t = 0; t < T; ++t) {
+      const auto xv = hn::LoadU(df, x + t * cols + c);
+      for (int i = 0; i < R; ++i) acc[i * T + t] = hn::MulAdd(wv[i], xv, acc[i * T + t]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < T; ++t) {
+      float d = hn::GetLane(hn::SumOfLanes(df, acc[i * T + t]));
+      for (int64_t k = c; k < cols; ++k) d += scalar(p[i], k) * x[t * cols + k];
+      y[t * rows + r + i] = d;
+    }
+}
+
+template <int T, class Load, class Scalar>
+void FloatTokenGroup(const LinearWeight& w, const float* x, float* y, ThreadPool* pool,
+                     size_t elem, const Load& load, const Scalar& scalar) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t per_task =
+      std::min(matvec_rows_per_task(w, 2) * 4, std::max<int64_t>(2, w.rows / 16 / 2 * 2));
+  for_row_tasks(pool, w.rows, per_task, [&](int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2)
+      FloatRowsTokens<2, T>(data, elem, r, w.cols, w.rows, x, y, load, scalar);
+    for (; r < r1; ++r) FloatRowsTokens<1, T>(data, elem, r, w.cols, w.rows, x, y, load, scalar);
+  });
+}
+
 using DF = hn::ScalableTag<float>;
 
 // Calls fn(element bytes, vector load, scalar load) with the accessors of w's float format.
@@ -205,6 +248,31 @@ void MatVecFloat(const LinearWeight& w, const float* x, float* y, ThreadPool* po
   });
 }
 
+void MatVecFloatTokens(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                       ThreadPool* pool) {
+  WithFloatAccess(w, [&](size_t elem, const auto& load, const auto& scalar) {
+    // Groups of 8, 4, 2 and 1 tokens, each reading the weights once.
+    for (int64_t t0 = 0; t0 < tokens;) {
+      const int64_t left = tokens - t0;
+      const float* xt = x + t0 * w.cols;
+      float* yt = y + t0 * w.rows;
+      if (left >= 8) {
+        FloatTokenGroup<8>(w, xt, yt, pool, elem, load, scalar);
+        t0 += 8;
+      } else if (left >= 4) {
+        FloatTokenGroup<4>(w, xt, yt, pool, elem, load, scalar);
+        t0 += 4;
+      } else if (left >= 2) {
+        FloatTokenGroup<2>(w, xt, yt, pool, elem, load, scalar);
+        t0 += 2;
+      } else {
+        FloatRows(w, xt, yt, pool, elem, load, scalar);
+        t0 += 1;
+      }
+    }
+  });
+}
+
 void MatMulTransposedFloat(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                            ThreadPool* pool) {
   WithFloatAccess(w, [&](size_t elem, const auto& load, const auto& scalar) {
@@ -220,6 +288,11 @@ HWY_AFTER_NAMESPACE();
 namespace qf::kernels {
 HWY_EXPORT(MatVecFloat);
 HWY_EXPORT(MatMulTransposedFloat);
+HWY_EXPORT(MatVecFloatTokens);
+void matvec_float_tokens(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                         ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecFloatTokens)(w, x, tokens, y, pool);
+}
 void matvec_f32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   HWY_DYNAMIC_DISPATCH(MatVecFloat)(w, x, y, pool);
 }

@@ -4,9 +4,10 @@
 
 namespace QF_Q4_NS {
 
-// acc[i] += one chunk c of rows r0 .. r0+R against the activation. kTail: the last chunk, with
-// `count` < 128 valid elements (masked loads; the padding of the activation is zero).
-template <int R, bool kLut, bool kTail, class Scales>
+// acc[i * T + t] += one chunk c of rows r0 .. r0+R against activation t < T. kTail: the last
+// chunk, with `count` < 128 valid elements (masked loads; the padding of the activation is zero).
+// A row's weights are decoded once for the T activations.
+template <int R, int T, bool kLut, bool kTail, class Scales>
 QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
                                    int64_t r0, int64_t c, int64_t count, const QuantizedX& qx,
                                    const Scales& scales, __m512* acc) {
@@ -14,10 +15,6 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
   const __m512i lut = _mm512_broadcast_i32x4(
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i low = _mm512_set1_epi8(0x0F);
-  const __m512i xlo = _mm512_loadu_si512(qx.q.data() + c * kChunk);
-  const __m512i xhi = _mm512_loadu_si512(qx.q.data() + c * kChunk + 64);
-  const __m512i bias = _mm512_loadu_si512(qx.lane_bias.data() + c * kLanes);
-  const __m512 xs = _mm512_loadu_ps(qx.lane_scale.data() + c * kLanes);
   for (int i = 0; i < R; ++i) {
     const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
     _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
@@ -41,32 +38,35 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
         hi = _mm512_shuffle_epi8(lut, hi);
       }
     }
-    __m512i d = _mm512_dpbusd_epi32(bias, lo, xlo);
-    d = _mm512_dpbusd_epi32(d, hi, xhi);
     if (c % 4 == 0) scales.prefetch(r0 + i, c, ahead);
     const __m512 ws = scales.template get<kTail>(r0 + i, c, count);
-    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i]);
+    const int8_t* xq = qx.q.data() + c * T * kChunk;
+    const int32_t* xb = qx.lane_bias.data() + c * T * kLanes;
+    const float* xsc = qx.lane_scale.data() + c * T * kLanes;
+    for (int t = 0; t < T; ++t) {
+      const __m512i xlo = _mm512_loadu_si512(xq + t * kChunk);
+      const __m512i xhi = _mm512_loadu_si512(xq + t * kChunk + 64);
+      const __m512i bias = _mm512_loadu_si512(xb + t * kLanes);
+      const __m512 xs = _mm512_loadu_ps(xsc + t * kLanes);
+      __m512i d = _mm512_dpbusd_epi32(bias, lo, xlo);
+      d = _mm512_dpbusd_epi32(d, hi, xhi);
+      acc[i * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i * T + t]);
+    }
   }
 }
 
-// acc[i] += chunks c, c+1 of rows r0 .. r0+R for 16-element blocks (NVFP4). The two chunks'
-// lanes (8 elements each) are added in pairs first, so that each lane holds one block: one scale
-// conversion and one float multiply-add per 16 elements instead of per 8. Lane 4q + j of the
-// sum is block 2q + j of chunk c (j < 2) or block 2q + j - 2 of chunk c + 1 (j >= 2), the order
-// of QuantizedX::pair_scale and Scales::pair.
-template <int R, class Scales>
+// acc[i * T + t] += chunks c, c+1 of rows r0 .. r0+R against activation t, for 16-element
+// blocks (NVFP4). The two chunks' lanes (8 elements each) are added in pairs first, so that each
+// lane holds one block: one scale conversion and one float multiply-add per 16 elements instead
+// of per 8. Lane 4q + j of the sum is block 2q + j of chunk c (j < 2) or block 2q + j - 2 of
+// chunk c + 1 (j >= 2), the order of QuantizedX::pair_scale and Scales::pair.
+template <int R, int T, class Scales>
 QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
                                   int64_t r0, int64_t c, const QuantizedX& qx,
                                   const Scales& scales, __m512* acc) {
   const __m512i lut = _mm512_broadcast_i32x4(
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i low = _mm512_set1_epi8(0x0F);
-  const int8_t* xq = qx.q.data() + c * kChunk;
-  const __m512i xlo0 = _mm512_loadu_si512(xq), xhi0 = _mm512_loadu_si512(xq + 64);
-  const __m512i xlo1 = _mm512_loadu_si512(xq + 128), xhi1 = _mm512_loadu_si512(xq + 192);
-  const __m512i bias0 = _mm512_loadu_si512(qx.lane_bias.data() + c * kLanes);
-  const __m512i bias1 = _mm512_loadu_si512(qx.lane_bias.data() + (c + 1) * kLanes);
-  const __m512 xs = _mm512_loadu_ps(qx.pair_scale.data() + c / 2 * kLanes);
   for (int i = 0; i < R; ++i) {
     const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
     const char* pc = reinterpret_cast<const char*>(p);
@@ -87,52 +87,108 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
       lo1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(w1, low));
       hi1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w1, 4), low));
     }
-    const __m512i d0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias0, lo0, xlo0), hi0, xhi0);
-    const __m512i d1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias1, lo1, xlo1), hi1, xhi1);
-    const __m512 f0 = _mm512_castsi512_ps(d0), f1 = _mm512_castsi512_ps(d1);
-    const __m512i d = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0x88)),
-                                       _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0xDD)));
     if (c % 8 == 0) scales.prefetch(r0 + i, c, ahead);  // a line holds 8 chunks' scales
     const __m512 ws = scales.pair(r0 + i, c);
-    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i]);
+    // Chunk c's activations of the T tokens, then chunk c + 1's (QuantizedX's token order).
+    const int8_t* xq0 = qx.q.data() + c * T * kChunk;
+    const int8_t* xq1 = xq0 + T * kChunk;
+    const int32_t* xb0 = qx.lane_bias.data() + c * T * kLanes;
+    const int32_t* xb1 = xb0 + T * kLanes;
+    const float* xps = qx.pair_scale.data() + c / 2 * T * kLanes;
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xa = xq0 + t * kChunk;
+      const int8_t* xc = xq1 + t * kChunk;
+      const __m512i xlo0 = _mm512_loadu_si512(xa), xhi0 = _mm512_loadu_si512(xa + 64);
+      const __m512i xlo1 = _mm512_loadu_si512(xc), xhi1 = _mm512_loadu_si512(xc + 64);
+      const __m512i bias0 = _mm512_loadu_si512(xb0 + t * kLanes);
+      const __m512i bias1 = _mm512_loadu_si512(xb1 + t * kLanes);
+      const __m512 xs = _mm512_loadu_ps(xps + t * kLanes);
+      const __m512i d0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias0, lo0, xlo0), hi0, xhi0);
+      const __m512i d1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias1, lo1, xlo1), hi1, xhi1);
+      const __m512 f0 = _mm512_castsi512_ps(d0), f1 = _mm512_castsi512_ps(d1);
+      const __m512i d = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0x88)),
+                                         _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0xDD)));
+      acc[i * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i * T + t]);
+    }
   }
 }
 
-// y[i] = the dot products of rows r0 .. r0+R (the activation loads are shared between them), in
-// the scale units of Scales (the caller applies the per-tensor factor). Each row's arithmetic is
-// the same whatever R, so results do not depend on how rows are grouped.
-template <int R, bool kLut, class Scales>
+// y[t * y_stride + i] = the dot products of rows r0 + i (i < R) with activation t < T (the
+// activation loads are shared between rows, the weight decoding between activations), in the
+// scale units of Scales (the caller applies the per-tensor factor). Each (row, activation)'s
+// arithmetic is the same whatever R and T, so results do not depend on how rows or tokens are
+// grouped.
+template <int R, int T, bool kLut, class Scales>
 QF_Q4_TARGET void rows_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0,
-                           int64_t cols, const QuantizedX& qx, const Scales& scales,
-                           float* y) {
-  __m512 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+                           int64_t cols, const QuantizedX& qx, const Scales& scales, float* y,
+                           int64_t y_stride) {
+  __m512 acc[R * T];
+  for (int i = 0; i < R * T; ++i) acc[i] = _mm512_setzero_ps();
   const int64_t full = cols / kChunk;
   int64_t c = 0;
   if constexpr (Scales::kBlock == 16) {
-    for (; c + 2 <= full; c += 2) pair_dot<R>(data, row_bytes, ahead, r0, c, qx, scales, acc);
+    for (; c + 2 <= full; c += 2) pair_dot<R, T>(data, row_bytes, ahead, r0, c, qx, scales, acc);
   }
   for (; c < full; ++c)
-    chunk_dot<R, kLut, false>(data, row_bytes, ahead, r0, c, kChunk, qx, scales, acc);
+    chunk_dot<R, T, kLut, false>(data, row_bytes, ahead, r0, c, kChunk, qx, scales, acc);
   const int64_t rem = cols - full * kChunk;
-  if (rem > 0) chunk_dot<R, kLut, true>(data, row_bytes, ahead, r0, full, rem, qx, scales, acc);
-  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+  if (rem > 0) chunk_dot<R, T, kLut, true>(data, row_bytes, ahead, r0, full, rem, qx, scales, acc);
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < T; ++t) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[i * T + t]);
 }
 
+// Rows [r0, r1) against T activations: R rows at a time (R * T accumulators in registers), the
+// rest one by one.
+template <int R, int T, bool kLut, class Scales>
+void row_range(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0, int64_t r1,
+               int64_t cols, const QuantizedX& qx, const Scales& scales, float* y,
+               int64_t y_stride) {
+  int64_t r = r0;
+  for (; r + R <= r1; r += R)
+    rows_dot<R, T, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r, y_stride);
+  for (; r < r1; ++r)
+    rows_dot<1, T, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r, y_stride);
+}
+
+// x [tokens, cols] -> y [tokens, rows]; tokens in groups of 8, 4, 2 and 1, each group's
+// activations interleaved by chunk and its rows reading the weights once.
 template <bool kLut, class Scales>
-void run(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, int offset,
-         const Scales& scales, float factor) {
-  QuantizedX qx;
-  quantize_x(x, w.cols, offset, qx);
+void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
+         int offset, const Scales& scales, float factor) {
+  struct Group {
+    int64_t t0, size;
+    QuantizedX qx;
+  };
+  std::vector<Group> groups;
+  for (int64_t t0 = 0; t0 < tokens;) {
+    const int64_t left = tokens - t0;
+    const int64_t size = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    Group& g = groups.emplace_back(Group{t0, size, {}});
+    if (size == 1) {
+      quantize_x(x + t0 * w.cols, w.cols, offset, g.qx);
+    } else {
+      std::vector<QuantizedX> one(static_cast<size_t>(size));
+      for (int64_t t = 0; t < size; ++t)
+        quantize_x(x + (t0 + t) * w.cols, w.cols, offset, one[size_t(t)]);
+      interleave_tokens(one, g.qx);
+    }
+    t0 += size;
+  }
   const auto* data = static_cast<const uint8_t*>(w.data);
-  const int64_t row_bytes = w.cols / 2, cols = w.cols;
+  const int64_t row_bytes = w.cols / 2, cols = w.cols, rows = w.rows;
   const int64_t ahead = prefetch_ahead_bytes(row_bytes);
   for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-      rows_dot<4, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r);
-    for (; r < r1; ++r) rows_dot<1, kLut>(data, row_bytes, ahead, r, cols, qx, scales, y + r);
-    for (int64_t i = r0; i < r1; ++i) y[i] *= factor;
+    for (const Group& g : groups) {
+      float* yt = y + g.t0 * rows;
+      switch (g.size) {
+        case 8: row_range<1, 8, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+        case 4: row_range<2, 4, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+        case 2: row_range<2, 2, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+        default: row_range<4, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+      }
+    }
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t i = r0; i < r1; ++i) y[t * rows + i] *= factor;
   });
 }
 

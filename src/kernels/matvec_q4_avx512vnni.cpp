@@ -73,6 +73,32 @@ struct QuantizedX {
   std::vector<float> pair_scale;
 };
 
+// T tokens' activations in one QuantizedX, interleaved per chunk: chunk c of token t at
+// (c * T + t) * kChunk in q, (c * T + t) * kLanes in lane_scale / lane_bias, and pair p of token
+// t at (p * T + t) * kLanes in pair_scale. With T = 1 that is QuantizedX's own layout; the
+// kernels address token t of chunk c with a constant offset from one base.
+void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out) {
+  const int64_t T = int64_t(xs.size()), chunks = xs[0].chunks;
+  out.chunks = chunks;
+  out.q.resize(size_t(T * chunks * kChunk));
+  out.lane_scale.resize(size_t(T * chunks * kLanes));
+  out.lane_bias.resize(size_t(T * chunks * kLanes));
+  out.pair_scale.resize(size_t(T * (chunks / 2) * kLanes));
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t t = 0; t < T; ++t) {
+      const QuantizedX& x = xs[size_t(t)];
+      std::copy_n(x.q.data() + c * kChunk, kChunk, out.q.data() + (c * T + t) * kChunk);
+      std::copy_n(x.lane_scale.data() + c * kLanes, kLanes,
+                  out.lane_scale.data() + (c * T + t) * kLanes);
+      std::copy_n(x.lane_bias.data() + c * kLanes, kLanes,
+                  out.lane_bias.data() + (c * T + t) * kLanes);
+    }
+  for (int64_t p = 0; p < chunks / 2; ++p)
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(xs[size_t(t)].pair_scale.data() + p * kLanes, kLanes,
+                  out.pair_scale.data() + (p * T + t) * kLanes);
+}
+
 inline int64_t pair_lane_block(int j, int q) { return (j >= 2 ? 8 : 0) + 2 * q + (j & 1); }
 
 // One block of 16 activations (the first `valid`, the rest 0) to int8 in element order, with
@@ -309,12 +335,12 @@ bool cpu_has_avx512vbmi() {
 }
 
 template <bool kLut, class Scales>
-void run(const LinearWeight& w, const float* x, float* y, ThreadPool* pool, int offset,
-         const Scales& scales, float factor) {
+void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
+         int offset, const Scales& scales, float factor) {
   if (cpu_has_avx512vbmi()) {
-    vbmi::run<kLut>(w, x, y, pool, offset, scales, factor);
+    vbmi::run<kLut>(w, x, tokens, y, pool, offset, scales, factor);
   } else {
-    vnni::run<kLut>(w, x, y, pool, offset, scales, factor);
+    vnni::run<kLut>(w, x, tokens, y, pool, offset, scales, factor);
   }
 }
 
@@ -339,36 +365,44 @@ bool fits_vnni_int4_packed32(const LinearWeight& w) {
          (kChunk % w.group == 0 || w.group % kChunk == 0);
 }
 
-void matvec_nvfp4_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+void matvec_nvfp4_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                             ThreadPool* pool) {
   // Doubled E2M1 (x 0.5) and F16-shifted scales (x 2^8).
-  run<true>(w, x, y, pool, 12, Nvfp4Scales{w.block_scales, w.cols / 16}, w.global_scale * 128.f);
+  run<true>(w, x, tokens, y, pool, 12, Nvfp4Scales{w.block_scales, w.cols / 16},
+            w.global_scale * 128.f);
 }
 
-void matvec_mxfp4_avx512vnni(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  run<true>(w, x, y, pool, 12, Mxfp4Scales{w.block_scales, w.cols / 32}, 0.5f);
+void matvec_mxfp4_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                             ThreadPool* pool) {
+  run<true>(w, x, tokens, y, pool, 12, Mxfp4Scales{w.block_scales, w.cols / 32}, 0.5f);
 }
 
-void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, float* y,
-                                     ThreadPool* pool) {
+void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens,
+                                     float* y, ThreadPool* pool) {
   Int4Scales sc{w.scales, w.cols / w.group, w.group, {}};
   for (int j = 0; j < 16; ++j) sc.idx[j] = w.group >= kChunk ? 0 : int32_t(8 * j / w.group);
-  run<false>(w, x, y, pool, 8, sc, 1.f);
+  run<false>(w, x, tokens, y, pool, 8, sc, 1.f);
 }
 
-void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, float* y,
-                                      ThreadPool* pool) {
-  QuantizedX qx;
-  quantize_x_natural(x, w.cols, 8, qx);
-  const auto* data = static_cast<const uint8_t*>(w.data);
-  // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
-  const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
-  for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-      row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
-    for (; r < r1; r += 2)
-      row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, y + r);
-  });
+void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens,
+                                      float* y, ThreadPool* pool) {
+  // One token at a time: ModelOpt's INT4 row pairs are rare next to the nibble layouts, and
+  // their weights are read once per token here.
+  for (int64_t t = 0; t < tokens; ++t) {
+    QuantizedX qx;
+    quantize_x_natural(x + t * w.cols, w.cols, 8, qx);
+    const auto* data = static_cast<const uint8_t*>(w.data);
+    // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
+    const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
+    float* yt = y + t * w.rows;
+    for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
+      int64_t r = r0;
+      for (; r + 4 <= r1; r += 4)
+        row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, yt + r);
+      for (; r < r1; r += 2)
+        row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, yt + r);
+    });
+  }
 }
 
 }  // namespace qf::kernels
@@ -381,10 +415,12 @@ bool fits_vnni_nvfp4(const LinearWeight&) { return false; }
 bool fits_vnni_mxfp4(const LinearWeight&) { return false; }
 bool fits_vnni_int4_row_pairs(const LinearWeight&) { return false; }
 bool fits_vnni_int4_packed32(const LinearWeight&) { return false; }
-void matvec_nvfp4_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
-void matvec_mxfp4_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
-void matvec_int4_row_pairs_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
-void matvec_int4_packed32_avx512vnni(const LinearWeight&, const float*, float*, ThreadPool*) {}
+void matvec_nvfp4_avx512vnni(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
+void matvec_mxfp4_avx512vnni(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
+void matvec_int4_row_pairs_avx512vnni(const LinearWeight&, const float*, int64_t, float*,
+                                      ThreadPool*) {}
+void matvec_int4_packed32_avx512vnni(const LinearWeight&, const float*, int64_t, float*,
+                                     ThreadPool*) {}
 }  // namespace qf::kernels
 
 #endif

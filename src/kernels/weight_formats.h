@@ -12,6 +12,9 @@
 namespace qf::kernels {
 
 using MatVecFn = void (*)(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+// x [tokens, cols] -> y [tokens, rows], the weights read once for up to kSmallBatchTokens (8) tokens.
+using MatVecTokensFn = void (*)(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                                ThreadPool* pool);
 
 // Factors the BF16 matrix-matrix kernel keeps out of the decoded weights and applies to the
 // outputs, so that what it decodes is exact in BF16.
@@ -33,7 +36,7 @@ struct WeightFormatRow {
   // The int8-activation path (AVX-512 VNNI) and whether w's shape suits it; null where the
   // layout has none.
   bool (*fits_int8_activation)(const LinearWeight& w);
-  MatVecFn matvec_int8_activation;
+  MatVecTokensFn matvec_int8_activation;
   // Whether the BF16 matrix-matrix kernel may take it: the decoded values, with `factor` kept
   // out, are exact in BF16 (F32 and F16 are not).
   bool bf16_exact;

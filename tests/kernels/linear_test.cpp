@@ -180,13 +180,24 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
     linear_reference(t->w, x.data(), tokens, ref.data());
     linear_forward(t->w, x.data(), tokens, y1.data(), &one, KernelMode::fast);
     linear_forward(t->w, x.data(), tokens, y2.data(), &two, KernelMode::fast);
-    if (tokens == 1 && matvec_uses_int8_activation(t->w)) {
-      expect_int8_activation_close(t->w, x, y1, ref);
+    // Which fast path linear_forward takes (kernels/linear.cpp): up to 8 tokens the int8 path,
+    // or float weights streamed once; beyond, or for other formats, the BF16 matrix product.
+    const bool few = tokens <= kernels::kSmallBatchTokens;
+    const bool float_rows = c.format == WeightFormat::f32 || c.format == WeightFormat::f16 ||
+                            c.format == WeightFormat::bf16;
+    if (few && matvec_uses_int8_activation(t->w)) {
+      // Each token as alone: its activation quantized to int8 per 16 elements.
+      for (int64_t k = 0; k < tokens; ++k) {
+        auto part = [&](const std::vector<float>& v, int64_t n) {
+          return std::vector<float>(v.begin() + k * n, v.begin() + (k + 1) * n);
+        };
+        expect_int8_activation_close(t->w, part(x, c.cols), part(y1, c.rows), part(ref, c.rows));
+      }
       // The exact (float-activation) kernels stay selectable and exact.
       std::vector<float> yp(ref.size());
       linear_forward(t->w, x.data(), tokens, yp.data(), &two, KernelMode::exact);
       expect_close(t->w, x, tokens, yp, ref);
-    } else if (tokens > 1 && kernels::use_bf16_matmul(t->w)) {
+    } else if (tokens > 1 && !(few && float_rows) && kernels::use_bf16_matmul(t->w)) {
       // BF16 prefill: the activation is rounded to BF16 (relative 2^-9), the decoded weights are
       // exact in BF16 except INT4's q x scale (rounded, relative 2^-9 too). Against the float
       // reference on the rounded activation: exact weights leave only summation error.
@@ -210,6 +221,7 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
         }
       }
     } else {
+      // Float weights on a few tokens stream once with float activations.
       expect_close(t->w, x, tokens, y1, ref);
     }
     for (size_t i = 0; i < y1.size(); ++i)
@@ -284,6 +296,35 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
           linear_forward(wt, x.data(), tokens, y2.data(), &two, mode);
           expect_close(t->w, x, tokens, y1, ref);
           ASSERT_EQ(y1, y2) << weight_format_name(f) << " thread count changed the output";
+        }
+      }
+    }
+  }
+}
+
+// Fast mode on a few tokens (batched decode): the weights read once for groups of 8, 4, 2 and 1
+// tokens. 4-bit int8-activation products give each token exactly what it gets alone; float
+// weights sum in another order (within float rounding).
+TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
+  ThreadPool two(2);
+  const int64_t rows = 70, cols = 512;
+  for (WeightFormat f : {WeightFormat::nvfp4, WeightFormat::mxfp4, WeightFormat::int4_packed32,
+                         WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32}) {
+    auto t = make_weight(f, rows, cols);
+    for (int64_t tokens : {2, 3, 7, 8}) {
+      const auto x = random_vector(size_t(tokens * cols), 5);
+      std::vector<float> y(size_t(tokens * rows)), one(static_cast<size_t>(rows));
+      linear_forward(t->w, x.data(), tokens, y.data(), &two, KernelMode::fast);
+      for (int64_t k = 0; k < tokens; ++k) {
+        linear_forward(t->w, x.data() + k * cols, 1, one.data(), &two, KernelMode::fast);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float got = y[size_t(k * rows + r)], want = one[size_t(r)];
+          if (f == WeightFormat::bf16 || f == WeightFormat::f32)
+            ASSERT_NEAR(got, want, 1e-5f * (1.f + std::fabs(want)))
+                << weight_format_name(f) << " tokens " << tokens << " token " << k << " row " << r;
+          else
+            ASSERT_EQ(got, want) << weight_format_name(f) << " tokens " << tokens << " token " << k
+                                 << " row " << r;
         }
       }
     }
