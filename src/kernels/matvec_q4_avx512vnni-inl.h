@@ -181,7 +181,7 @@ void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, Thread
     for (const Group& g : groups) {
       float* yt = y + g.t0 * rows;
       switch (g.size) {
-        case 8: row_range<1, 8, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+        case 8: row_range<2, 8, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
         case 4: row_range<2, 4, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
         case 2: row_range<2, 2, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
         default: row_range<4, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
