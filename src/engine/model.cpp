@@ -318,10 +318,36 @@ void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, i
   const int64_t q_dim = nh * hd, att_dim = nh * vd;
   const int64_t kv_mul = nh / nkv;
   const int64_t window = spec.sliding_window;
-  // Causal attention, one task per (token, KV head) over the query heads sharing it; each
-  // writes its own slice of att_.
-  pool_->parallel_for(n * nkv, [&](int64_t task) {
-    const int64_t t = task / nkv, kvh = task % nkv, h0 = kvh * kv_mul;
+  // Decode steps over long contexts split each row's positions into parts of kAttentionPart
+  // (flash-decoding): more tasks than KV heads, for many cores. The split follows the lengths
+  // alone, never the thread count, so results do not depend on it.
+  constexpr int64_t kAttentionPart = 1024;
+  const bool split = n <= 8 && !llama_cpp_attention_;
+  auto range = [&](int64_t t) {
+    const int64_t end = row_position(pos, t) + 1;  // keys [begin, end) are visible
+    return std::pair<int64_t, int64_t>(window > 0 ? std::max<int64_t>(0, end - window) : 0, end);
+  };
+  // Tasks: per row, per KV head, per part; part_base_[t] = the row's first part's index.
+  part_base_.assign(size_t(n + 1), 0);
+  for (int64_t t = 0; t < n; ++t) {
+    const auto [begin, end] = range(t);
+    const int64_t parts = split ? (end - begin + kAttentionPart - 1) / kAttentionPart : 1;
+    part_base_[size_t(t + 1)] = part_base_[size_t(t)] + parts;
+  }
+  const int64_t total_parts = part_base_[size_t(n)];
+  const bool any_split = total_parts > n;
+  if (any_split) {
+    part_out_.resize(size_t(total_parts * att_dim));
+    part_max_.resize(size_t(total_parts * nh));
+    part_sum_.resize(size_t(total_parts * nh));
+  }
+  pool_->parallel_for(total_parts * nkv, [&](int64_t task) {
+    const int64_t part = task / nkv, kvh = task % nkv, h0 = kvh * kv_mul;
+    const int64_t t = std::upper_bound(part_base_.begin(), part_base_.end(), part) -
+                      part_base_.begin() - 1;
+    const int64_t parts = part_base_[size_t(t + 1)] - part_base_[size_t(t)];
+    const int64_t c = part - part_base_[size_t(t)];
+    const auto [begin, end] = range(t);
     kernels::AttentionGroup g;
     g.q = q_.data() + t * q_dim + h0 * hd;
     g.heads = kv_mul;
@@ -335,15 +361,30 @@ void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, i
     g.v_stride = kv.value_stride();
     g.k_scale = kv.k_scale(l);
     g.v_scale = kv.v_scale(l);
-    g.end = row_position(pos, t) + 1;  // keys [begin, end) are visible
-    g.begin = window > 0 ? std::max<int64_t>(0, g.end - window) : 0;
+    g.begin = begin + c * kAttentionPart;
+    g.end = parts == 1 ? end : std::min(end, g.begin + kAttentionPart);
     g.scale = a.attention_scale;
     g.softcap = a.attn_softcap;
     g.sinks = L.sinks.empty() ? nullptr : L.sinks.data() + h0;
     g.f16_queries_and_probs = llama_cpp_attention_;
-    g.out = att_.data() + t * att_dim + h0 * vd;
+    if (parts == 1) {
+      g.out = att_.data() + t * att_dim + h0 * vd;
+    } else {
+      g.out = part_out_.data() + part * att_dim + h0 * vd;
+      g.part_max = part_max_.data() + part * nh + h0;
+      g.part_sum = part_sum_.data() + part * nh + h0;
+    }
     kernels::attend(g);
   });
+  if (!any_split) return;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t p0 = part_base_[size_t(t)], parts = part_base_[size_t(t + 1)] - p0;
+    if (parts == 1) continue;
+    kernels::combine_attention_parts(parts, nh, vd, part_out_.data() + p0 * att_dim,
+                                     part_max_.data() + p0 * nh, part_sum_.data() + p0 * nh,
+                                     L.sinks.empty() ? nullptr : L.sinks.data(),
+                                     att_.data() + t * att_dim);
+  }
 }
 
 void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,

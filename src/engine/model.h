@@ -162,6 +162,10 @@ class Model {
   // Run state, [capacity, ...] rows per token.
   int64_t capacity_ = 0;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, fused_, scaled_, actq_;
+  // Attention split into parts (attention()): each row's first part, the parts' unnormalised
+  // outputs [parts, heads * v_head_dim], maxima and sums [parts, heads].
+  std::vector<int64_t> part_base_;
+  std::vector<float> part_out_, part_max_, part_sum_;
   // MoE: router logits [n, experts], rows gathered for one expert and its output, the sum.
   std::vector<float> logits_, gathered_, expert_out_, moe_sum_;
   // Routing scratch (kept across calls: decode routes one token per layer per step).

@@ -220,7 +220,8 @@ void AttendT(const AttentionGroup& g) {
     }
     float m = hn::GetLane(hn::MaxOfLanes(d, vm));
     for (i = len_main; i < len; ++i) m = std::max(m, x[i]);
-    if (g.sinks) m = std::max(m, g.sinks[h]);
+    const bool part = g.part_max != nullptr;
+    if (g.sinks && !part) m = std::max(m, g.sinks[h]);
     const auto vmax = hn::Set(d, m);
     auto vs = hn::Zero(d);
     for (i = 0; i < len_main; i += N) {
@@ -233,7 +234,12 @@ void AttendT(const AttentionGroup& g) {
       x[i] = std::exp(x[i] - m);
       sum += x[i];
     }
-    if (g.sinks) sum += std::exp(g.sinks[h] - m);
+    if (g.sinks && !part) sum += std::exp(g.sinks[h] - m);
+    if (part) {
+      g.part_max[h] = m;
+      g.part_sum[h] = sum;
+      continue;  // left unnormalised
+    }
     const float inv = 1.0f / sum;
     const auto vinv = hn::Set(d, inv);
     for (i = 0; i < len_main; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + i), vinv), d, x + i);
@@ -303,6 +309,26 @@ namespace kernels {
 HWY_EXPORT(Attend);
 
 void attend(const AttentionGroup& g) { HWY_DYNAMIC_DISPATCH(Attend)(g); }
+
+void combine_attention_parts(int64_t parts, int64_t heads, int64_t vd, const float* outs,
+                             const float* maxes, const float* sums, const float* sinks,
+                             float* out) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float m = sinks ? sinks[h] : -INFINITY;
+    for (int64_t c = 0; c < parts; ++c) m = std::max(m, maxes[c * heads + h]);
+    float sum = sinks ? std::exp(sinks[h] - m) : 0.f;
+    float* o = out + h * vd;
+    std::fill_n(o, vd, 0.f);
+    for (int64_t c = 0; c < parts; ++c) {
+      const float w = std::exp(maxes[c * heads + h] - m);
+      sum += w * sums[c * heads + h];
+      const float* oc = outs + c * heads * vd + h * vd;
+      for (int64_t i = 0; i < vd; ++i) o[i] += w * oc[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < vd; ++i) o[i] *= inv;
+  }
+}
 
 void kv_store(KvCacheType type, const float* x, int64_t n, float scale, void* dst) {
   switch (type) {

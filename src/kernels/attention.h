@@ -56,12 +56,25 @@ struct AttentionGroup {
   // products (ggml converts the second operand of an F16 matrix product to F16).
   bool f16_queries_and_probs = false;
   float* out = nullptr;
+  // One part of a longer range split across tasks (flash-decoding): when set, `out` gets the
+  // unnormalised sum_p exp(s_p - m) v_p, part_max[h] = m (the part's largest score) and
+  // part_sum[h] = sum_p exp(s_p - m); sinks are left to combine_attention_parts. Not with
+  // f16_queries_and_probs (its rounding needs the whole range's probabilities).
+  float* part_max = nullptr;
+  float* part_sum = nullptr;
 };
 
 // Scores s = scale * q.k (soft-capped), softmax over the positions (with the head's sink when
 // given), out = sum_p softmax_p * v_p. Uses a per-thread scratch of about heads * (end - begin)
 // floats.
 void attend(const AttentionGroup& g);
+
+// Merges `parts` partial results of attend (outs [parts, heads * v_head_dim], maxes and sums
+// [parts, heads], in position order) into the normalised out [heads, v_head_dim], with the
+// heads' sinks when given.
+void combine_attention_parts(int64_t parts, int64_t heads, int64_t v_head_dim, const float* outs,
+                             const float* maxes, const float* sums, const float* sinks,
+                             float* out);
 
 }  // namespace kernels
 }  // namespace qf

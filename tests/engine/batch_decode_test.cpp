@@ -69,6 +69,31 @@ TEST(BatchDecode, FastNvfp4MatchesEachAlone) {
   check(tmp / "q", KernelMode::fast, 1e-4);
 }
 
+// Past 1024 positions a decode step splits each row's attention into parts (more tasks than
+// KV heads); its logits match the prefill's for the same position.
+TEST(BatchDecode, LongContextDecodeSplitsAttentionAndMatchesPrefill) {
+  test::ScratchDir tmp;
+  const auto r = test::run_qforge("synth --shape tiny --dtype f32 -o " + test::quote(tmp / "m"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ModelOptions mo;
+  mo.threads = 2;
+  mo.max_seq = 2600;
+  auto m = Model::load(tmp / "m", mo);
+  const int64_t V = m->vocab_size(), n = 2500;
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t((i * 7919 + 3) % V);
+  std::vector<float> pre(static_cast<size_t>(V)), dec(static_cast<size_t>(V));
+  m->forward(ids, 0, pre.data(), false);  // the last position's logits, prefill
+  m->forward(std::span<const int32_t>(ids.data(), size_t(n - 1)), 0, dec.data(), false);
+  m->forward(std::span<const int32_t>(&ids.back(), 1), n - 1, dec.data(), false);
+  double worst = 0, mag = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    worst = std::max(worst, std::fabs(double(dec[size_t(v)]) - pre[size_t(v)]));
+    mag = std::max(mag, std::fabs(double(pre[size_t(v)])));
+  }
+  EXPECT_LE(worst, 1e-4 * (1 + mag));
+}
+
 TEST(BatchDecode, BadStepsAreRefused) {
   QF_REQUIRE_FIXTURES();
   auto m = Model::load(test::fixtures_dir() / "models" / "tinystories-656K-hf", {});

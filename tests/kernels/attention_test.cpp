@@ -116,6 +116,58 @@ TEST(Attention, SinksAndSoftcapJoinTheSoftmax) {
   }
 }
 
+// A long range split into parts (each normalised by its own max and sum, merged with the sink
+// by combine_attention_parts) equals the range in one piece.
+TEST(Attention, PartsCombineToTheWholeRange) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t H = 4, hd = 64, len = 2500;
+  for (KvCacheType type : {KvCacheType::f32, KvCacheType::fp8}) {
+    KvCache cache(type, 1, hd, hd, {0.05f}, {0.05f});
+    std::vector<float> k(size_t(len * hd)), v(k.size()), q(size_t(H * hd)), sinks(static_cast<size_t>(H));
+    for (auto* vec : {&k, &v, &q, &sinks})
+      for (auto& x : *vec) x = nd(rng);
+    cache.ensure(len, len);
+    cache.store(0, 0, len, k.data(), v.data());
+    for (bool with_sinks : {false, true}) {
+      kernels::AttentionGroup g;
+      g.q = q.data();
+      g.heads = H;
+      g.head_dim = g.v_head_dim = hd;
+      g.type = type;
+      g.k = cache.keys(0, 0);
+      g.v = cache.values(0, 0);
+      g.k_stride = cache.key_tile_stride();
+      g.v_stride = cache.value_stride();
+      g.k_scale = g.v_scale = 0.05f;
+      g.scale = 0.125f;
+      g.sinks = with_sinks ? sinks.data() : nullptr;
+      g.begin = 3;
+      g.end = len;
+      std::vector<float> whole(size_t(H * hd));
+      g.out = whole.data();
+      kernels::attend(g);
+      const int64_t parts = 3, step = 1000;
+      std::vector<float> outs(size_t(parts * H * hd)), maxes(size_t(parts * H)), sums(maxes.size());
+      for (int64_t c = 0; c < parts; ++c) {
+        kernels::AttentionGroup p = g;
+        p.begin = 3 + c * step;
+        p.end = std::min<int64_t>(len, p.begin + step);
+        p.out = outs.data() + c * H * hd;
+        p.part_max = maxes.data() + c * H;
+        p.part_sum = sums.data() + c * H;
+        kernels::attend(p);
+      }
+      std::vector<float> merged(whole.size());
+      kernels::combine_attention_parts(parts, H, hd, outs.data(), maxes.data(), sums.data(),
+                                       g.sinks, merged.data());
+      for (size_t i = 0; i < whole.size(); ++i)
+        ASSERT_NEAR(merged[i], whole[i], 1e-5 * (1 + std::fabs(whole[i])))
+            << kv_cache_type_name(type) << " sinks " << with_sinks << " " << i;
+    }
+  }
+}
+
 TEST(KvCache, StoresTheTypesRoundingAndReportsItsBytes) {
   const std::vector<float> x = {0.1f, -3.3f, 1000.f, 1e-8f};
   for (KvCacheType t : {KvCacheType::f32, KvCacheType::bf16, KvCacheType::f16, KvCacheType::fp8}) {
