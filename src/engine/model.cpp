@@ -301,12 +301,8 @@ void Model::decode_batch(std::span<const int32_t> tokens, std::span<const int64_
   batch_pos_ = positions.data();
   prepare_rope(*lo, *hi + 1 - *lo);
   embed(tokens, x_.data());
-  try {
-    for (int64_t l = 0; l < a.num_layers; ++l) run_layer(l, w_.layers[size_t(l)], 0, n, nullptr);
-  } catch (...) {
-    batch_pos_ = nullptr;
-    throw;
-  }
+  // (forward and forward_layer reset batch_pos_, so an exception here leaves nothing behind)
+  for (int64_t l = 0; l < a.num_layers; ++l) run_layer(l, w_.layers[size_t(l)], 0, n, nullptr);
   batch_pos_ = nullptr;
   head(x_.data(), n, logits);
 }
