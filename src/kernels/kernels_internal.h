@@ -38,6 +38,10 @@ inline constexpr int64_t kTransposedStreamTokens = 16;
 // kSmallBatchTokens).
 void matvec_float_tokens(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                          ThreadPool* pool);
+// The same for BF16 weights on AVX512-BF16 (cpu_has_avx512bf16()), the activations rounded to
+// BF16 as in the prefill product (matvec_bf16_tokens_avx512bf16.cpp).
+void matvec_bf16_tokens_avx512bf16(const LinearWeight& w, const float* x, int64_t tokens,
+                                   float* y, ThreadPool* pool);
 
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);

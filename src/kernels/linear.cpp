@@ -80,7 +80,10 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
   if (tokens > 1 && tokens <= kernels::kSmallBatchTokens && fast && float_rows) {
     // A few tokens (batched decode): the weights streamed once, as for one token; the BF16
     // matrix-matrix kernel's panel packing would cost more than its products.
-    kernels::matvec_float_tokens(w, x, tokens, y, pool);
+    if (w.format == WeightFormat::bf16 && kernels::cpu_has_avx512bf16())
+      kernels::matvec_bf16_tokens_avx512bf16(w, x, tokens, y, pool);
+    else
+      kernels::matvec_float_tokens(w, x, tokens, y, pool);
     return;
   }
   if (tokens > 1) {

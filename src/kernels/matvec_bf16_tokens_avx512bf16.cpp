@@ -1,0 +1,114 @@
+// BF16 weights against a few tokens (batched decode, fast mode) on vdpbf16ps: the activations
+// rounded to BF16 once per call, as the prefill kernel does; a BF16 row is already the pair
+// layout vdpbf16ps reads, so the weights stream from memory once for all the tokens with no
+// conversion, two rows x 8 tokens of float32 accumulators in registers (half the instructions
+// of widening the weights to float32 for FMAs).
+#include "kernels/kernels_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*(), which -Wuninitialized
+// flags once inlined (GCC bug 105593); nothing here reads an undefined value.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#define QF_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace qf::kernels {
+namespace {
+
+// y[t * rows + r + i] for rows r .. r+R and T tokens; xb holds the tokens' BF16 activations,
+// kp 32-bit pairs each (an odd cols padded with a zero).
+template <int R, int T>
+QF_BF16_TARGET void rows_tokens(const uint16_t* w, int64_t cols, int64_t r, int64_t rows,
+                                const uint32_t* xb, int64_t kp, float* y) {
+  __m512 acc[R * T];
+  for (int i = 0; i < R * T; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cols; c += 32) {
+    const int64_t n = std::min<int64_t>(32, cols - c);
+    const __mmask32 m = n == 32 ? ~__mmask32(0) : __mmask32((uint64_t(1) << n) - 1);
+    __m512i wv[R];
+    for (int i = 0; i < R; ++i) {
+      const uint16_t* p = w + (r + i) * cols + c;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + 1024, _MM_HINT_T0);
+      wv[i] = _mm512_maskz_loadu_epi16(m, p);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512i xv = _mm512_maskz_loadu_epi32(__mmask16((1u << ((n + 1) / 2)) - 1),
+                                                  xb + t * kp + c / 2);
+      for (int i = 0; i < R; ++i)
+        acc[i * T + t] = _mm512_dpbf16_ps(acc[i * T + t], reinterpret_cast<__m512bh>(wv[i]),
+                                          reinterpret_cast<__m512bh>(xv));
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < T; ++t) y[t * rows + r + i] = _mm512_reduce_add_ps(acc[i * T + t]);
+}
+
+QF_BF16_TARGET void to_bf16_pairs(const float* x, int64_t tokens, int64_t cols, uint32_t* out) {
+  const int64_t kp = (cols + 1) / 2;
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t k = 0; k < cols; k += 32) {
+      const int64_t n = std::min<int64_t>(32, cols - k);
+      const float* xt = x + t * cols + k;
+      const __m512 lo = _mm512_maskz_loadu_ps(__mmask16((1u << std::min<int64_t>(n, 16)) - 1), xt);
+      const __m512 hi =
+          _mm512_maskz_loadu_ps(__mmask16((1u << std::max<int64_t>(0, n - 16)) - 1), xt + 16);
+      const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+      _mm512_mask_storeu_epi32(out + t * kp + k / 2, __mmask16((1u << ((n + 1) / 2)) - 1), v);
+    }
+}
+
+template <int T>
+void token_group(const LinearWeight& w, const uint32_t* xb, int64_t kp, float* y, ThreadPool* pool) {
+  const auto* data = static_cast<const uint16_t*>(w.data);
+  const int64_t per_task =
+      std::min(matvec_rows_per_task(w, 2) * 4, std::max<int64_t>(2, w.rows / 16 / 2 * 2));
+  for_row_tasks(pool, w.rows, per_task, [&](int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) rows_tokens<2, T>(data, w.cols, r, w.rows, xb, kp, y);
+    for (; r < r1; ++r) rows_tokens<1, T>(data, w.cols, r, w.rows, xb, kp, y);
+  });
+}
+
+}  // namespace
+
+void matvec_bf16_tokens_avx512bf16(const LinearWeight& w, const float* x, int64_t tokens,
+                                   float* y, ThreadPool* pool) {
+  const int64_t kp = (w.cols + 1) / 2;
+  std::vector<uint32_t> xb(static_cast<size_t>(tokens * kp));
+  to_bf16_pairs(x, tokens, w.cols, xb.data());
+  for (int64_t t0 = 0; t0 < tokens;) {
+    const int64_t left = tokens - t0;
+    const uint32_t* xt = xb.data() + t0 * kp;
+    float* yt = y + t0 * w.rows;
+    if (left >= 8) {
+      token_group<8>(w, xt, kp, yt, pool);
+      t0 += 8;
+    } else if (left >= 4) {
+      token_group<4>(w, xt, kp, yt, pool);
+      t0 += 4;
+    } else if (left >= 2) {
+      token_group<2>(w, xt, kp, yt, pool);
+      t0 += 2;
+    } else {
+      token_group<1>(w, xt, kp, yt, pool);
+      t0 += 1;
+    }
+  }
+}
+
+}  // namespace qf::kernels
+
+#else
+
+namespace qf::kernels {
+void matvec_bf16_tokens_avx512bf16(const LinearWeight&, const float*, int64_t, float*,
+                                   ThreadPool*) {}
+}  // namespace qf::kernels
+
+#endif
