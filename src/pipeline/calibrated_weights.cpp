@@ -157,7 +157,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   const bool gptq = plan.modes.gptq, smoothquant_algo = plan.modes.smoothquant;
   const bool data_algo = plan.modes.data_algo;
   auto tensor_amax = [&](size_t i) { return quantizer.tensor_amax(i); };
-  auto quantize_max_or_mse = [&](size_t i) { return quantizer.max_or_mse(i); };
+  auto quantize_data_free = [&](size_t i) { return quantizer.data_free(i); };
 
   CalibrationOutcome out;
   out.act_amax.assign(arch.linears.size(), 0.f);
@@ -190,7 +190,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
                             const std::string& norm_name) {
     if (stats.tokens == 0) {
       // A routed expert calibration sent no token to: no statistics to weigh its error by.
-      for (size_t m : members) precomputed[m].q = quantize_max_or_mse(m);
+      for (size_t m : members) precomputed[m].q = quantize_data_free(m);
       return;
     }
     std::vector<WeightRows> rows;
@@ -214,7 +214,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
       const bool fold = !exported[members[0]].pre_quant_scale;  // compressed-tensors
       if (fold && norm_name.empty()) {
         // o_proj / down_proj in compressed-tensors: INT8 of the unsmoothed weight.
-        for (size_t m : members) precomputed[m].q = quantize_max_or_mse(m);
+        for (size_t m : members) precomputed[m].q = quantize_data_free(m);
         return;
       }
       SmoothQuantOptions so;
@@ -275,6 +275,14 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
           p.q = gptq_with_scales(to_float(rows[k]), std::move(p.q), stats.xtx, stats.tokens, go,
                                  pool).tensor;
         }
+      } else if (plan.four_over_six[members[k]] && gptq && !stats.xtx.empty()) {
+        // four_over_six+gptq: Four Over Six's block scales (group global amax) frozen through
+        // the column sweep.
+        p.q = quantizer.four_over_six(rows[k], members_amax);
+        GptqOptions go;
+        go.format = rtn;
+        p.q = gptq_with_scales(to_float(rows[k]), std::move(p.q), stats.xtx, stats.tokens, go,
+                               pool).tensor;
       } else if (gptq && !stats.xtx.empty()) {
         GptqOptions go;
         go.format = rtn;
@@ -288,7 +296,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
           p.q = quantize_gptq(rows[k], stats, go, members_amax, pool).tensor;
         }
       } else {
-        p.q = quantize_max_or_mse(members[k]);
+        p.q = quantize_data_free(members[k]);
       }
     }
   };

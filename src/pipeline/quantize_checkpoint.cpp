@@ -33,6 +33,8 @@ constexpr AlgoRow kAlgos[] = {
     {WeightAlgo::awq_gptq, "awq+gptq", true, false, false, true},
     {WeightAlgo::local_hessian, "local_hessian", false, false, true, false},
     {WeightAlgo::local_hessian_gptq, "local_hessian+gptq", false, false, true, true},
+    {WeightAlgo::four_over_six, "four_over_six", false, false, false, false, true},
+    {WeightAlgo::four_over_six_gptq, "four_over_six+gptq", false, false, false, true, true},
     {WeightAlgo::smoothquant, "smoothquant", false, true, false, false},
 };
 
@@ -217,6 +219,8 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
                report);
   report.mxfp4_blocks = quantizer.cast_stats().blocks;
   report.mxfp4_inexact_blocks = quantizer.cast_stats().inexact;
+  report.four_over_six_blocks = quantizer.four_over_six_counts().blocks;
+  report.four_over_six_m4_blocks = quantizer.four_over_six_counts().m4_blocks;
   if (report.mxfp4_inexact_blocks > 0)
     report.warnings.push_back(fmt::format(
         "MXFP4 -> NVFP4: {} of {} expert blocks lie more than 17 binades below their tensor's "
