@@ -70,6 +70,13 @@ QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& opt
                               const fs::path& out_dir) {
   QuantizeReport report;
   report.algo = std::string(weight_algo_name(options.algo));
+  if (options.assignment) {
+    // A plan's own algorithms (max, four_over_six) per module.
+    bool four_over_six = false, other = false;
+    for (size_t i = 0; i < plan.exported.size(); ++i)
+      if (plan.quantized(i)) (plan.four_over_six[i] ? four_over_six : other) = true;
+    if (four_over_six) report.algo = other ? "max, four_over_six (per module)" : "four_over_six";
+  }
   report.activations = std::string(act_quant_name(options.activations));
   report.kv_cache = options.kv_fp8 ? "fp8" : "none";
   report.output = out_dir;
