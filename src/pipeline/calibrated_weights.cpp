@@ -81,7 +81,7 @@ void unspill(Precomputed& p, const SpillFile& file) {
 
 // Names the experts calibration routed few tokens to: their input statistics are thin (the
 // input scale is the layer's max over experts either way; with no token at all a data
-// algorithm falls back to max/mse for that expert).
+// algorithm falls back to its data-free part for that expert).
 void expert_token_warnings(QuantizeReport& report, std::string_view data_algo) {
   constexpr int64_t kFewTokens = 16;
   int64_t none = 0, few = 0, experts = 0;
@@ -100,7 +100,8 @@ void expert_token_warnings(QuantizeReport& report, std::string_view data_algo) {
       "their input scales are the max over their layer's experts{}; more --calib-samples "
       "reach more experts", kFewTokens, none + few, experts, none, first,
       none > 0 && !data_algo.empty()
-          ? fmt::format(", and {} falls back to max/mse for experts with no token", data_algo)
+          ? fmt::format(", and {} falls back to its data-free part (max, or four_over_six) "
+                        "for experts with no token", data_algo)
           : std::string()));
 }
 
