@@ -363,6 +363,53 @@ def int8_claims():
 CLAIMS += int8_claims()
 
 
+def four_over_six_claims():
+    # "Four Over Six" table: NVFP4 weight-only per --algo (calibrated ones 64 x 256 on
+    # tinyshakespeare), eval kl on 30000 characters; the data-free rows' mean KL is fast.
+    rows = [  # algo, W4A4, data-free, stories260K (ppl, kl, p99, top1), TinyStories-656K (...)
+        ("max", False, True, (4.483, 0.0896, 0.694, 0.848), (36.527, 0.0769, 0.384, 0.783)),
+        ("mse", False, True, (4.461, 0.0815, 0.632, 0.855), (36.822, 0.0761, 0.381, 0.794)),
+        ("four_over_six", False, True, (4.436, 0.0707, 0.539, 0.864), (36.552, 0.0635, 0.336, 0.812)),
+        ("local_hessian", False, False, (4.287, 0.0523, 0.394, 0.887), (36.273, 0.0525, 0.256, 0.828)),
+        ("gptq", False, False, (4.432, 0.0756, 0.667, 0.865), (36.343, 0.0687, 0.354, 0.802)),
+        ("local_hessian+gptq", False, False, (4.275, 0.0518, 0.416, 0.886), (36.393, 0.0571, 0.294, 0.820)),
+        ("four_over_six+gptq", False, False, (4.357, 0.0580, 0.440, 0.877), (35.562, 0.0600, 0.307, 0.819)),
+        ("max", True, False, (4.730, 0.1519, 1.169, 0.807), (39.468, 0.1621, 0.877, 0.707)),
+        ("four_over_six", True, False, (4.676, 0.1308, 0.942, 0.816), (39.011, 0.1444, 0.779, 0.723)),
+    ]
+    out = []
+    for algo, w4a4, free, s_vals, t_vals in rows:
+        def cell(v, best):  # the README bolds each model's lowest mean KL
+            kl = f"**{v[1]:.4f}**" if best else f"{v[1]:.4f}"
+            return f"{v[0]:.3f}, {kl} / {v[2]:.3f} / {100 * v[3]:.1f}%"
+        label = f"`{algo}`, W4A4" if w4a4 else f"`{algo}`"
+        data = "amax" if w4a4 else "none" if free else "XᵀX"
+        best_s = algo == "local_hessian+gptq" and not w4a4
+        best_t = algo == "local_hessian" and not w4a4
+        row = f"| {label} | {data} | {cell(s_vals, best_s)} | {cell(t_vals, best_t)} |"
+        for m, path, vals in (("s", S260, s_vals), ("t", S656, t_vals)):
+            key = f"{m}-46-{algo}{'-w4a4' if w4a4 else ''}"
+            flags = f"--format nvfp4 --algo {algo}" + ("" if free else f" {CAL64}") + (
+                " --activations nvfp4" if w4a4 else "")
+            PREP[key] = f"build/qforge quantize {path} -o $SCRATCH/c/{key} -q {flags}"
+            for field, value, tol in (("ppl_quant", vals[0], 5e-4), ("kl_mean", vals[1], 5e-5),
+                                      ("kl_p99", vals[2], 5e-4), ("top1", vals[3], 5e-4)):
+                out.append({"name": f"Four Over Six table {key} {field}",
+                            "readme": row, "needs": [key],
+                            "cmd": f"build/qforge eval kl {path} $SCRATCH/c/{key} {KL30}",
+                            "kind": "json", "field": field, "value": value, "tol": tol,
+                            "cost": "fast" if free and field == "kl_mean" else "slow"})
+    for m, path, v in (("s", S260, 4.123), ("t", S656, 34.449)):
+        out.append({"name": f"Four Over Six table {m} base PPL", "cost": "fast",
+                    "readme": "(base PPL 4.123 and 34.449)", "needs": [f"{m}-46-max"],
+                    "cmd": f"build/qforge eval kl {path} $SCRATCH/c/{m}-46-max {KL30}",
+                    "kind": "json", "field": "ppl_base", "value": v, "tol": 5e-4})
+    return out
+
+
+CLAIMS += four_over_six_claims()
+
+
 def norm(s):
     return re.sub(r"\s+", " ", s).strip()
 

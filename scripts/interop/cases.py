@@ -39,8 +39,15 @@ FORMATS = {
     "int4_channel": (["--format", "int4", "--group-size", "channel"], 0, ("modelopt", "ct")),
     "int8":         (["--format", "int8", "--activations", "int8", "--algo", "max"] + QF_CALIB, 0,
                      ("modelopt", "ct")),
+    # Four Over Six (ModelOpt NVFP4_FOUR_OVER_SIX_CFG, weight-only and as the preset: W4A4).
+    # ModelOpt's 4/6 calibration needs its Triton kernel, i.e. a GPU: ref_modelopt.py runs it on
+    # the CPU with that one kernel written in PyTorch (cpu_static_blockwise_fp4_fake_quant).
+    # llm-compressor has no 4/6.
+    "nvfp4_4o6":      (["--format", "nvfp4", "--algo", "four_over_six"], 16, ("modelopt",)),
+    "nvfp4_4o6_w4a4": (["--format", "nvfp4", "--activations", "nvfp4", "--algo", "four_over_six"]
+                       + QF_CALIB, 16, ("modelopt",)),
 }
-CALIBRATED = {"nvfp4_w4a4", "fp8_tensor", "fp8_kv", "int8"}
+CALIBRATED = {"nvfp4_w4a4", "fp8_tensor", "fp8_kv", "int8", "nvfp4_4o6_w4a4"}
 TARGET_FLAGS = {"modelopt": [], "ct": ["--export", "compressed-tensors"]}
 
 

@@ -166,6 +166,10 @@ void print_quantize_summary(const QuantizeReport& r) {
   fmt::print("  {:<28} {:.3f}\n", "bits per quantized weight", r.bits_per_quantized_weight());
   fmt::print("  {:<28} {}\n", "output shards", r.shards);
   fmt::print("  {:<28} {}\n", "algorithm", r.algo);
+  if (r.four_over_six_blocks > 0)
+    fmt::print("  {:<28} {} of {} blocks ({:.1f}%) map their max to 4, the rest to 6\n",
+               "four over six", r.four_over_six_m4_blocks, r.four_over_six_blocks,
+               100.0 * double(r.four_over_six_m4_blocks) / double(r.four_over_six_blocks));
   if (r.dry_run) {
     fmt::print("  {:<28} {} / kv cache {}\n", "activations", r.activations, r.kv_cache);
     print_summary_tail(r);
@@ -212,6 +216,9 @@ std::string quantize_report_json(const QuantizeReport& r) {
     j["mxfp4_cast"] = {{"blocks", r.mxfp4_blocks},
                        {"inexact_blocks", r.mxfp4_inexact_blocks},
                        {"exact", !r.dry_run && r.mxfp4_inexact_blocks == 0}};
+  if (r.four_over_six_blocks > 0)
+    j["four_over_six"] = {{"blocks", r.four_over_six_blocks},
+                          {"m4_blocks", r.four_over_six_m4_blocks}};
   j["tensors_copied"] = r.tensors_copied;
   j["quantized_weights"] = r.quantized_weights;
   j["bits_per_quantized_weight"] = r.bits_per_quantized_weight();
@@ -320,8 +327,9 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head,
                 "Also quantize the output head (off by default, as ModelOpt): faster decode, "
                 "some accuracy cost. Tied embeddings are untied (model.embed_tokens keeps its "
-                "dtype). Weight-only (max, or mse with --algo mse). Engine support varies: "
-                "vLLM loads an NVFP4 ModelOpt lm_head only in recent builds, SGLang not");
+                "dtype). Weight-only (max, or mse / four_over_six with that --algo). Engine "
+                "support varies: vLLM loads an NVFP4 ModelOpt lm_head only in recent builds, SGLang "
+                "not");
   CLI::Option* group_opt = cmd->add_option("--group-size", args->group_size,
                   "INT4 group size (elements per scale along the input dimension): 32, 64, 128, "
                   "or channel (one scale per output channel: the group is the whole input row); "
@@ -332,7 +340,11 @@ void register_quantize(CLI::App& app, Action& run) {
                   "awq (activation-aware scales + clip search; needs --calib), gptq (inverse-Hessian "
                   "error feedback; needs --calib), awq+gptq, local_hessian (NVFP4: per-block FP8 "
                   "scale sweep weighted by the inputs' block Hessian; needs --calib), "
-                  "local_hessian+gptq (GPTQ with those block scales frozen), smoothquant (INT8 "
+                  "local_hessian+gptq (GPTQ with those block scales frozen), four_over_six "
+                  "(NVFP4, ModelOpt's Four Over Six: each 16-block's max maps to 6 or to 4, "
+                  "whichever gives the block the smaller squared error; FP8 block scales "
+                  "normalised to 256, weight_scale_2 = amax/1536; no data), four_over_six+gptq "
+                  "(GPTQ with those block scales frozen; needs --calib), smoothquant (INT8 "
                   "W8A8 with --format int8 --activations int8: per-channel scales that move "
                   "activation outliers into the weights; needs --calib). With --export gguf: "
                   "imatrix (each type's scale search weighted by the mean x^2 of every input "
@@ -341,7 +353,8 @@ void register_quantize(CLI::App& app, Action& run) {
                   "frozen, codes by GPTQ over the full X^T X; NVFP4 scales by the block Hessian; "
                   "needs --calib; the default with --calib)")
       ->check(name_choice("algorithm", {"max", "mse", "awq", "gptq", "awq+gptq", "local_hessian",
-                                        "local_hessian+gptq", "smoothquant", "imatrix"}))
+                                        "local_hessian+gptq", "four_over_six",
+                                        "four_over_six+gptq", "smoothquant", "imatrix"}))
       ->capture_default_str();
   cmd->add_option("--smoothquant-alpha", args->smoothquant_alpha,
                   "SmoothQuant migration strength alpha in [0, 1]: s = w_max^(1-alpha) / "

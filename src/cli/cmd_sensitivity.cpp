@@ -68,7 +68,9 @@ void register_sensitivity(CLI::App& app, Action& run) {
   add_tokenizer_option(cmd, args->tokenizer);
   cmd->add_option("--formats", args->formats,
                   "Candidate formats, comma-separated: " + format_names(", ", true) +
-                      " (int4:G for group G, int4:channel for one scale per output channel where no other int4 choice fits)")
+                      " (int4:G for group G, int4:channel for one scale per output channel "
+                      "where no other int4 choice fits, nvfp4:4o6 for NVFP4 with Four Over Six "
+                      "block scales)")
       ->capture_default_str();
   cmd->add_flag("--exact", args->exact,
                 "Also the exact measure: KL of the final logits vs the original with only that "

@@ -18,8 +18,9 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                   "Per-module formats from a recipe file, JSON or (.yaml / .yml) the same in "
                   "YAML: {\"rules\": [{\"match\": GLOB or "
                   "\"re:REGEX\", \"format\": " + format_names("|", true) +
-                      "|keep}, ...]}; the first matching rule wins, unmatched modules take "
-                      "--format");
+                      "|keep, \"algo\": max|four_over_six (optional; NVFP4 rules)}, ...]}; the "
+                      "first matching rule wins, unmatched modules take --format; --algo "
+                      "four_over_six applies to every NVFP4 module");
   cmd->add_option("--save-recipe", a.save_recipe,
                   "Write the per-module choice (of --auto or --recipe) as a recipe file that "
                   "--recipe replays exactly");
@@ -41,8 +42,10 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                   "--auto: candidate formats, comma-separated: " + format_names(", ", true) +
                       " (int4: group 128), " + free_block_choice_names(", ") +
                       " (one scale per output channel, only where no other "
-                  "int4 choice fits). Default nvfp4,fp8, plus mxfp4,int4,int4:channel when the "
-                  "target is below what nvfp4,fp8 reach");
+                  "int4 choice fits), nvfp4:4o6 (NVFP4 with Four Over Six block scales: the "
+                  "same bytes as nvfp4, so each unit takes whichever of the two scores better). "
+                  "Default nvfp4,fp8, plus mxfp4,int4,int4:channel when the target is below what "
+                  "nvfp4,fp8 reach; with --algo four_over_six every nvfp4 candidate is nvfp4:4o6");
   cmd->add_option("--html", a.html,
                   "--auto: write a self-contained HTML report of the plan to this file: the "
                   "predicted error against bits per weight with the chosen point and the target, "
@@ -92,6 +95,11 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
     } else {
       ao.sensitivity.formats = parse_format_list(a.formats);
     }
+    // --algo four_over_six: the plan's NVFP4 modules take Four Over Six (module_plan), so they
+    // are scored as such.
+    if (o.algo == WeightAlgo::four_over_six)
+      for (FormatChoice& f : ao.sensitivity.formats)
+        if (f.format == Format::nvfp4) f.four_over_six = true;
     // --exclude: those modules only keep; and no format the exporter cannot write for a module.
     std::shared_ptr<const Exporter> exporter = make_exporter(o.export_format);
     const std::vector<std::string> exclude = o.exclude;

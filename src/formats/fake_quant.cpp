@@ -23,12 +23,12 @@ uint8_t nvfp4_dynamic_block_scale(float bamax, float g) {
   return f32_to_e4m3(std::clamp(s, 0x1p-9f, 448.f));
 }
 
-uint8_t nvfp4_static_block_scale(float bamax_cal, float global_amax) {
-  // Both /6 are CUDA scalar divisions, i.e. reciprocal multiplies (specs §0.3); (ps*448) first.
+uint8_t nvfp4_static_block_scale(float bamax_cal, float global_amax, float fp8_max) {
+  // Both /6 are CUDA scalar divisions, i.e. reciprocal multiplies (specs §0.3); (ps*m) first.
   float ps = div_by_constant(bamax_cal, 6.0f);
   if (ps == 0.f) ps = 1.f;
   const float psm = div_by_constant(global_amax, 6.0f);
-  return f32_to_e4m3(std::clamp((ps * 448.f) / psm, 0x1p-9f, 448.f));
+  return f32_to_e4m3(std::clamp((ps * fp8_max) / psm, 0x1p-9f, 448.f));
 }
 
 float int4_scale_from_amax(float amax, DType scale_dtype) {
@@ -162,10 +162,30 @@ void dequantize(const QuantizedTensor& q, float* out, ThreadPool* pool) {
   });
 }
 
+QuantizedTensor nvfp4_static_scales(int64_t rows, int64_t cols, const float* block_amax,
+                                    float global_amax, float fp8_max) {
+  // The format row's scales_from_amax with the normalisation as a parameter (same bytes for 448).
+  if (rows < 0 || cols <= 0 || cols % kNvfp4Block != 0)
+    fail("nvfp4: input size {} is not a multiple of the block of {}", cols, kNvfp4Block);
+  if (!(global_amax > 0.f) || std::isinf(global_amax))
+    fail("nvfp4 static: global amax {} is not positive and finite", global_amax);
+  QuantizedTensor q;
+  q.format = Format::nvfp4;
+  q.rows = rows;
+  q.cols = cols;
+  q.block = kNvfp4Block;
+  q.scale_dtype = DType::F8_E4M3;
+  q.global_scale = nvfp4_global_scale(global_amax, fp8_max);
+  q.block_scales.resize(size_t(rows * (cols / kNvfp4Block)));
+  for (size_t i = 0; i < q.block_scales.size(); ++i)
+    q.block_scales[i] = nvfp4_static_block_scale(block_amax[i], global_amax, fp8_max);
+  return q;
+}
+
 QuantizedTensor nvfp4_static_quantize(const float* w, int64_t rows, int64_t cols,
                                       const float* block_amax, float global_amax,
-                                      ThreadPool& pool) {
-  QuantizedTensor q = scales_from_amax(Format::nvfp4, rows, cols, 0, block_amax, global_amax);
+                                      ThreadPool& pool, float fp8_max) {
+  QuantizedTensor q = nvfp4_static_scales(rows, cols, block_amax, global_amax, fp8_max);
   encode_with_scales(q, w, pool);
   return q;
 }

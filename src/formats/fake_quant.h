@@ -21,9 +21,11 @@ class ThreadPool;
 uint8_t nvfp4_dynamic_block_scale(float bamax, float g);
 // NVFP4 static-block path (§1.2): E4M3 code from a calibrated block amax and the (group) global
 // amax: ps = bamax*fl32(1/6) (0 -> 1), psm = global_amax*fl32(1/6),
-// e4m3(clamp((ps*448)/psm, 2^-9, 448)). A zero block therefore gets
-// e4m3(min(2688/global_amax, 448)), not 1.0. global_amax must be positive and finite.
-uint8_t nvfp4_static_block_scale(float bamax_cal, float global_amax);
+// e4m3(clamp((ps*m)/psm, 2^-9, 448)) with m = fp8_max (448; 256 for Four Over Six, specs
+// moe-hybrid §1.3). A zero block therefore gets e4m3(min(6m/global_amax, 448)), not 1.0.
+// global_amax must be positive and finite.
+uint8_t nvfp4_static_block_scale(float bamax_cal, float global_amax,
+                                 float fp8_max = 448.f);
 // Every amax*fl32(1/c) below is div_by_constant (formats/weight_rows.h): that product on the
 // default GPU setting, an exact amax / c with --scale-division cpu.
 // INT4 group scale: amax*fl32(1/7) (0 -> 1) rounded to scale_dtype, as int4_quantize.
@@ -92,10 +94,17 @@ void fake_quantize_with_scales(const QuantizedTensor& q, const float* w, float* 
 // dequantizers; split into tasks of rows on `pool` when given (same values either way).
 void dequantize(const QuantizedTensor& q, float* out, ThreadPool* pool = nullptr);
 
-// NVFP4 static-block export (specs §1.2): scales from calibrated block amaxes and the group
-// global amax, then the codes of w (float32 [rows, cols], cols % 16 == 0).
+// NVFP4 static-block scales (codes left empty) from calibrated block amaxes [rows, cols/16] and
+// the group global amax: block scales by nvfp4_static_block_scale, weight_scale_2 =
+// nvfp4_global_scale(global_amax, fp8_max). fp8_max: 448, or 256 for Four Over Six. Throws
+// qf::Error for a global amax that is not positive and finite, or a bad shape.
+QuantizedTensor nvfp4_static_scales(int64_t rows, int64_t cols, const float* block_amax,
+                                    float global_amax, float fp8_max = 448.f);
+
+// NVFP4 static-block export (specs §1.2): nvfp4_static_scales, then the codes of w (float32
+// [rows, cols], cols % 16 == 0): x / (e4m3 * weight_scale_2), E2M1 round-half-even.
 QuantizedTensor nvfp4_static_quantize(const float* w, int64_t rows, int64_t cols,
                                       const float* block_amax, float global_amax,
-                                      ThreadPool& pool);
+                                      ThreadPool& pool, float fp8_max = 448.f);
 
 }  // namespace qf

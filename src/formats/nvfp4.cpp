@@ -13,11 +13,12 @@
 
 namespace qf {
 
-float nvfp4_global_scale(float amax) {
+float nvfp4_global_scale(float amax, float fp8_max) {
   if (!(amax >= 0.f) || std::isinf(amax))
     fail("nvfp4: tensor amax {} is not a finite non-negative number", amax);
-  // CUDA computes amax / 2688.0 as amax * fl32(1/2688) (specs modelopt-nvfp4 §0.3).
-  const float g = div_by_constant(amax, 2688.0f);
+  // CUDA computes amax / 2688.0 as amax * fl32(1/2688) (specs modelopt-nvfp4 §0.3); ModelOpt
+  // divides by the Python float E2M1_MAX * fp8_max (6 * 448 = 2688, 6 * 256 = 1536).
+  const float g = div_by_constant(amax, 6.0f * fp8_max);
   // ModelOpt divides 0 by 0 here and writes NaN scales; 1.0 keeps an all-zero tensor finite
   // (and a subnormal amax whose product flushes to zero behaves the same way).
   return g == 0.f ? 1.f : g;

@@ -12,12 +12,19 @@ namespace qf {
 class ThreadPool;
 
 inline constexpr int kNvfp4Block = 16;
+// The FP8 value a block scale is normalised to: the block holding the tensor's amax gets scale
+// code 448 (E4M3's largest), or 256 in Four Over Six mode (ModelOpt `four_over_six`, specs
+// moe-hybrid §1), where a block may map its max to 4 instead of 6 and its code reaches
+// 1.5 * 256 = 384 without clipping.
+inline constexpr float kNvfp4Fp8Max = 448.f;
+inline constexpr float kNvfp4FourOverSixFp8Max = 256.f;
 
-// weight_scale_2 for a (group-unified) amax: amax * fl32(1/2688). An amax of 0 gives 1.0, so an
-// all-zero tensor encodes to zero codes and finite scales (ModelOpt would emit NaN there); so does
-// a subnormal amax whose product flushes to 0. Throws qf::Error for a negative or non-finite amax.
+// weight_scale_2 for a (group-unified) amax: amax * fl32(1/(6*fp8_max)), i.e. amax / 2688, or
+// amax / 1536 for Four Over Six (fp8_max 256). An amax of 0 gives 1.0, so an all-zero tensor
+// encodes to zero codes and finite scales (ModelOpt would emit NaN there); so does a subnormal
+// amax whose product flushes to 0. Throws qf::Error for a negative or non-finite amax.
 // (div_by_constant: exact division with --scale-division cpu, formats/weight_rows.h)
-float nvfp4_global_scale(float amax);
+float nvfp4_global_scale(float amax, float fp8_max = kNvfp4Fp8Max);
 
 // Quantizes w (cols % 16 == 0) with global scale g > 0:
 //   packed: [rows, cols/2] bytes, element 2j in the low nibble;

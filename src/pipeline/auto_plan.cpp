@@ -192,7 +192,7 @@ AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options) {
     e[2] += c.bytes;
   }
   for (const auto& [name, e] : by_format)
-    p.summary += fmt::format("  {:<8} {:>4} units {:>12} weights {:>12} bytes\n", name, e[0], e[1],
+    p.summary += fmt::format("  {:<11} {:>4} units {:>12} weights {:>12} bytes\n", name, e[0], e[1],
                              e[2]);
   return p;
 }

@@ -81,7 +81,7 @@ void unspill(Precomputed& p, const SpillFile& file) {
 
 // Names the experts calibration routed few tokens to: their input statistics are thin (the
 // input scale is the layer's max over experts either way; with no token at all a data
-// algorithm falls back to max/mse for that expert).
+// algorithm falls back to its data-free part for that expert).
 void expert_token_warnings(QuantizeReport& report, std::string_view data_algo) {
   constexpr int64_t kFewTokens = 16;
   int64_t none = 0, few = 0, experts = 0;
@@ -100,7 +100,8 @@ void expert_token_warnings(QuantizeReport& report, std::string_view data_algo) {
       "their input scales are the max over their layer's experts{}; more --calib-samples "
       "reach more experts", kFewTokens, none + few, experts, none, first,
       none > 0 && !data_algo.empty()
-          ? fmt::format(", and {} falls back to max/mse for experts with no token", data_algo)
+          ? fmt::format(", and {} falls back to its data-free part (max, or four_over_six) "
+                        "for experts with no token", data_algo)
           : std::string()));
 }
 
@@ -157,7 +158,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   const bool gptq = plan.modes.gptq, smoothquant_algo = plan.modes.smoothquant;
   const bool data_algo = plan.modes.data_algo;
   auto tensor_amax = [&](size_t i) { return quantizer.tensor_amax(i); };
-  auto quantize_max_or_mse = [&](size_t i) { return quantizer.max_or_mse(i); };
+  auto quantize_data_free = [&](size_t i) { return quantizer.data_free(i); };
 
   CalibrationOutcome out;
   out.act_amax.assign(arch.linears.size(), 0.f);
@@ -190,7 +191,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
                             const std::string& norm_name) {
     if (stats.tokens == 0) {
       // A routed expert calibration sent no token to: no statistics to weigh its error by.
-      for (size_t m : members) precomputed[m].q = quantize_max_or_mse(m);
+      for (size_t m : members) precomputed[m].q = quantize_data_free(m);
       return;
     }
     std::vector<WeightRows> rows;
@@ -214,7 +215,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
       const bool fold = !exported[members[0]].pre_quant_scale;  // compressed-tensors
       if (fold && norm_name.empty()) {
         // o_proj / down_proj in compressed-tensors: INT8 of the unsmoothed weight.
-        for (size_t m : members) precomputed[m].q = quantize_max_or_mse(m);
+        for (size_t m : members) precomputed[m].q = quantize_data_free(m);
         return;
       }
       SmoothQuantOptions so;
@@ -275,6 +276,14 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
           p.q = gptq_with_scales(to_float(rows[k]), std::move(p.q), stats.xtx, stats.tokens, go,
                                  pool).tensor;
         }
+      } else if (plan.four_over_six[members[k]] && gptq && !stats.xtx.empty()) {
+        // four_over_six+gptq: Four Over Six's block scales (group global amax) frozen through
+        // the column sweep.
+        p.q = quantizer.four_over_six(rows[k], members_amax);
+        GptqOptions go;
+        go.format = rtn;
+        p.q = gptq_with_scales(to_float(rows[k]), std::move(p.q), stats.xtx, stats.tokens, go,
+                               pool).tensor;
       } else if (gptq && !stats.xtx.empty()) {
         GptqOptions go;
         go.format = rtn;
@@ -288,7 +297,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
           p.q = quantize_gptq(rows[k], stats, go, members_amax, pool).tensor;
         }
       } else {
-        p.q = quantize_max_or_mse(members[k]);
+        p.q = quantize_data_free(members[k]);
       }
     }
   };

@@ -84,7 +84,11 @@ int LinearQuantizer::cast_exponent(size_t i) {
   return group_cast_exponent_[g] = mxfp4_cast_exponent(code);
 }
 
-QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
+QuantizedTensor LinearQuantizer::four_over_six(const WeightRows& w, float global_amax) {
+  return quantize_nvfp4_four_over_six(w, global_amax, pool_, nullptr, &four_over_six_counts_);
+}
+
+QuantizedTensor LinearQuantizer::data_free(size_t i) {
   const ExportedLinear& l = plan_.exported[i];
   if (plan_.mxfp4_cast && l.fused_expert != FusedExpert::none) {
     const auto [codes, scales] = mxfp4_parts(i);
@@ -126,6 +130,7 @@ QuantizedTensor LinearQuantizer::max_or_mse(size_t i) {
     });
     return q;
   }
+  if (plan_.four_over_six[i]) return four_over_six(w, amax_for(i));
   if (options_.algo == WeightAlgo::mse) {
     if (options_.format != Format::nvfp4) return quantize_mse(w, rtn, MseOptions{}, pool_);
     const int g = plan_.scale_group[i];

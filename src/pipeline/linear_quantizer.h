@@ -1,9 +1,11 @@
 // Data-free quantization of one planned Linear straight from the checkpoint: round to nearest
-// (max) or the MSE amax search, with the tensor scale shared across a fused group (the largest
-// amax of q/k/v or gate/up). Used by the write step for every module nothing precomputed, and
-// by calibration for modules whose algorithm falls back to max.
+// (max), the MSE amax search or Four Over Six's NVFP4 block scales, with the tensor scale shared
+// across a fused group (the largest amax of q/k/v or gate/up). Used by the write step for every
+// module nothing precomputed, and by calibration for modules whose algorithm falls back to its
+// data-free part.
 #pragma once
 
+#include "algo/four_over_six.h"
 #include "core/thread_pool.h"
 #include "formats/mxfp4_nvfp4_cast.h"
 #include "formats/quantized_tensor.h"
@@ -37,12 +39,17 @@ class LinearQuantizer {
   // The amax that sets linear `i`'s tensor scale: its own, or the largest of its scale group
   // (ModulePlan::scale_groups: a fused group, or the experts of one fused tensor).
   float amax_for(size_t i);
-  // Linear `i` quantized with the options' data-free algorithm (max, or mse); an expert of the
-  // MXFP4 release (ModulePlan::mxfp4_cast) is cast to NVFP4 instead, with its scale group's
-  // tensor scale.
-  QuantizedTensor max_or_mse(size_t i);
+  // Linear `i` quantized with its data-free algorithm (max, mse, or Four Over Six where
+  // ModulePlan::four_over_six says so); an expert of the MXFP4 release (ModulePlan::mxfp4_cast)
+  // is cast to NVFP4 instead, with its scale group's tensor scale.
+  QuantizedTensor data_free(size_t i);
+  // w quantized to NVFP4 by Four Over Six under `global_amax` (a group's max |w|), counted in
+  // four_over_six_counts().
+  QuantizedTensor four_over_six(const WeightRows& w, float global_amax);
   // What the MXFP4 casts so far did.
   const Mxfp4CastStats& cast_stats() const { return cast_stats_; }
+  // Blocks Four Over Six chose for so far, and those that took M=4.
+  const FourOverSixCounts& four_over_six_counts() const { return four_over_six_counts_; }
 
  private:
   const SourceModel& model_;
@@ -53,6 +60,7 @@ class LinearQuantizer {
   std::map<int, float> group_amax_, group_mse_amax_;  // by scale group
   std::map<int, int> group_cast_exponent_;           // by scale group
   Mxfp4CastStats cast_stats_;
+  FourOverSixCounts four_over_six_counts_;
 
   // The MXFP4 codes and E8M0 scales of expert `i` of the MXFP4 release.
   std::pair<TensorView, TensorView> mxfp4_parts(size_t i) const;

@@ -19,6 +19,7 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
   m.local_hessian = row.local_hessian;
   m.gptq = row.gptq;
   m.smoothquant = row.smoothquant;
+  m.four_over_six = row.four_over_six;
   m.data_algo = row.data();
   m.calibrate = options.activations != ActQuant::none || options.kv_fp8 || m.data_algo ||
                 options.calib_quantized_inputs;
@@ -52,20 +53,29 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
       options.algo != WeightAlgo::max)
     fail("--format int8 supports --algo smoothquant or max, not {}", weight_algo_name(options.algo));
   m.per_tensor = options.format == Format::fp8 && options.activations == ActQuant::fp8;
-  // A plan takes --kv-cache fp8 (its calibration only measures K/V amaxes); nothing else
-  // calibrated yet.
-  if (options.assignment && (options.activations != ActQuant::none || m.data_algo ||
-                             options.calib_quantized_inputs || options.algo != WeightAlgo::max))
-    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max for now "
-         "(--kv-cache fp8 is the one calibrated option it takes)");
+  // A plan takes --kv-cache fp8 (its calibration only measures K/V amaxes) and the data-free
+  // algorithms max and four_over_six (NVFP4 modules); nothing else calibrated yet.
+  if (options.assignment &&
+      (options.activations != ActQuant::none || m.data_algo || options.calib_quantized_inputs ||
+       (options.algo != WeightAlgo::max && options.algo != WeightAlgo::four_over_six)))
+    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max or four_over_six "
+         "for now (--kv-cache fp8 is the one calibrated option it takes)");
   if (options.assignment)
-    for (const auto& [name, c] : options.assignment->modules)
-      if (c.algo != "max")
-        fail("module '{}': the plan asks for algo '{}'; per-module plans support max only", name,
-             c.algo);
+    for (const auto& [name, c] : options.assignment->modules) {
+      if (c.algo != "max" && c.algo != "four_over_six")
+        fail("module '{}': the plan asks for algo '{}'; per-module plans support max and "
+             "four_over_six only", name, c.algo);
+      if (c.algo == "four_over_six" && c.format.format != Format::nvfp4)
+        fail("module '{}': the plan asks for algo four_over_six with format {}; four_over_six "
+             "chooses NVFP4 block scales (format nvfp4)", name, c.format.name());
+    }
   if (m.per_tensor && m.awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
   if (m.local_hessian && options.format != Format::nvfp4)
     fail("--algo {} needs --format nvfp4 (it sweeps NVFP4 block scales), not {}",
+         weight_algo_name(options.algo), info.name);
+  // With a plan, --algo four_over_six applies to every NVFP4 module of it.
+  if (m.four_over_six && options.format != Format::nvfp4 && !options.assignment)
+    fail("--algo {} needs --format nvfp4 (it chooses each NVFP4 block's scale), not {}",
          weight_algo_name(options.algo), info.name);
   return m;
 }
@@ -320,6 +330,18 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     plan.scale_groups.push_back(group);
   }
   plan.stacks = std::move(stacks);
+  plan.four_over_six.assign(arch.linears.size(), 0);
+  for (size_t i = 0; i < arch.linears.size(); ++i)
+    plan.four_over_six[i] =
+        exported[i].format == Format::nvfp4 &&
+        (modes.four_over_six ||
+         (options.assignment && options.assignment->at(arch.linears[i].name).algo == "four_over_six"));
+  for (const auto& group : units)
+    for (size_t i : group)
+      if (plan.four_over_six[i] != plan.four_over_six[group[0]])
+        fail("the plan gives fused modules '{}' and '{}' different algorithms (four_over_six and "
+             "max); they share one tensor scale", arch.linears[group[0]].name,
+             arch.linears[i].name);
   plan.reason = std::move(reason);
   plan.exported = std::move(exported);
   plan.weights = std::move(weights);

@@ -17,6 +17,7 @@ namespace qf {
 // The calibrated modes a set of options asks for, after checking that they combine.
 struct AlgoModes {
   bool awq = false, local_hessian = false, gptq = false, smoothquant = false;
+  bool four_over_six = false;  // the --algo's NVFP4 block scales are Four Over Six's
   bool data_algo = false;   // a weight algorithm that needs calibration statistics
   bool calibrate = false;   // anything needs the calibration pass
   bool per_tensor = false;  // FP8 W8A8: one weight scale per tensor
@@ -31,6 +32,9 @@ struct ModulePlan {
   std::vector<ExportedLinear> exported;
   std::vector<const CheckpointTensor*> weights;
   std::vector<std::string> reason;
+  // Per Linear: its NVFP4 block scales are chosen by Four Over Six (--algo four_over_six[+gptq],
+  // or a plan's module algo four_over_six), not by max/mse.
+  std::vector<char> four_over_six;
   std::map<std::string, int> linear_by_weight;  // weight tensor name -> linear, quantized only
   std::vector<ExcludedModule> excluded;         // in module order, with reasons
   std::vector<std::string> excluded_names;      // sorted, for the exported configs

@@ -179,7 +179,7 @@ void write_stack(const OutputItem& item, const ModulePlan& plan, CalibrationOutc
     for (size_t li : stack.linears) {
       experts.push_back(plan.exported[li]);
       std::optional<Precomputed> p = calibration.take(li);
-      qs.push_back(p ? std::move(p->q) : quantizer.max_or_mse(li));
+      qs.push_back(p ? std::move(p->q) : quantizer.data_free(li));
       report.quantized_weights += experts.back().rows * experts.back().cols;
     }
     LinearExtras extras;
@@ -267,7 +267,8 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         continue;
       }
       if (item.head) {
-        // Weight-only: mse searches as for the other Linears, every other algo is max.
+        // Weight-only: mse searches and four_over_six chooses block scales as for the other
+        // Linears, every other algo is max.
         const WeightRows w = weight_rows(view);
         const AmaxResult a = weight_amax(w, pool);
         if (a.nonfinite > 0)
@@ -276,7 +277,9 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         const RtnOptions rtn{head.format, head.block, exporter.scale_dtype(head),
                              exporter.numerics()};
         const QuantizedTensor q =
-            options.algo != WeightAlgo::mse ? quantize_rtn(w, rtn, a.amax, pool)
+            plan.modes.four_over_six && head.format == Format::nvfp4
+                ? quantizer.four_over_six(w, a.amax)
+            : options.algo != WeightAlgo::mse ? quantize_rtn(w, rtn, a.amax, pool)
             : head.format == Format::nvfp4
                 ? quantize_mse(w, rtn, MseOptions{}, pool,
                                nvfp4_mse_global_amax(w, a.amax, MseOptions{}, pool))
@@ -325,7 +328,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
           q = std::move(p->q);
           extras.pre_quant_scale = std::move(p->pre_quant_scale);
         } else {
-          q = quantizer.max_or_mse(li);
+          q = quantizer.data_free(li);
         }
         if (all_codes_zero(q))
           report.warnings.push_back(fmt::format(

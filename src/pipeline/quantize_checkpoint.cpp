@@ -33,6 +33,8 @@ constexpr AlgoRow kAlgos[] = {
     {WeightAlgo::awq_gptq, "awq+gptq", true, false, false, true},
     {WeightAlgo::local_hessian, "local_hessian", false, false, true, false},
     {WeightAlgo::local_hessian_gptq, "local_hessian+gptq", false, false, true, true},
+    {WeightAlgo::four_over_six, "four_over_six", false, false, false, false, true},
+    {WeightAlgo::four_over_six_gptq, "four_over_six+gptq", false, false, false, true, true},
     {WeightAlgo::smoothquant, "smoothquant", false, true, false, false},
 };
 
@@ -68,6 +70,13 @@ QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& opt
                               const fs::path& out_dir) {
   QuantizeReport report;
   report.algo = std::string(weight_algo_name(options.algo));
+  if (options.assignment) {
+    // A plan's own algorithms (max, four_over_six) per module.
+    bool four_over_six = false, other = false;
+    for (size_t i = 0; i < plan.exported.size(); ++i)
+      if (plan.quantized(i)) (plan.four_over_six[i] ? four_over_six : other) = true;
+    if (four_over_six) report.algo = other ? "max, four_over_six (per module)" : "four_over_six";
+  }
   report.activations = std::string(act_quant_name(options.activations));
   report.kv_cache = options.kv_fp8 ? "fp8" : "none";
   report.output = out_dir;
@@ -217,6 +226,8 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
                report);
   report.mxfp4_blocks = quantizer.cast_stats().blocks;
   report.mxfp4_inexact_blocks = quantizer.cast_stats().inexact;
+  report.four_over_six_blocks = quantizer.four_over_six_counts().blocks;
+  report.four_over_six_m4_blocks = quantizer.four_over_six_counts().m4_blocks;
   if (report.mxfp4_inexact_blocks > 0)
     report.warnings.push_back(fmt::format(
         "MXFP4 -> NVFP4: {} of {} expert blocks lie more than 17 binades below their tensor's "

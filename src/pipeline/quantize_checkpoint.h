@@ -20,21 +20,28 @@
 
 namespace qf {
 
-// Weight algorithm (--algo). max and mse need no data; the others calibrate. local_hessian and
-// local_hessian+gptq are NVFP4 only (static-block scales from the Hessian-weighted FP8 sweep;
-// the latter then runs GPTQ with those scales frozen). smoothquant is INT8 W8A8 only.
-enum class WeightAlgo { max, mse, awq, gptq, awq_gptq, local_hessian, local_hessian_gptq, smoothquant };
+// Weight algorithm (--algo). max, mse and four_over_six need no data; the others calibrate.
+// local_hessian and local_hessian+gptq are NVFP4 only (static-block scales from the
+// Hessian-weighted FP8 sweep; the latter then runs GPTQ with those scales frozen).
+// four_over_six and four_over_six+gptq are NVFP4 only (each block's scale maps its max to 6 or
+// to 4, whichever has the smaller block error, algo/four_over_six.h; the latter then runs GPTQ
+// with those scales frozen). smoothquant is INT8 W8A8 only.
+enum class WeightAlgo {
+  max, mse, awq, gptq, awq_gptq, local_hessian, local_hessian_gptq, four_over_six,
+  four_over_six_gptq, smoothquant
+};
 std::string_view weight_algo_name(WeightAlgo a);
 // Accepts the names weight_algo_name gives and their '_' spellings (awq_gptq).
 std::optional<WeightAlgo> parse_weight_algo(std::string_view name);
 
-// One row per --algo: the calibrated steps it chains, in order AWQ scaling (or SmoothQuant
-// smoothing) -> block scales (local_hessian) -> GPTQ column sweep; rows without any are
-// data-free (max, mse).
+// One row per --algo: the steps it chains, in order AWQ scaling (or SmoothQuant smoothing) ->
+// block scales (local_hessian, or four_over_six, which needs no data) -> GPTQ column sweep;
+// rows without a calibrated step are data-free (max, mse, four_over_six).
 struct AlgoRow {
   WeightAlgo algo;
   std::string_view name;
   bool awq, smoothquant, local_hessian, gptq;
+  bool four_over_six = false;  // NVFP4 block scales by Four Over Six (data-free)
   bool data() const { return awq || smoothquant || local_hessian || gptq; }
 };
 const AlgoRow& algo_row(WeightAlgo a);
@@ -69,9 +76,10 @@ struct QuantizeOptions {
   // warning instead of failing; tensors to be quantized must be finite regardless.
   bool allow_nonfinite = false;
   bool progress = true;   // progress bar on stderr when it is a terminal
-  // Mixed precision (--auto, --recipe): each Linear's own format and block (fused groups must
-  // agree; a module absent or "keep" stays unquantized); `format` and `block` are then unused.
-  // Weight-only with algo max for now (no activations or data algorithms; --kv-cache fp8 is
+  // Mixed precision (--auto, --recipe): each Linear's own format, block and data-free algorithm
+  // (max, or four_over_six for NVFP4 modules; fused groups must agree; a module absent or
+  // "keep" stays unquantized); `format` and `block` are then unused, and `algo` must be max or
+  // four_over_six. Weight-only for now (no activations or data algorithms; --kv-cache fp8 is
   // allowed: its scales go on the quantized k_proj / v_proj, as with --exclude).
   std::optional<Assignment> assignment;
 };
@@ -154,6 +162,9 @@ struct QuantizeReport {
   bool mxfp4_cast = false;
   int64_t mxfp4_blocks = 0;
   int64_t mxfp4_inexact_blocks = 0;
+  // Four Over Six: NVFP4 blocks it chose for, and those that map their max to 4 (M=4).
+  int64_t four_over_six_blocks = 0;
+  int64_t four_over_six_m4_blocks = 0;
   std::vector<ExcludedModule> excluded;
   std::vector<std::string> warnings;
   std::vector<ModuleDecision> modules;  // per Linear in architecture order, then lm_head (dry run)

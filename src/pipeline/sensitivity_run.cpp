@@ -85,7 +85,7 @@ double AssignmentKl::operator()(const Assignment& assignment) {
     if (it == replaced.end())
       it = replaced.emplace(m.layer, model_.weights().layers[size_t(m.layer)]).first;
     const WeightRows w = weight_of(model_, m);
-    auto data = std::make_shared<std::vector<float>>(fake_quantize_choice(w, c.format, amax, pool));
+    auto data = std::make_shared<std::vector<float>>(fake_quantize_choice(w, candidate_of(c), amax, pool));
     EngineLinear& L = it->second.linears[size_t(m.slot)];
     L.w = LinearWeight{};
     L.w.format = WeightFormat::f32;

@@ -27,6 +27,7 @@ std::string FormatChoice::name() const {
   if (!format) return "keep";
   const FormatInfo& info = format_info(*format);
   if (is_channel()) return std::string(info.name) + ":channel";
+  if (four_over_six) return std::string(info.name) + ":4o6";
   if (info.block_rule == BlockRule::free && effective_block() != info.block)
     return std::string(info.name) + ":" + std::to_string(effective_block());
   return std::string(info.name);
@@ -39,6 +40,9 @@ std::optional<FormatChoice> parse_format_choice(std::string_view text) {
   // INT8 is W8A8 (SmoothQuant, activation scales from calibration); plans are weight-only.
   if (!f || !format_info(*f).weight_only) return std::nullopt;
   if (colon == std::string_view::npos) return FormatChoice::of(*f);
+  const std::string_view option = text.substr(colon + 1);
+  if (*f == Format::nvfp4 && (option == "4o6" || option == "four_over_six"))
+    return FormatChoice::nvfp4_four_over_six();
   // Only a format with a free block (INT4's group size) takes ":G".
   if (format_info(*f).block_rule != BlockRule::free) return std::nullopt;
   const std::string_view digits = text.substr(colon + 1);
@@ -57,6 +61,7 @@ std::vector<std::string> format_choice_names(bool with_keep) {
   for (const FormatInfo& f : all_formats())
     if (f.weight_only && f.block_rule == BlockRule::free)
       for (const char* g : {":32", ":64", ":128", ":channel"}) out.push_back(std::string(f.name) + g);
+  out.push_back(FormatChoice::nvfp4_four_over_six().name());
   if (with_keep) out.emplace_back("keep");
   return out;
 }
@@ -168,6 +173,23 @@ std::vector<DecisionUnit> decision_units(const Architecture& arch, const Candida
   return units;
 }
 
+ModuleChoice module_choice_of(const FormatChoice& choice, const std::string& algo) {
+  ModuleChoice mc;
+  mc.format = choice;
+  mc.algo = algo;
+  if (choice.four_over_six) {
+    mc.format.four_over_six = false;
+    mc.algo = "four_over_six";
+  }
+  return mc;
+}
+
+FormatChoice candidate_of(const ModuleChoice& choice) {
+  FormatChoice f = choice.format;
+  if (choice.algo == "four_over_six" && f.format == Format::nvfp4) f.four_over_six = true;
+  return f;
+}
+
 ModuleChoice Assignment::at(const std::string& name) const {
   const auto it = modules.find(name);
   return it == modules.end() ? ModuleChoice{} : it->second;
@@ -182,12 +204,8 @@ Assignment assignment_from_choices(const Architecture& arch, const std::vector<D
     const int c = choice[u];
     if (c < 0 || size_t(c) >= units[u].candidates.size())
       fail("assignment: choice {} out of range for unit {}", c, units[u].name);
-    for (size_t m : units[u].linears) {
-      ModuleChoice mc;
-      mc.format = units[u].candidates[size_t(c)].choice;
-      mc.algo = algo;
-      a.modules[arch.linears[m].name] = mc;
-    }
+    for (size_t m : units[u].linears)
+      a.modules[arch.linears[m].name] = module_choice_of(units[u].candidates[size_t(c)].choice, algo);
   }
   return a;
 }

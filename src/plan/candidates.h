@@ -19,14 +19,19 @@
 
 namespace qf {
 
-// A weight format with its block (group) size, or "keep original" (format empty).
+// A weight format with its block (group) size, or "keep original" (format empty). As a planning
+// candidate it may also be NVFP4 with Four Over Six block scales ("nvfp4:4o6": the same bytes,
+// other scales); in an Assignment that is format nvfp4 with algo four_over_six
+// (module_choice_of).
 struct FormatChoice {
   std::optional<Format> format;  // nullopt: the weight stays in its own dtype
   int block = 0;                 // elements per scale; 0 = the format's default (int4: 128);
                                  // int4 kInt4ChannelGroup (-1): one scale per output channel
+  bool four_over_six = false;    // nvfp4 only: block scales by Four Over Six
 
   static FormatChoice keep() { return {}; }
   static FormatChoice of(Format f, int block = 0) { return {f, block}; }
+  static FormatChoice nvfp4_four_over_six() { return {Format::nvfp4, 0, true}; }
   bool is_keep() const { return !format.has_value(); }
   // The block actually used (the format default when block == 0); 0 for keep;
   // kInt4ChannelGroup for int4 per channel.
@@ -36,19 +41,21 @@ struct FormatChoice {
   // The block for a module with `in_features` inputs (per channel: in_features).
   int block_for(int64_t in_features) const;
   // "keep", "nvfp4", "mxfp4", "fp8", "int4" (int4 with a non-default group: "int4:64"; per
-  // channel: "int4:channel").
+  // channel: "int4:channel"; NVFP4 with Four Over Six scales: "nvfp4:4o6").
   std::string name() const;
   friend bool operator==(const FormatChoice& a, const FormatChoice& b) {
-    return a.format == b.format && a.effective_block() == b.effective_block();
+    return a.format == b.format && a.effective_block() == b.effective_block() &&
+           a.four_over_six == b.four_over_six;
   }
 };
 
-// Parses "keep", a registry format name ("nvfp4", case-insensitive), "int4:G" or
-// "int4:channel". nullopt if unknown or G is not a positive multiple of 2.
+// Parses "keep", a registry format name ("nvfp4", case-insensitive), "int4:G", "int4:channel"
+// or "nvfp4:4o6" (also "nvfp4:four_over_six"). nullopt if unknown or G is not a positive
+// multiple of 2.
 std::optional<FormatChoice> parse_format_choice(std::string_view text);
 // The spellings parse_format_choice accepts, for messages and suggestions: the weight-only
-// registry names, "int4:G" examples and "int4:channel" for free-block formats, then "keep"
-// when `with_keep`.
+// registry names, "int4:G" examples and "int4:channel" for free-block formats, "nvfp4:4o6",
+// then "keep" when `with_keep`.
 std::vector<std::string> format_choice_names(bool with_keep);
 
 // Whether a Linear with `in_features` inputs can be stored in `choice` (keep: always; a block
@@ -113,12 +120,19 @@ std::vector<DecisionUnit> decision_units(const Architecture& arch, const Candida
 // ---- assignment: what the pipeline quantizes -------------------------------------------
 struct ModuleChoice {
   FormatChoice format;                               // keep = leave unquantized
-  std::string algo = "max";                          // max | mse | awq | gptq | smoothquant
+  std::string algo = "max";  // max | mse | awq | gptq | smoothquant | four_over_six
   nlohmann::ordered_json options = nlohmann::ordered_json::object();  // algorithm options, passed through
   friend bool operator==(const ModuleChoice& a, const ModuleChoice& b) {
     return a.format == b.format && a.algo == b.algo && a.options == b.options;
   }
 };
+
+// The assignment entry for planning candidate `choice` run with `algo`: a Four Over Six
+// candidate becomes format nvfp4 with algo four_over_six, anything else keeps `algo`.
+ModuleChoice module_choice_of(const FormatChoice& choice, const std::string& algo = "max");
+// The planning candidate a module choice stands for (nvfp4 + four_over_six: "nvfp4:4o6"), what
+// the fake quantization of --auto's scoring takes.
+FormatChoice candidate_of(const ModuleChoice& choice);
 
 // Per Linear module name (LinearModule::name); a module not listed keeps its dtype.
 struct Assignment {

@@ -13,7 +13,8 @@
 namespace qf {
 namespace {
 
-constexpr std::array<std::string_view, 5> kAlgos = {"max", "mse", "awq", "gptq", "smoothquant"};
+constexpr std::array<std::string_view, 6> kAlgos = {"max", "mse", "awq", "gptq", "smoothquant",
+                                                    "four_over_six"};
 
 bool known_algo(const std::string& a) {
   for (std::string_view k : kAlgos)
@@ -76,6 +77,16 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
     }
     if (rule.match.empty()) fail("{}: missing \"match\"", at(i));
     if (!r.contains("format")) fail("{}: missing \"format\"", at(i));
+    // "nvfp4:4o6" is format nvfp4 with algo four_over_six (the form plans store).
+    if (rule.format.four_over_six) {
+      if (rule.algo && *rule.algo != "four_over_six")
+        fail("{}: format nvfp4:4o6 is Four Over Six's; it takes no algo \"{}\"", at(i), *rule.algo);
+      rule.format.four_over_six = false;
+      rule.algo = "four_over_six";
+    }
+    if (rule.algo == "four_over_six" && rule.format.format != Format::nvfp4)
+      fail("{}: algo four_over_six chooses NVFP4 block scales; it needs format nvfp4, not {}",
+           at(i), rule.format.name());
     if (const auto g = rule.options.find("group_size"); g != rule.options.end()) {
       if (!rule.format.format || format_info(*rule.format.format).block_rule != BlockRule::free)
         fail("{}: options.group_size applies to int4 only", at(i));

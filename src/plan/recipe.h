@@ -8,8 +8,9 @@
 // match: a shell glob (fnmatch, '*' crosses dots) over the full module name
 //   ("model.layers.3.self_attn.q_proj"), or "re:" + a Perl-syntax regex (PCRE2) that must match
 //   the whole name. format: nvfp4 | mxfp4 | fp8 | int4 | keep (int4's group size: "int4:64" or
-//   options.group_size). algo (optional): max | mse | awq | gptq | smoothquant. options
-//   (optional): an object passed to the algorithm unchanged. The first matching rule wins.
+//   options.group_size; "nvfp4:4o6" = nvfp4 with algo four_over_six). algo (optional): max |
+//   mse | awq | gptq | smoothquant | four_over_six (NVFP4 only). options (optional): an object
+//   passed to the algorithm unchanged. The first matching rule wins.
 // YAML:
 //   rules:
 //     - {match: "*.mlp.down_proj", format: fp8}

@@ -1,6 +1,7 @@
 // Proxy and exact sensitivity scores, monotonisation and rank correlation.
 #include "plan/sensitivity.h"
 
+#include "algo/four_over_six.h"
 #include "algo/round_to_nearest.h"
 #include "core/convert.h"
 #include "core/error.h"
@@ -252,6 +253,10 @@ void fake_quantize_into(const WeightRows& w, const FormatChoice& choice, float t
   if (!choice_fits(choice, w.cols))
     fail("sensitivity: {} does not fit a weight with {} inputs", choice.name(), w.cols);
   if (tensor_amax <= 0.f) tensor_amax = weight_amax(w, pool).amax;
+  if (choice.four_over_six) {
+    dequantize(quantize_nvfp4_four_over_six(w, tensor_amax, pool), out, &pool);
+    return;
+  }
   RtnOptions o;
   o.format = *choice.format;
   o.block = choice.effective_block();
@@ -338,9 +343,7 @@ UnitScores exact_scores(const Architecture& arch, const std::vector<DecisionUnit
       const FormatChoice& choice = units[u].candidates[c].choice;
       if (choice.is_keep()) continue;
       Assignment a;
-      ModuleChoice mc;
-      mc.format = choice;
-      mc.algo = algo;
+      const ModuleChoice mc = module_choice_of(choice, algo);
       for (size_t m : units[u].linears) a.modules[arch.linears[m].name] = mc;
       scores[u][c] = kl_of_assignment(a);
       if (progress) progress(++done, total);
@@ -362,11 +365,21 @@ void monotonize(const std::vector<DecisionUnit>& units, UnitScores& scores) {
     std::iota(order.begin(), order.end(), size_t(0));
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return cand[a].bytes < cand[b].bytes; });
-    double prev = std::numeric_limits<double>::infinity();
-    for (size_t i : order) {
-      if (cand[i].choice.is_keep()) s[i] = 0.0;
-      s[i] = std::min(s[i], prev);
-      prev = s[i];
+    // Candidates of equal bytes (nvfp4 and nvfp4:4o6) are alternatives, not a step up: each
+    // takes the best of the smaller ones only, so the better of the two stays the better.
+    double below = std::numeric_limits<double>::infinity();  // best of smaller byte counts
+    for (size_t k = 0; k < order.size();) {
+      size_t end = k;
+      while (end < order.size() && cand[order[end]].bytes == cand[order[k]].bytes) ++end;
+      double level = below;
+      for (size_t t = k; t < end; ++t) {
+        const size_t i = order[t];
+        if (cand[i].choice.is_keep()) s[i] = 0.0;
+        s[i] = std::min(s[i], below);
+        level = std::min(level, s[i]);
+      }
+      below = level;
+      k = end;
     }
   }
 }

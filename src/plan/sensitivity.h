@@ -70,8 +70,10 @@ UnitScores exact_scores(const Architecture& arch, const std::vector<DecisionUnit
                         const std::function<void(size_t, size_t)>& progress = {});
 
 // ModelOpt's monotonisation (specs modelopt-nvfp4 §7): per unit, candidates sorted by bytes
-// (most compressed first, ties by index); each score becomes min(score, the previous one's), so
-// spending more bytes never looks worse; keep is 0. In place.
+// (most compressed first); each score becomes min(score, the best score of fewer bytes), so
+// spending more bytes never looks worse; keep is 0. Candidates of equal bytes (nvfp4 and
+// nvfp4:4o6) do not lower each other (ModelOpt chains them in signature order, which would
+// make the later one look as good as the better one). In place.
 void monotonize(const std::vector<DecisionUnit>& units, UnitScores& scores);
 
 // Spearman rank correlation of a and b (average ranks for ties; Pearson of the ranks). NaN if

@@ -87,12 +87,15 @@ nlohmann::ordered_json sensitivity_report_json(const SensitivityReport& report) 
 }
 
 std::string sensitivity_report_table(const SensitivityReport& report) {
-  size_t w = 4;
-  for (const SensitivityRow& row : report.rows) w = std::max(w, row.name.size());
-  std::string out = fmt::format("{:<{}}  {:<8}  {:>12}  {:>12}  {:>14}\n", "unit", w, "format",
-                                "proxy", "exact", "bytes");
+  size_t w = 4, fw = 8;
+  for (const SensitivityRow& row : report.rows) {
+    w = std::max(w, row.name.size());
+    fw = std::max(fw, row.format.size());
+  }
+  std::string out = fmt::format("{:<{}}  {:<{}}  {:>12}  {:>12}  {:>14}\n", "unit", w, "format",
+                                fw, "proxy", "exact", "bytes");
   for (const SensitivityRow& row : report.rows)
-    out += fmt::format("{:<{}}  {:<8}  {:>12.4g}  {:>12}  {:>14}\n", row.name, w, row.format,
+    out += fmt::format("{:<{}}  {:<{}}  {:>12.4g}  {:>12}  {:>14}\n", row.name, w, row.format, fw,
                        row.proxy, exact_text(row.exact), row.bytes);
   if (std::isfinite(report.rank_correlation))
     out += fmt::format("rank correlation (Spearman, proxy vs exact): {:.3f}\n",

@@ -2,6 +2,7 @@
 // export path (zero-block rule, agreement with the dynamic path).
 #include "algo/round_to_nearest.h"
 #include "algo_test_util.h"
+#include "core/error.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "formats/fake_quant.h"
@@ -41,6 +42,28 @@ TEST(FakeQuantTest, StaticBlockZeroRule) {
   EXPECT_EQ(nvfp4_static_block_scale(0.f, 1.f), 0x7E);     // 448
   EXPECT_EQ(e4m3_to_f32(nvfp4_static_block_scale(0.f, 21.f)), 128.f);  // 2688/21 = 128
   EXPECT_EQ(nvfp4_dynamic_block_scale(0.f, 1.f), 0x38);
+}
+
+TEST(FakeQuantTest, StaticBlockScaleNormalisedTo256) {
+  // Four Over Six (specs moe-hybrid §1.3): codes relative to 256, weight_scale_2 = amax / 1536.
+  EXPECT_EQ(nvfp4_static_block_scale(1536.f, 1536.f, 256.f), 0x78);  // 256
+  EXPECT_EQ(nvfp4_static_block_scale(2304.f, 1536.f, 256.f), 0x7C);  // 1.5 * 256 = 384
+  EXPECT_EQ(nvfp4_static_block_scale(0.f, 1536.f, 256.f), 0x38);     // 256 * 6 / 1536 = 1.0
+  EXPECT_EQ(nvfp4_static_block_scale(0.f, 1.f, 256.f), 0x7E);        // clamped to 448
+  EXPECT_EQ(nvfp4_static_block_scale(2688.f, 2688.f), nvfp4_static_block_scale(2688.f, 2688.f, 448.f));
+  EXPECT_EQ(nvfp4_global_scale(1536.f, 256.f), 1.0f);
+  EXPECT_EQ(nvfp4_global_scale(3.f, 256.f), div_by_constant(3.f, 1536.f));
+  EXPECT_EQ(nvfp4_global_scale(0.f, 256.f), 1.0f);
+  // nvfp4_static_scales with 448 is the format row's scales_from_amax.
+  std::vector<float> bamax = {0.f, 1.f, 2.5f, 3.f, 0.125f, 3.f, 1e-6f, 2.f};
+  const QuantizedTensor a = nvfp4_static_scales(2, 64, bamax.data(), 3.f);
+  const QuantizedTensor b = scales_from_amax(Format::nvfp4, 2, 64, 0, bamax.data(), 3.f);
+  EXPECT_EQ(a.block_scales, b.block_scales);
+  EXPECT_EQ(a.global_scale, b.global_scale);
+  EXPECT_EQ(a.block, b.block);
+  EXPECT_EQ(a.scale_dtype, b.scale_dtype);
+  EXPECT_THROW(nvfp4_static_scales(2, 64, bamax.data(), 0.f, 256.f), Error);
+  EXPECT_THROW(nvfp4_static_scales(2, 40, bamax.data(), 1.f, 256.f), Error);
 }
 
 TEST(FakeQuantTest, StaticExportEqualsDynamicWhenScalesAreExact) {

@@ -33,6 +33,29 @@ TEST(PlanCandidates, ParseChoices) {
   EXPECT_FALSE(parse_format_choice("fp8:64"));
   EXPECT_FALSE(parse_format_choice("int4:x"));
   EXPECT_FALSE(parse_format_choice("int5"));
+  EXPECT_EQ(*parse_format_choice("nvfp4:4o6"), FormatChoice::nvfp4_four_over_six());
+  EXPECT_EQ(FormatChoice::nvfp4_four_over_six().name(), "nvfp4:4o6");
+  EXPECT_FALSE(parse_format_choice("mxfp4:4o6"));
+}
+
+TEST(PlanCandidates, FourOverSixIsAnNvfp4CandidateOfTheSameBytes) {
+  const Architecture arch = test::tiny_llama(1);
+  CandidateOptions o;
+  o.formats = {FormatChoice::of(Format::nvfp4), FormatChoice::nvfp4_four_over_six()};
+  const auto units = decision_units(arch, o);
+  for (const DecisionUnit& u : units) {
+    ASSERT_EQ(u.candidates.size(), 3u);  // nvfp4, nvfp4:4o6, keep
+    EXPECT_EQ(u.candidates[0].bytes, u.candidates[1].bytes);
+    EXPECT_EQ(u.find(FormatChoice::nvfp4_four_over_six()), 1);
+  }
+  // The assignment says nvfp4 + algo four_over_six for the 4/6 choice.
+  const Assignment a = assignment_from_choices(arch, units, {1, 0, 1, 2});
+  const ModuleChoice q = a.at("model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(q.format, FormatChoice::of(Format::nvfp4));
+  EXPECT_EQ(q.algo, "four_over_six");
+  EXPECT_EQ(a.at("model.layers.0.self_attn.o_proj").algo, "max");
+  EXPECT_EQ(a.at("model.layers.0.mlp.up_proj").algo, "four_over_six");
+  EXPECT_TRUE(a.at("model.layers.0.mlp.down_proj").format.is_keep());
 }
 
 TEST(PlanCandidates, UnitsFollowFusedGroupsAndBlocks) {

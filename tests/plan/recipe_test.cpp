@@ -56,6 +56,32 @@ TEST(Recipe, FirstMatchWinsAndDefaultsApply) {
   EXPECT_EQ(b.at("model.layers.1.mlp.up_proj").algo, "awq");
 }
 
+TEST(Recipe, FourOverSixIsNvfp4WithItsAlgo) {
+  const Architecture arch = test::tiny_llama(2, 64, 128);
+  const Recipe r = parse(R"({"rules": [{"match": "*.mlp.*", "format": "nvfp4:4o6"},
+                                       {"match": "*.o_proj", "format": "nvfp4", "algo": "four_over_six"},
+                                       {"match": "*", "format": "nvfp4"}]})");
+  const Assignment a = apply_recipe(r, arch, ModuleChoice{});
+  for (const char* m : {"model.layers.1.mlp.up_proj", "model.layers.0.self_attn.o_proj"}) {
+    const ModuleChoice c = a.at(m);
+    EXPECT_EQ(c.format, FormatChoice::of(Format::nvfp4)) << m;
+    EXPECT_EQ(c.algo, "four_over_six") << m;
+    EXPECT_EQ(candidate_of(c), FormatChoice::nvfp4_four_over_six()) << m;
+    EXPECT_EQ(candidate_of(c).name(), "nvfp4:4o6");
+  }
+  EXPECT_EQ(a.at("model.layers.0.self_attn.q_proj").algo, "max");
+  EXPECT_EQ(candidate_of(a.at("model.layers.0.self_attn.q_proj")), FormatChoice::of(Format::nvfp4));
+  // The candidate spellings.
+  EXPECT_EQ(parse_format_choice("nvfp4:four_over_six"), FormatChoice::nvfp4_four_over_six());
+  EXPECT_FALSE(parse_format_choice("fp8:4o6"));
+  EXPECT_FALSE(parse_format_choice("int4:4o6"));
+  EXPECT_FALSE(FormatChoice::nvfp4_four_over_six() == FormatChoice::of(Format::nvfp4));
+  const ModuleChoice mc = module_choice_of(FormatChoice::nvfp4_four_over_six(), "max");
+  EXPECT_EQ(mc.format, FormatChoice::of(Format::nvfp4));
+  EXPECT_EQ(mc.algo, "four_over_six");
+  EXPECT_EQ(module_choice_of(FormatChoice::of(Format::fp8), "max").algo, "max");
+}
+
 TEST(Recipe, FusedGroupMustShareAFormat) {
   const Architecture arch = test::tiny_llama(2);
   const Recipe r = parse(R"({"rules": [{"match": "*.k_proj", "format": "fp8"},
@@ -76,10 +102,16 @@ TEST(Recipe, ErrorsNameTheFileAndRule) {
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"format": "fp8"}]})"); }), "r.json: rule 0: missing \"match\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*"}]})"); }), "r.json: rule 0: missing \"format\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "algo": "magic"}]})"); }),
-            "r.json: rule 0: unknown algo 'magic' (choices: max, mse, awq, gptq, smoothquant)");
+            "r.json: rule 0: unknown algo 'magic' (choices: max, mse, awq, gptq, smoothquant, "
+            "four_over_six)");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "algo": "gtpq"}]})"); }),
             "r.json: rule 0: unknown algo 'gtpq'; did you mean 'gptq'? (choices: max, mse, awq, "
-            "gptq, smoothquant)");
+            "gptq, smoothquant, four_over_six)");
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "algo": "four_over_six"}]})"); }),
+            "r.json: rule 0: algo four_over_six chooses NVFP4 block scales; it needs format nvfp4, "
+            "not fp8");
+  EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "nvfp4:4o6", "algo": "mse"}]})"); }),
+            "r.json: rule 0: format nvfp4:4o6 is Four Over Six's; it takes no algo \"mse\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "colour": 1}]})"); }),
             "r.json: rule 0: unknown key \"colour\" (match, format, algo, options)");
   EXPECT_NE(error_of([] { parse(R"({"rules": [{"match": "re:(", "format": "fp8"}]})"); })
@@ -129,6 +161,7 @@ TEST(Recipe, SaveLoadRoundTrip) {
       case 6: mc.format = FormatChoice::of(Format::int4, 32); mc.algo = "gptq";
               mc.options = {{"damp", 0.05}, {"block", 64}}; break;
       case 10: mc.format = FormatChoice::keep(); break;
+      case 13: mc = module_choice_of(FormatChoice::nvfp4_four_over_six()); break;
       default: mc.format = FormatChoice::of(Format::nvfp4); mc.algo = "awq";
     }
     a.modules[lm.name] = mc;

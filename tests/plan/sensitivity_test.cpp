@@ -1,6 +1,8 @@
 // Proxy scores (against a direct computation on the inputs, and on a planted sensitive layer),
 // exact-score enumeration, monotonisation and rank correlation.
 #include "plan/sensitivity.h"
+#include "algo/four_over_six.h"
+#include "formats/fake_quant.h"
 
 #include "core/convert.h"
 #include "core/error.h"
@@ -134,10 +136,11 @@ TEST(Sensitivity, SampledProxyInRowSlicesEqualsTheWholeWeight) {
   DecisionUnit unit;
   unit.name = "big";
   unit.linears = {0};
-  unit.candidates = {{FormatChoice::of(Format::nvfp4), 0}, {FormatChoice::of(Format::fp8), 0}};
+  unit.candidates = {{FormatChoice::of(Format::nvfp4), 0}, {FormatChoice::of(Format::fp8), 0},
+                     {FormatChoice::nvfp4_four_over_six(), 0}};
   const LinearStats* sp = &st;
   const std::vector<double> s = proxy_unit_scores(unit, std::span(&wr, 1), std::span(&sp, 1), pool);
-  for (size_t c = 0; c < 2; ++c) {
+  for (size_t c = 0; c < 3; ++c) {
     const std::vector<float> fq = fake_quantize_choice(wr, unit.candidates[c].choice, 0.f, pool);
     const double whole = sampled_output_error(wr, fq.data(), st, pool);
     EXPECT_GT(whole, 0.0);
@@ -238,6 +241,41 @@ TEST(Sensitivity, MonotonizeFollowsCompression) {
   EXPECT_EQ(ok[0], (std::vector<double>{1.0, 9.0, 0.0, 4.0}));
   UnitScores bad = {{1.0}};
   EXPECT_THROW(monotonize({u}, bad), Error);
+}
+
+TEST(Sensitivity, MonotonizeLeavesEqualBytesAlternativesApart) {
+  DecisionUnit u;
+  u.name = "x";
+  // nvfp4 and nvfp4:4o6 store the same bytes: neither lowers the other.
+  u.candidates = {{FormatChoice::of(Format::nvfp4), 100},
+                  {FormatChoice::nvfp4_four_over_six(), 100},
+                  {FormatChoice::of(Format::fp8), 300},
+                  {FormatChoice::keep(), 400}};
+  UnitScores s = {{5.0, 3.0, 4.0, 9.0}};
+  monotonize({u}, s);
+  EXPECT_EQ(s[0], (std::vector<double>{5.0, 3.0, 3.0, 0.0}));
+  UnitScores t = {{2.0, 3.0, 4.0, 9.0}};
+  monotonize({u}, t);
+  EXPECT_EQ(t[0], (std::vector<double>{2.0, 3.0, 2.0, 0.0}));
+  // A smaller format lowers both alternatives.
+  u.candidates.push_back({FormatChoice::of(Format::mxfp4), 50});
+  UnitScores v = {{5.0, 3.0, 4.0, 9.0, 1.0}};
+  monotonize({u}, v);
+  EXPECT_EQ(v[0], (std::vector<double>{1.0, 1.0, 1.0, 0.0, 1.0}));
+}
+
+TEST(Sensitivity, FourOverSixCandidateFakeQuantizesWithItsScales) {
+  ThreadPool pool(2);
+  const int64_t n = 96, k = 64;
+  const std::vector<float> w = gaussian_weights(n, k, 31);
+  const WeightRows wr{w.data(), DType::F32, n, k};
+  const float group = 1.25f * weight_amax(wr, pool).amax;
+  const std::vector<float> got =
+      fake_quantize_choice(wr, FormatChoice::nvfp4_four_over_six(), group, pool);
+  std::vector<float> want(size_t(n * k));
+  dequantize(quantize_nvfp4_four_over_six(wr, group, pool), want.data());
+  EXPECT_EQ(got, want);
+  EXPECT_NE(got, fake_quantize_choice(wr, FormatChoice::of(Format::nvfp4), group, pool));
 }
 
 TEST(Sensitivity, SpearmanRankCorrelation) {
