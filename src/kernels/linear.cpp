@@ -88,7 +88,10 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
   }
   if (tokens > 1) {
     if (fast && kernels::use_bf16_matmul(w)) {
-      kernels::matmul_bf16_avx512bf16(w, x, tokens, y, pool);
+      if (kernels::cpu_has_amx_bf16() && kernels::fits_amx_bf16(w))
+        kernels::matmul_bf16_amx(w, x, tokens, y, pool);
+      else
+        kernels::matmul_bf16_avx512bf16(w, x, tokens, y, pool);
       return;
     }
     kernels::matmul_decoded(w, x, tokens, y, pool);

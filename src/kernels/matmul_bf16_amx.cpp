@@ -1,0 +1,365 @@
+// Matrix-matrix product (prefill) on AMX-BF16 tiles for the same weights and the same numerics
+// as matmul_bf16_avx512bf16.cpp (activations rounded to BF16, weights decoded exactly to BF16
+// with the per-tensor / per-row factor kept out, float32 accumulation), at up to ~1000 BF16
+// multiply-adds per cycle and core instead of 64.
+//
+// Operands. The weight is the tiles' A operand: 16 weight rows of 32 elements, in the stored
+// row-major order (BF16 is copied, the other formats decoded, a 32-row x kKBlock block at a
+// time into a buffer that stays in L1). The activations are the B operand, laid out once per
+// product in AMX's pair-interleaved ("VNNI") order: per block of 16 tokens and pair p of
+// elements (2p, 2p+1), the 16 tokens' pairs side by side, so a B tile (16 pairs x 16 tokens) is
+// 1 KB of contiguous memory. A C tile is then 16 weight rows x 16 tokens, the transpose of the
+// output, and is transposed (in registers) once per output block, after all of K.
+//
+// Register blocking: 2 A tiles (32 rows) x 2 B tiles (32 tokens) -> 4 C tiles, all 8 tiles;
+// per 32 elements of K, four tile loads feed four 16-cycle tile products. Per task (32 rows):
+// for each K-block the A block is decoded once and every token pair streams its B tiles from
+// L2 (kKBlock x 512 tokens x 2 bytes = 512 KB), the C tiles accumulating in a per-task buffer
+// across K-blocks.
+//
+// Accumulation: each output is one float32 chain over K in pair order, the same for every
+// split, so outputs do not depend on the thread count (tasks are fixed row ranges).
+#include "kernels/kernels_internal.h"
+#include "kernels/weight_formats.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
+
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*(), which -Wuninitialized
+// flags once inlined (GCC bug 105593); nothing here reads an undefined value.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#define QF_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+
+namespace qf::kernels {
+namespace {
+
+constexpr int64_t kRows = 32;        // weight rows per task (two A tiles)
+constexpr int64_t kTokenBlock = 16;  // tokens per B tile
+constexpr int64_t kChunk = 32;       // elements of K per tile product
+constexpr int64_t kTokenChunk = 512; // tokens whose B tiles one K-block streams (~512 KB)
+// Elements of K per block: the 32 x kKBlock BF16 A block (32 KB) stays in L1 while every token
+// pair passes over it.
+constexpr int64_t kKBlock = 512;
+
+// The 64-byte tile configuration (palette 1): tiles 0-3 C (16 x 16 float), 4-5 A (16 rows x 32
+// BF16), 6-7 B (16 pairs x 16 tokens).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+QF_AMX_TARGET void configure_tiles() {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// r[0..15] (16 x 16 32-bit values) transposed in place: r[j][i] = old r[i][j].
+QF_AMX_TARGET inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  // u[4i + c], 128-bit lane L: column 4L + c of rows 4i .. 4i+3.
+  for (int c = 0; c < 4; ++c) {
+    const __m512 s0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+    const __m512 s1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+    const __m512 s2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512 s3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
+    r[8 + c] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+  }
+}
+
+// The activations x [tokens, K] as B tiles: out[(tb * kp + p) * 16 + j] = the BF16 pair
+// (x[t, 2p], x[t, 2p+1]) of token t = 16 tb + j, for p < kp (kp = K padded to kChunk, halved);
+// tokens past `tokens` and elements past K are zero.
+QF_AMX_TARGET void pack_activations(const float* x, int64_t tokens, int64_t K, int64_t kp,
+                                    uint32_t* out) {
+  const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
+  for (int64_t tb = 0; tb < blocks; ++tb) {
+    for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+      const int64_t k0 = 2 * p0;
+      const int64_t n = std::clamp<int64_t>(K - k0, 0, 32);
+      const __mmask16 mlo = __mmask16((1u << std::min<int64_t>(n, 16)) - 1);
+      const __mmask16 mhi = __mmask16((1u << std::max<int64_t>(0, n - 16)) - 1);
+      __m512 r[16];
+      for (int64_t j = 0; j < 16; ++j) {
+        const int64_t t = tb * kTokenBlock + j;
+        if (t >= tokens || n == 0) {
+          r[j] = _mm512_setzero_ps();
+          continue;
+        }
+        const float* xt = x + t * K + k0;
+        const __m512 lo = _mm512_maskz_loadu_ps(mlo, xt);
+        const __m512 hi = _mm512_maskz_loadu_ps(mhi, xt + 16);
+        r[j] = _mm512_castsi512_ps(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      }
+      transpose16(r);
+      uint32_t* o = out + (tb * kp + p0) * 16;
+      for (int64_t i = 0; i < 16; ++i) _mm512_storeu_ps(o + i * 16, r[i]);
+    }
+  }
+}
+
+// Decodes W[row0 .. row0+nr, c0 .. c0+nc) to BF16 rows of `ld` elements (nc <= ld, ld a multiple
+// of kChunk): BF16 copied, NVFP4 and MXFP4 through a float table of E2M1 times the block scale
+// (exact in BF16; NVFP4's global scale is applied to the outputs), everything else through the
+// layout's float decoder, then rounded (exact for the bf16_exact layouts). Columns nc up to the
+// next multiple of kChunk and rows nr .. kRows are zero (the products read no further).
+QF_AMX_TARGET void decode_block(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0,
+                                int64_t nc, int64_t ld, uint16_t* out, std::vector<float>& tile) {
+  const int64_t K = w.cols;
+  const int64_t ncp = (nc + kChunk - 1) / kChunk * kChunk;
+  if (nr < kRows) std::memset(out + nr * ld, 0, size_t((kRows - nr) * ld) * 2);
+  if (w.format == WeightFormat::bf16) {
+    const auto* src = static_cast<const uint16_t*>(w.data);
+    for (int64_t r = 0; r < nr; ++r) {
+      const uint16_t* s = src + (row0 + r) * K + c0;
+      uint16_t* o = out + r * ld;
+      for (int64_t c = 0; c < ncp; c += kChunk) {
+        const int64_t n = std::clamp<int64_t>(nc - c, 0, kChunk);
+        const __mmask32 m = n == kChunk ? ~__mmask32(0) : __mmask32((1u << n) - 1);
+        _mm512_storeu_si512(o + c, _mm512_maskz_loadu_epi16(m, s + c));
+      }
+    }
+    return;
+  }
+  const bool nv = w.format == WeightFormat::nvfp4;
+  if (nv || w.format == WeightFormat::mxfp4) {
+    // c0 is a multiple of kChunk (see block_cols); nc a multiple of the block, so the last
+    // chunk of an NVFP4 row may hold one block of 16.
+    const float* stab = nv ? e4m3_table() : e8m0_table();
+    const __m512 e2m1 = _mm512_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f,
+                                       -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f);
+    const __m256i low = _mm256_set1_epi16(0x0F);
+    const auto* bytes = static_cast<const uint8_t*>(w.data);
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t row = row0 + r;
+      const uint8_t* p = bytes + (row * K + c0) / 2;
+      const uint8_t* sc = w.block_scales + (row * K + c0) / (nv ? 16 : 32);
+      uint16_t* o = out + r * ld;
+      for (int64_t c = 0; c < nc; c += kChunk) {
+        const bool full = nc - c >= kChunk;
+        // 16 bytes -> 32 nibbles in element order (element 2j: low nibble of byte j).
+        const __m256i b = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(full ? 0xFFFF : 0x00FF, p + c / 2));
+        const __m256i nib = _mm256_or_si256(_mm256_and_si256(b, low),
+                                            _mm256_slli_epi16(_mm256_srli_epi16(b, 4), 8));
+        const __m512 s0 = _mm512_set1_ps(stab[sc[nv ? c / 16 : c / 32]]);
+        const __m512 s1 = !nv ? s0 : full ? _mm512_set1_ps(stab[sc[c / 16 + 1]]) : _mm512_setzero_ps();
+        const __m512 lo = _mm512_mul_ps(
+            _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(nib)), e2m1), s0);
+        const __m512 hi = _mm512_mul_ps(
+            _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(nib, 1)), e2m1), s1);
+        _mm512_storeu_si512(o + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      }
+    }
+    return;
+  }
+  tile.resize(size_t(kRows * ld));
+  decode_tile(w, row0, nr, c0, nc, tile.data(), ld);
+  for (int64_t r = 0; r < nr; ++r) {
+    const float* t = tile.data() + r * ld;
+    uint16_t* o = out + r * ld;
+    for (int64_t c = 0; c < ncp; c += kChunk) {
+      const int64_t n = std::clamp<int64_t>(nc - c, 0, kChunk);
+      const __m512 lo = _mm512_maskz_loadu_ps(__mmask16((1u << std::min<int64_t>(n, 16)) - 1), t + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(__mmask16((1u << std::max<int64_t>(0, n - 16)) - 1), t + c + 16);
+      _mm512_storeu_si512(o + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+  }
+}
+
+// C tiles 0-3 (+)= A block [32 rows, chunks x 32] x the B tiles of token blocks tb0 (tiles 0,
+// 2) and tb0 + 1 (tiles 1, 3; skipped when !two).
+QF_AMX_TARGET inline void block_product(const uint16_t* a, int64_t lda_bytes, const uint32_t* b0,
+                                        const uint32_t* b1, int64_t chunks, bool two) {
+  if (two) {
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      _tile_loadd(4, a + ch * kChunk, lda_bytes);
+      _tile_loadd(5, a + 16 * (lda_bytes / 2) + ch * kChunk, lda_bytes);
+      _tile_loadd(6, b0 + ch * 256, 64);
+      _tile_loadd(7, b1 + ch * 256, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  } else {
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      _tile_loadd(4, a + ch * kChunk, lda_bytes);
+      _tile_loadd(5, a + 16 * (lda_bytes / 2) + ch * kChunk, lda_bytes);
+      _tile_loadd(6, b0 + ch * 256, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(2, 5, 6);
+    }
+  }
+}
+
+// Elements of K per block: kKBlock, or a multiple of both the format's block and kChunk (an
+// INT4 group of 172: 1376); 0 when that exceeds 4 kKBlock (the AVX512-BF16 kernel takes those).
+int64_t block_cols(const LinearWeight& w) {
+  const int64_t block = std::max(1, weight_block(w));
+  const int64_t unit = std::lcm(block, kChunk);
+  if (unit > 4 * kKBlock) return 0;
+  return std::max<int64_t>(unit, kKBlock / unit * unit);
+}
+
+struct TaskBuffers {
+  std::vector<uint16_t> a;   // the decoded A block
+  std::vector<float> tile;   // float decode of the other layouts
+  std::vector<float> c;      // C tiles of every token block: [tb][2][16][16]
+};
+
+QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t tokens,
+                            int64_t kp, int64_t r0, int64_t r1, float* y, OutputFactor factor,
+                            const LinearWeight& w, TaskBuffers& buf) {
+  const int64_t K = wd.cols, M = wd.rows, nr = r1 - r0;
+  const int64_t kc = block_cols(wd);
+  const int64_t ld = (kc + kChunk - 1) / kChunk * kChunk;
+  buf.a.resize(size_t(kRows * ld));
+  configure_tiles();
+  for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
+    const int64_t nt = std::min(kTokenChunk, tokens - t0);
+    const int64_t blocks = (nt + kTokenBlock - 1) / kTokenBlock;
+    buf.c.resize(size_t(blocks * 2 * 256));
+    const int64_t tb_first = t0 / kTokenBlock;
+    for (int64_t c0 = 0; c0 < K; c0 += kc) {
+      const int64_t nc = std::min(kc, K - c0);
+      decode_block(wd, r0, nr, c0, nc, ld, buf.a.data(), buf.tile);
+      const int64_t chunks = (nc + kChunk - 1) / kChunk;
+      for (int64_t tb = 0; tb < blocks; tb += 2) {
+        const bool two = tb + 1 < blocks;
+        float* c = buf.c.data() + tb * 512;  // block tb: tiles [0] rows 0-15, [1] rows 16-31
+        if (c0 == 0) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          _tile_loadd(0, c, 64);
+          _tile_loadd(2, c + 256, 64);
+          if (two) {
+            _tile_loadd(1, c + 512, 64);
+            _tile_loadd(3, c + 768, 64);
+          }
+        }
+        const uint32_t* b0 = xp + ((tb_first + tb) * kp + c0 / 2) * 16;
+        block_product(buf.a.data(), ld * 2, b0, b0 + kp * 16, chunks, two);
+        _tile_stored(0, c, 64);
+        _tile_stored(2, c + 256, 64);
+        if (two) {
+          _tile_stored(1, c + 512, 64);
+          _tile_stored(3, c + 768, 64);
+        }
+      }
+    }
+    // C tiles [16 rows][16 tokens] -> y[token][row], times the factor kept out.
+    for (int64_t tb = 0; tb < blocks; ++tb) {
+      for (int64_t half = 0; half < 2; ++half) {
+        const int64_t rb = r0 + half * 16, rows = std::min<int64_t>(16, r1 - rb);
+        if (rows <= 0) continue;
+        const float* c = buf.c.data() + (tb * 2 + half) * 256;
+        __m512 v[16];
+        for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(c + i * 16);
+        transpose16(v);
+        __m512 f = _mm512_set1_ps(1.f);
+        if (factor == OutputFactor::tensor) f = _mm512_set1_ps(w.global_scale);
+        const __mmask16 m = __mmask16((1u << rows) - 1);
+        if (factor == OutputFactor::row) f = _mm512_maskz_loadu_ps(m, w.scales + rb);
+        const int64_t tend = std::min<int64_t>(16, nt - tb * kTokenBlock);
+        for (int64_t j = 0; j < tend; ++j) {
+          const int64_t t = t0 + tb * kTokenBlock + j;
+          __m512 o = v[j];
+          if (factor != OutputFactor::none) o = _mm512_mul_ps(o, f);
+          _mm512_mask_storeu_ps(y + t * M + rb, m, o);
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+bool os_allows_amx() {
+  // Linux hands out the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, the
+  // permission is per process).
+  constexpr long kReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+}  // namespace
+
+bool cpu_has_amx_bf16() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+    return amx_bf16 && amx_tile && cpu_has_avx512bf16() && __builtin_cpu_supports("avx512dq") &&
+           os_allows_amx();
+  }();
+  return ok;
+}
+
+bool fits_amx_bf16(const LinearWeight& w) { return block_cols(w) > 0; }
+
+void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                     ThreadPool* pool) {
+  const int64_t K = w.cols, M = w.rows;
+  const int64_t kp = (K + kChunk - 1) / kChunk * (kChunk / 2);
+  const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
+  std::vector<uint32_t> xp(size_t(blocks * kp * 16));
+  pack_activations(x, tokens, K, kp, xp.data());
+  LinearWeight wd = w;
+  std::vector<float> ones;
+  const OutputFactor factor = weight_format_row(w.format).factor;
+  if (factor == OutputFactor::tensor) wd.global_scale = 1.f;
+  if (factor == OutputFactor::row) {
+    ones.assign(size_t(M), 1.f);
+    wd.scales = ones.data();
+  }
+  for_row_tasks(pool, M, kRows, [&](int64_t r0, int64_t r1) {
+    thread_local TaskBuffers buf;
+    amx_task(wd, xp.data(), tokens, kp, r0, r1, y, factor, w, buf);
+  });
+}
+
+}  // namespace qf::kernels
+
+#else  // not x86-64 Linux GCC/Clang: no AMX
+
+namespace qf::kernels {
+bool cpu_has_amx_bf16() { return false; }
+bool fits_amx_bf16(const LinearWeight&) { return false; }
+void matmul_bf16_amx(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
+}  // namespace qf::kernels
+
+#endif
