@@ -130,25 +130,29 @@ QF_AMX_TARGET void pack_activations(const float* x, int64_t tokens, int64_t K, i
   }
 }
 
-// Decodes W[row0 .. row0+nr, c0 .. c0+nc) to BF16 rows of `ld` elements (nc <= ld, ld a multiple
-// of kChunk): BF16 copied, NVFP4 and MXFP4 through a float table of E2M1 times the block scale
+// Decodes W[row0 .. row0+nr, c0 .. c0+nc) to BF16 A tiles: element (r, c) at
+// out[(c / kChunk) * kRows * kChunk + r * kChunk + c % kChunk], so that each tile is 1 KB of
+// contiguous memory (rows at a 64-byte stride). BF16 is copied, NVFP4 and MXFP4 through a float table of E2M1 times the block scale
 // (exact in BF16; NVFP4's global scale is applied to the outputs), everything else through the
 // layout's float decoder, then rounded (exact for the bf16_exact layouts). Columns nc up to the
-// next multiple of kChunk and rows nr .. kRows are zero (the products read no further).
+// next multiple of kChunk and rows nr .. kRows are zero.
 QF_AMX_TARGET void decode_block(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0,
-                                int64_t nc, int64_t ld, uint16_t* out, std::vector<float>& tile) {
+                                int64_t nc, uint16_t* out, std::vector<float>& tile) {
   const int64_t K = w.cols;
   const int64_t ncp = (nc + kChunk - 1) / kChunk * kChunk;
-  if (nr < kRows) std::memset(out + nr * ld, 0, size_t((kRows - nr) * ld) * 2);
+  constexpr int64_t kTile = kRows * kChunk;  // elements per chunk of the block
+  if (nr < kRows)
+    for (int64_t c = 0; c < ncp; c += kChunk)
+      std::memset(out + c / kChunk * kTile + nr * kChunk, 0, size_t((kRows - nr) * kChunk) * 2);
   if (w.format == WeightFormat::bf16) {
     const auto* src = static_cast<const uint16_t*>(w.data);
     for (int64_t r = 0; r < nr; ++r) {
       const uint16_t* s = src + (row0 + r) * K + c0;
-      uint16_t* o = out + r * ld;
+      uint16_t* o = out + r * kChunk;
       for (int64_t c = 0; c < ncp; c += kChunk) {
         const int64_t n = std::clamp<int64_t>(nc - c, 0, kChunk);
         const __mmask32 m = n == kChunk ? ~__mmask32(0) : __mmask32((1u << n) - 1);
-        _mm512_storeu_si512(o + c, _mm512_maskz_loadu_epi16(m, s + c));
+        _mm512_storeu_si512(o + c / kChunk * kTile, _mm512_maskz_loadu_epi16(m, s + c));
       }
     }
     return;
@@ -166,7 +170,7 @@ QF_AMX_TARGET void decode_block(const LinearWeight& w, int64_t row0, int64_t nr,
       const int64_t row = row0 + r;
       const uint8_t* p = bytes + (row * K + c0) / 2;
       const uint8_t* sc = w.block_scales + (row * K + c0) / (nv ? 16 : 32);
-      uint16_t* o = out + r * ld;
+      uint16_t* o = out + r * kChunk;
       for (int64_t c = 0; c < nc; c += kChunk) {
         const bool full = nc - c >= kChunk;
         // 16 bytes -> 32 nibbles in element order (element 2j: low nibble of byte j).
@@ -179,33 +183,35 @@ QF_AMX_TARGET void decode_block(const LinearWeight& w, int64_t row0, int64_t nr,
             _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(nib)), e2m1), s0);
         const __m512 hi = _mm512_mul_ps(
             _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(nib, 1)), e2m1), s1);
-        _mm512_storeu_si512(o + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+        _mm512_storeu_si512(o + c / kChunk * kTile,
+                            reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
       }
     }
     return;
   }
-  tile.resize(size_t(kRows * ld));
-  decode_tile(w, row0, nr, c0, nc, tile.data(), ld);
+  tile.resize(size_t(kRows * ncp));
+  decode_tile(w, row0, nr, c0, nc, tile.data(), ncp);
   for (int64_t r = 0; r < nr; ++r) {
-    const float* t = tile.data() + r * ld;
-    uint16_t* o = out + r * ld;
+    const float* t = tile.data() + r * ncp;
+    uint16_t* o = out + r * kChunk;
     for (int64_t c = 0; c < ncp; c += kChunk) {
       const int64_t n = std::clamp<int64_t>(nc - c, 0, kChunk);
       const __m512 lo = _mm512_maskz_loadu_ps(__mmask16((1u << std::min<int64_t>(n, 16)) - 1), t + c);
       const __m512 hi = _mm512_maskz_loadu_ps(__mmask16((1u << std::max<int64_t>(0, n - 16)) - 1), t + c + 16);
-      _mm512_storeu_si512(o + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      _mm512_storeu_si512(o + c / kChunk * kTile,
+                          reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
     }
   }
 }
 
-// C tiles 0-3 (+)= A block [32 rows, chunks x 32] x the B tiles of token blocks tb0 (tiles 0,
-// 2) and tb0 + 1 (tiles 1, 3; skipped when !two).
-QF_AMX_TARGET inline void block_product(const uint16_t* a, int64_t lda_bytes, const uint32_t* b0,
-                                        const uint32_t* b1, int64_t chunks, bool two) {
+// C tiles 0-3 (+)= A block (decode_block's layout, `chunks` x 32 elements) x the B tiles of
+// token blocks tb0 (tiles 0, 2) and tb0 + 1 (tiles 1, 3; skipped when !two).
+QF_AMX_TARGET inline void block_product(const uint16_t* a, const uint32_t* b0, const uint32_t* b1,
+                                        int64_t chunks, bool two) {
   if (two) {
     for (int64_t ch = 0; ch < chunks; ++ch) {
-      _tile_loadd(4, a + ch * kChunk, lda_bytes);
-      _tile_loadd(5, a + 16 * (lda_bytes / 2) + ch * kChunk, lda_bytes);
+      _tile_loadd(4, a + ch * kRows * kChunk, 64);
+      _tile_loadd(5, a + ch * kRows * kChunk + 16 * kChunk, 64);
       _tile_loadd(6, b0 + ch * 256, 64);
       _tile_loadd(7, b1 + ch * 256, 64);
       _tile_dpbf16ps(0, 4, 6);
@@ -215,8 +221,8 @@ QF_AMX_TARGET inline void block_product(const uint16_t* a, int64_t lda_bytes, co
     }
   } else {
     for (int64_t ch = 0; ch < chunks; ++ch) {
-      _tile_loadd(4, a + ch * kChunk, lda_bytes);
-      _tile_loadd(5, a + 16 * (lda_bytes / 2) + ch * kChunk, lda_bytes);
+      _tile_loadd(4, a + ch * kRows * kChunk, 64);
+      _tile_loadd(5, a + ch * kRows * kChunk + 16 * kChunk, 64);
       _tile_loadd(6, b0 + ch * 256, 64);
       _tile_dpbf16ps(0, 4, 6);
       _tile_dpbf16ps(2, 5, 6);
@@ -244,8 +250,7 @@ QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t 
                             const LinearWeight& w, TaskBuffers& buf) {
   const int64_t K = wd.cols, M = wd.rows, nr = r1 - r0;
   const int64_t kc = block_cols(wd);
-  const int64_t ld = (kc + kChunk - 1) / kChunk * kChunk;
-  buf.a.resize(size_t(kRows * ld));
+  buf.a.resize(size_t(kRows * ((kc + kChunk - 1) / kChunk * kChunk)));
   configure_tiles();
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
     const int64_t nt = std::min(kTokenChunk, tokens - t0);
@@ -254,7 +259,7 @@ QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t 
     const int64_t tb_first = t0 / kTokenBlock;
     for (int64_t c0 = 0; c0 < K; c0 += kc) {
       const int64_t nc = std::min(kc, K - c0);
-      decode_block(wd, r0, nr, c0, nc, ld, buf.a.data(), buf.tile);
+      decode_block(wd, r0, nr, c0, nc, buf.a.data(), buf.tile);
       const int64_t chunks = (nc + kChunk - 1) / kChunk;
       for (int64_t tb = 0; tb < blocks; tb += 2) {
         const bool two = tb + 1 < blocks;
@@ -273,7 +278,7 @@ QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t 
           }
         }
         const uint32_t* b0 = xp + ((tb_first + tb) * kp + c0 / 2) * 16;
-        block_product(buf.a.data(), ld * 2, b0, b0 + kp * 16, chunks, two);
+        block_product(buf.a.data(), b0, b0 + kp * 16, chunks, two);
         _tile_stored(0, c, 64);
         _tile_stored(2, c + 256, 64);
         if (two) {

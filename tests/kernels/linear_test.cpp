@@ -162,6 +162,33 @@ void expect_int8_activation_close(const LinearWeight& w, const std::vector<float
   }
 }
 
+// BF16 prefill: the activation is rounded to BF16 (relative 2^-9), the decoded weights are exact
+// in BF16 except INT4's q x scale (rounded, relative 2^-9 too). Against the float reference on
+// the rounded activation exact weights leave only summation error; against `ref` (the float
+// reference on x) the roundings too.
+void expect_bf16_matmul_close(const LinearWeight& w, const std::vector<float>& x, int64_t tokens,
+                              const std::vector<float>& y, const std::vector<float>& ref) {
+  std::vector<float> xr(x.size()), refr(ref.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  linear_reference(w, xr.data(), tokens, refr.data());
+  const bool int4 =
+      w.format == WeightFormat::int4_row_pairs || w.format == WeightFormat::int4_packed32;
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_weight_rows(w, r, 1, row.data());
+    for (int64_t tk = 0; tk < tokens; ++tk) {
+      double mag = 0;
+      for (int64_t k = 0; k < w.cols; ++k)
+        mag += std::fabs(double(row[size_t(k)]) * x[size_t(tk * w.cols + k)]);
+      const size_t i = size_t(tk * w.rows + r);
+      ASSERT_NEAR(y[i], refr[i], (int4 ? std::ldexp(1.0, -8) : 4e-6) * mag + 1e-30)
+          << weight_format_name(w.format) << " row " << r << " token " << tk;
+      ASSERT_NEAR(y[i], ref[i], std::ldexp(1.0, -8) * mag + 1e-30)
+          << weight_format_name(w.format) << " row " << r << " token " << tk;
+    }
+  }
+}
+
 struct Case {
   WeightFormat format;
   int64_t rows, cols;
@@ -196,28 +223,7 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
       linear_forward(t->w, x.data(), tokens, yp.data(), &two, KernelMode::exact);
       expect_close(t->w, x, tokens, yp, ref);
     } else if (tokens > 1 && kernels::use_bf16_matmul(t->w)) {
-      // BF16 prefill: the activation is rounded to BF16 (relative 2^-9), the decoded weights are
-      // exact in BF16 except INT4's q x scale (rounded, relative 2^-9 too). Against the float
-      // reference on the rounded activation: exact weights leave only summation error.
-      std::vector<float> xr(x.size()), refr(ref.size());
-      for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
-      linear_reference(t->w, xr.data(), tokens, refr.data());
-      const bool int4 = c.format == WeightFormat::int4_row_pairs ||
-                        c.format == WeightFormat::int4_packed32;
-      std::vector<float> row(static_cast<size_t>(c.cols));
-      for (int64_t r = 0; r < c.rows; ++r) {
-        dequantize_weight_rows(t->w, r, 1, row.data());
-        for (int64_t tk = 0; tk < tokens; ++tk) {
-          double mag = 0;
-          for (int64_t k = 0; k < c.cols; ++k)
-            mag += std::fabs(double(row[size_t(k)]) * x[size_t(tk * c.cols + k)]);
-          const size_t i = size_t(tk * c.rows + r);
-          ASSERT_NEAR(y1[i], refr[i], (int4 ? std::ldexp(1.0, -8) : 4e-6) * mag + 1e-30)
-              << weight_format_name(c.format) << " row " << r << " token " << tk;
-          ASSERT_NEAR(y1[i], ref[i], std::ldexp(1.0, -8) * mag + 1e-30)
-              << weight_format_name(c.format) << " row " << r << " token " << tk;
-        }
-      }
+      expect_bf16_matmul_close(t->w, x, tokens, y1, ref);
     } else {
       // Float weights on a few tokens stream once with float activations.
       expect_close(t->w, x, tokens, y1, ref);
@@ -257,6 +263,41 @@ INSTANTIATE_TEST_SUITE_P(
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n + "_" + std::to_string(p.param.rows) + "x" + std::to_string(p.param.cols);
     });
+
+// Both BF16 matrix-matrix kernels called directly (linear_forward takes AMX where the CPU has it,
+// which would leave the AVX512-BF16 kernel untested there): token counts around the AMX kernel's
+// blocks of 16 and pairs of blocks, row counts around its tasks of 32, K tails and an INT4 group
+// that no 32 divides; bit-identical at 1 and 2 threads.
+TEST(KernelLinear, Bf16MatMulKernelsMatchReference) {
+  if (!kernels::cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16";
+  ThreadPool one(1), two(2);
+  const Case cases[] = {{WeightFormat::bf16, 64, 256, 0},   {WeightFormat::bf16, 35, 129, 0},
+                        {WeightFormat::bf16, 33, 1090, 0},  {WeightFormat::nvfp4, 70, 256, 0},
+                        {WeightFormat::nvfp4, 9, 80, 0},    {WeightFormat::nvfp4, 40, 1072, 0},
+                        {WeightFormat::mxfp4, 65, 608, 0},  {WeightFormat::fp8, 40, 200, 0},
+                        {WeightFormat::int8, 67, 300, 0},   {WeightFormat::int4_row_pairs, 64, 172, 172},
+                        {WeightFormat::int4_packed32, 7, 512, 128}};
+  for (const Case& c : cases) {
+    auto t = make_weight(c.format, c.rows, c.cols, c.group);
+    ASSERT_TRUE(kernels::use_bf16_matmul(t->w)) << weight_format_name(c.format);
+    for (int64_t tokens : {2, 16, 17, 33, 48, 70}) {
+      SCOPED_TRACE(std::string(weight_format_name(c.format)) + " " + std::to_string(c.rows) + "x" +
+                   std::to_string(c.cols) + " tokens " + std::to_string(tokens));
+      const auto x = random_vector(size_t(tokens * c.cols), 17);
+      std::vector<float> ref(static_cast<size_t>(tokens * c.rows)), y1(ref.size()), y2(ref.size());
+      linear_reference(t->w, x.data(), tokens, ref.data());
+      kernels::matmul_bf16_avx512bf16(t->w, x.data(), tokens, y1.data(), &one);
+      kernels::matmul_bf16_avx512bf16(t->w, x.data(), tokens, y2.data(), &two);
+      expect_bf16_matmul_close(t->w, x, tokens, y1, ref);
+      ASSERT_EQ(y1, y2) << "AVX512-BF16: thread count changed the output";
+      if (!kernels::cpu_has_amx_bf16() || !kernels::fits_amx_bf16(t->w)) continue;
+      kernels::matmul_bf16_amx(t->w, x.data(), tokens, y1.data(), &one);
+      kernels::matmul_bf16_amx(t->w, x.data(), tokens, y2.data(), &two);
+      expect_bf16_matmul_close(t->w, x, tokens, y1, ref);
+      ASSERT_EQ(y1, y2) << "AMX: thread count changed the output";
+    }
+  }
+}
 
 // A float weight stored transposed (gpt-oss experts, read in place): every product equals the
 // same weight stored row-major, for a few tokens (the column-streaming kernel) and many (decoded
