@@ -4,6 +4,8 @@
 // benchmarks rotate through more than 2 GiB of weight copies so that no copy is cache-resident.
 // KernelGgml* are GGUF tensors in ggml blocks (the fast mode's Q8_0 / Q8_K integer kernels) at
 // the same shape, and at Llama-1B's 8192 x 2048 (ffn_up) next to them.
+// KernelMatMulLayerLlama1b* run one Llama-3.2-1B layer's seven products for 512 tokens: the
+// GEMM ceiling at the shapes of `qforge bench`'s whole-model prefill.
 // The *Precise variants run the float-activation kernels (KernelMode::exact): the baseline
 // of the int8-activation matrix-vector and BF16 matrix-matrix kernels, in the same run.
 // Run: qforge_bench --benchmark_filter='Kernel' --benchmark_repetitions=5
@@ -266,6 +268,35 @@ void GgmlMatMul(benchmark::State& state, GgmlType type) {
       benchmark::Counter::kIsRate);
 }
 
+// One Llama-3.2-1B decoder layer's Linear products for 512 tokens (q, k, v, o 2048 x 2048 /
+// 512 x 2048, gate and up 8192 x 2048, down 2048 x 8192), in the model's order, over 4 copies
+// of the layer: the matrix-matrix kernel at the shapes whole-model prefill runs, the ceiling
+// `qforge bench`'s prefill is compared with (2 x 60.8 M multiply-adds per token).
+void MatMulLayerLlama1b(benchmark::State& state, WeightFormat f) {
+  const int64_t tokens = 512, hidden = 2048, kv = 512, inter = 8192;
+  const std::pair<int64_t, int64_t> shapes[] = {{hidden, hidden}, {kv, hidden},    {kv, hidden},
+                                                {hidden, hidden}, {inter, hidden}, {inter, hidden},
+                                                {hidden, inter}};
+  std::vector<std::vector<std::unique_ptr<Stored>>> layers(4);
+  double flops = 0;
+  for (size_t l = 0; l < layers.size(); ++l)
+    for (const auto& [rows, cols] : shapes) {
+      layers[l].push_back(make(f, rows, cols, 1 + layers[l].size() + 7 * l));
+      if (l == 0) flops += 2.0 * double(tokens) * double(rows) * double(cols);
+    }
+  ThreadPool pool(int(state.range(0)));
+  const auto x = activation(tokens * inter);
+  std::vector<float> y(static_cast<size_t>(tokens * inter));
+  size_t l = 0;
+  for (auto _ : state) {
+    for (const auto& s : layers[l]) linear_forward(s->w, x.data(), tokens, y.data(), &pool, KernelMode::fast);
+    benchmark::DoNotOptimize(y.data());
+    l = (l + 1) % layers.size();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 void KernelGgmlMatVecQ4_0(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q4_0); }
 void KernelGgmlMatVecQ8_0(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q8_0); }
 void KernelGgmlMatVecMxfp4(benchmark::State& s) { GgmlMatVec(s, GgmlType::MXFP4); }
@@ -306,6 +337,8 @@ void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4Precise(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4, true); }
 void KernelMatMulBf16Precise(benchmark::State& s) { MatMul(s, WeightFormat::bf16, true); }
+void KernelMatMulLayerLlama1bBf16(benchmark::State& s) { MatMulLayerLlama1b(s, WeightFormat::bf16); }
+void KernelMatMulLayerLlama1bNvfp4(benchmark::State& s) { MatMulLayerLlama1b(s, WeightFormat::nvfp4); }
 
 BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
@@ -336,6 +369,8 @@ BENCHMARK(KernelMatMulNvfp4)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecon
 BENCHMARK(KernelMatMulBf16)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulNvfp4Precise)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulBf16Precise)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KernelMatMulLayerLlama1bBf16)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KernelMatMulLayerLlama1bNvfp4)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace qf

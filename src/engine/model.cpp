@@ -14,9 +14,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace qf {
 namespace {
+
+// Runs fn(t0, t1) over the token rows [0, n) of a per-token operation on `width` floats per
+// token: in tasks of about 16K floats on the pool when there are several, inline otherwise.
+// Every token is computed the same way whatever the split, so the results are those of one loop.
+void for_token_rows(ThreadPool& pool, int64_t n, int64_t width,
+                    const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t per_task = std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, width));
+  const int64_t tasks = (n + per_task - 1) / per_task;
+  if (tasks <= 1 || pool.size() == 1) {
+    fn(0, n);
+    return;
+  }
+  pool.parallel_for(tasks, [&](int64_t i) { fn(i * per_task, std::min(n, (i + 1) * per_task)); });
+}
 
 // Dynamic NTK RoPE exists to run past max_position_embeddings and transformers sets no limit
 // for it; the cache grows with the positions run, so only int32 token positions bound it.
@@ -251,7 +266,18 @@ void Model::norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int6
     return;
   }
   const float eps = float(w_.arch.norm_eps(slot));
-  for (int64_t t = 0; t < n; ++t) rmsnorm(x + t * cols, w.data(), cols, eps, out + t * cols);
+  for_token_rows(*pool_, n, cols, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) rmsnorm(x + t * cols, w.data(), cols, eps, out + t * cols);
+  });
+}
+
+void Model::add_residual(const float* y, int64_t n) {
+  const int64_t dim = w_.arch.hidden_size;
+  const float rs = w_.arch.residual_scale;
+  for_token_rows(*pool_, n, dim, [&](int64_t t0, int64_t t1) {
+    float* x = x_.data();
+    for (int64_t i = t0 * dim; i < t1 * dim; ++i) x[i] += y[i] * rs;
+  });
 }
 
 void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits,
@@ -447,8 +473,7 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
   if (obs) obs->linear_input(LayerInput::attn_out, kNoExpert, att_.data(), n, att_dim);
   linear(L.linear(spec, LinearRole::o_proj), att_.data(), n, xb_.data());
   norm_rows(L, NormSlot::attn_out, xb_.data(), n, dim, xb_.data());
-  const float rs = a.residual_scale;
-  for (int64_t i = 0; i < n * dim; ++i) x_[size_t(i)] += xb_[size_t(i)] * rs;
+  add_residual(xb_.data(), n);
 
   // MLP block.
   norm_rows(L, NormSlot::mlp_in, x_.data(), n, dim, xb_.data());
@@ -464,7 +489,7 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
     gated_mlp(L, slots, a.intermediate_size, xb_.data(), n, xb_.data(), kNoExpert, obs);
   }
   norm_rows(L, NormSlot::mlp_out, xb_.data(), n, dim, xb_.data());
-  for (int64_t i = 0; i < n * dim; ++i) x_[size_t(i)] += xb_[size_t(i)] * rs;
+  add_residual(xb_.data(), n);
 }
 
 void Model::mla_qkv(const LayerSpec& spec, const LayerWeights& L, int64_t pos, int64_t n,
@@ -533,15 +558,19 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
     linear(L.linears[size_t(slots[0])], x, n, hb_.data());
     linear(L.linears[size_t(slots[1])], x, n, hb2_.data());
   }
-  switch (w_.arch.activation) {
-    case Activation::silu: silu_mul(hb_.data(), hb2_.data(), n * inter); break;
-    case Activation::gelu_tanh: gelu_tanh_mul(hb_.data(), hb2_.data(), n * inter); break;
-    case Activation::gelu: gelu_erf_mul(hb_.data(), hb2_.data(), n * inter); break;
-    case Activation::clamped_swiglu:
-      clamped_swiglu_mul(hb_.data(), hb2_.data(), n * inter, w_.arch.swiglu_limit,
-                         w_.arch.swiglu_alpha);
-      break;
-  }
+  for_token_rows(*pool_, n, inter, [&](int64_t t0, int64_t t1) {
+    float* g = hb_.data() + t0 * inter;
+    const float* u = hb2_.data() + t0 * inter;
+    const int64_t m = (t1 - t0) * inter;
+    switch (w_.arch.activation) {
+      case Activation::silu: silu_mul(g, u, m); break;
+      case Activation::gelu_tanh: gelu_tanh_mul(g, u, m); break;
+      case Activation::gelu: gelu_erf_mul(g, u, m); break;
+      case Activation::clamped_swiglu:
+        clamped_swiglu_mul(g, u, m, w_.arch.swiglu_limit, w_.arch.swiglu_alpha);
+        break;
+    }
+  });
   if (obs) obs->linear_input(LayerInput::mlp_act, expert, hb_.data(), n, inter);
   linear(L.linears[size_t(slots[2])], hb_.data(), n, y);
 }

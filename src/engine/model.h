@@ -127,6 +127,8 @@ class Model {
   // the layer has no such norm.
   void norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int64_t n, int64_t cols,
                  float* out) const;
+  // x_ += y * residual_scale over n tokens (in parallel over tokens).
+  void add_residual(const float* y, int64_t n);
   // One layer over x_ [n, hidden] at positions [pos, pos + n).
   void run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n, LayerObserver* obs);
   void attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t pos, int64_t n);

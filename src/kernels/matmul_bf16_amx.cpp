@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -50,7 +51,8 @@ constexpr int64_t kChunk = 32;       // elements of K per tile product
 constexpr int64_t kTokenChunk = 512; // tokens whose B tiles one K-block streams (~512 KB)
 // Elements of K per block: the 32 x kKBlock BF16 A block (32 KB) stays in L1 while every token
 // pair passes over it.
-constexpr int64_t kKBlock = 512;
+constexpr int64_t kKBlock = 256;
+constexpr int64_t kPrefetchChunks = 2;
 
 // The 64-byte tile configuration (palette 1): tiles 0-3 C (16 x 16 float), 4-5 A (16 rows x 32
 // BF16), 6-7 B (16 pairs x 16 tokens).
@@ -99,14 +101,17 @@ QF_AMX_TARGET inline void transpose16(__m512 r[16]) {
   }
 }
 
-// The activations x [tokens, K] as B tiles: out[(tb * kp + p) * 16 + j] = the BF16 pair
-// (x[t, 2p], x[t, 2p+1]) of token t = 16 tb + j, for p < kp (kp = K padded to kChunk, halved);
-// tokens past `tokens` and elements past K are zero.
-QF_AMX_TARGET void pack_activations(const float* x, int64_t tokens, int64_t K, int64_t kp,
-                                    uint32_t* out) {
+// The activations x [tokens, K] as B tiles, K-block by K-block: with kpb = pairs per K-block,
+// the BF16 pair (x[t, 2p], x[t, 2p+1]) of token t = 16 tb + j is at
+// out[(((p / kpb) * blocks + tb) * kpb + p % kpb) * 16 + j], blocks = ceil(tokens / 16), for
+// p < nkb * kpb; tokens past `tokens` and elements past K are zero. So the B tiles one K-block
+// reads, for every token, are one contiguous stretch (with one stretch per token block instead,
+// a K of 8192 put them 256 KB apart: all in the same L2 sets, which held too few of them).
+QF_AMX_TARGET void pack_activations(const float* x, int64_t tokens, int64_t K, int64_t kpb,
+                                    int64_t nkb, uint32_t* out) {
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
   for (int64_t tb = 0; tb < blocks; ++tb) {
-    for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+    for (int64_t p0 = 0; p0 < nkb * kpb; p0 += 16) {
       const int64_t k0 = 2 * p0;
       const int64_t n = std::clamp<int64_t>(K - k0, 0, 32);
       const __mmask16 mlo = __mmask16((1u << std::min<int64_t>(n, 16)) - 1);
@@ -124,7 +129,7 @@ QF_AMX_TARGET void pack_activations(const float* x, int64_t tokens, int64_t K, i
         r[j] = _mm512_castsi512_ps(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
       }
       transpose16(r);
-      uint32_t* o = out + (tb * kp + p0) * 16;
+      uint32_t* o = out + (((p0 / kpb) * blocks + tb) * kpb + p0 % kpb) * 16;
       for (int64_t i = 0; i < 16; ++i) _mm512_storeu_ps(o + i * 16, r[i]);
     }
   }
@@ -204,12 +209,48 @@ QF_AMX_TARGET void decode_block(const LinearWeight& w, int64_t row0, int64_t nr,
   }
 }
 
+// Prefetches into L2 the stored bytes of rows [row0 + nr * part / parts, row0 + nr * (part + 1)
+// / parts) of W's columns [c0, c0 + nc): the next A block, a slice per token pair, so that
+// decode_block finds it in cache (the 32 row streams of a block are too many for the hardware
+// prefetchers: without this the BF16 copy waited on memory for ~12% of the product).
+// The prefetches are asm: GCC 12 -O3 dropped __builtin_prefetch / _mm_prefetch here entirely.
+void prefetch_rows(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0, int64_t nc,
+                   int64_t part, int64_t parts) {
+  const int64_t K = w.cols;
+  const auto* data = static_cast<const char*>(w.data);
+  auto range = [](const char* p, int64_t bytes) {
+    for (int64_t i = 0; i < bytes; i += 64) asm volatile("prefetcht1 %0" : : "m"(p[i]));
+  };
+  for (int64_t r = row0 + nr * part / parts; r < row0 + nr * (part + 1) / parts; ++r) {
+    const int64_t at = r * K + c0;
+    switch (w.format) {
+      case WeightFormat::bf16: range(data + at * 2, nc * 2); break;
+      case WeightFormat::fp8:
+      case WeightFormat::int8: range(data + at, nc); break;
+      case WeightFormat::nvfp4:
+      case WeightFormat::mxfp4: {
+        const int64_t block = w.format == WeightFormat::nvfp4 ? 16 : 32;
+        range(data + at / 2, nc / 2);
+        range(reinterpret_cast<const char*>(w.block_scales) + at / block, nc / block);
+        break;
+      }
+      default: return;
+    }
+  }
+}
+
 // C tiles 0-3 (+)= A block (decode_block's layout, `chunks` x 32 elements) x the B tiles of
 // token blocks tb0 (tiles 0, 2) and tb0 + 1 (tiles 1, 3; skipped when !two).
 QF_AMX_TARGET inline void block_product(const uint16_t* a, const uint32_t* b0, const uint32_t* b1,
                                         int64_t chunks, bool two) {
   if (two) {
     for (int64_t ch = 0; ch < chunks; ++ch) {
+      const char* p0 = reinterpret_cast<const char*>(b0 + (ch + kPrefetchChunks) * 256);
+      const char* p1 = reinterpret_cast<const char*>(b1 + (ch + kPrefetchChunks) * 256);
+      for (int i = 0; i < 1024; i += 64) {
+        _mm_prefetch(p0 + i, _MM_HINT_T0);
+        _mm_prefetch(p1 + i, _MM_HINT_T0);
+      }
       _tile_loadd(4, a + ch * kRows * kChunk, 64);
       _tile_loadd(5, a + ch * kRows * kChunk + 16 * kChunk, 64);
       _tile_loadd(6, b0 + ch * 256, 64);
@@ -246,10 +287,11 @@ struct TaskBuffers {
 };
 
 QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t tokens,
-                            int64_t kp, int64_t r0, int64_t r1, float* y, OutputFactor factor,
+                            int64_t r0, int64_t r1, float* y, OutputFactor factor,
                             const LinearWeight& w, TaskBuffers& buf) {
   const int64_t K = wd.cols, M = wd.rows, nr = r1 - r0;
-  const int64_t kc = block_cols(wd);
+  const int64_t kc = block_cols(wd), kpb = kc / 2;
+  const int64_t all_blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
   buf.a.resize(size_t(kRows * ((kc + kChunk - 1) / kChunk * kChunk)));
   configure_tiles();
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
@@ -261,8 +303,12 @@ QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t 
       const int64_t nc = std::min(kc, K - c0);
       decode_block(wd, r0, nr, c0, nc, buf.a.data(), buf.tile);
       const int64_t chunks = (nc + kChunk - 1) / kChunk;
+      // The next A block (of this token chunk, or the next chunk's first) streams in meanwhile.
+      const int64_t c_next = c0 + kc < K ? c0 + kc : t0 + kTokenChunk < tokens ? 0 : K;
+      const int64_t pairs = (blocks + 1) / 2;
       for (int64_t tb = 0; tb < blocks; tb += 2) {
         const bool two = tb + 1 < blocks;
+        if (c_next < K) prefetch_rows(wd, r0, nr, c_next, std::min(kc, K - c_next), tb / 2, pairs);
         float* c = buf.c.data() + tb * 512;  // block tb: tiles [0] rows 0-15, [1] rows 16-31
         if (c0 == 0) {
           _tile_zero(0);
@@ -277,8 +323,8 @@ QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t 
             _tile_loadd(3, c + 768, 64);
           }
         }
-        const uint32_t* b0 = xp + ((tb_first + tb) * kp + c0 / 2) * 16;
-        block_product(buf.a.data(), b0, b0 + kp * 16, chunks, two);
+        const uint32_t* b0 = xp + ((c0 / kc) * all_blocks + tb_first + tb) * kpb * 16;
+        block_product(buf.a.data(), b0, b0 + kpb * 16, chunks, two);
         _tile_stored(0, c, 64);
         _tile_stored(2, c + 256, 64);
         if (two) {
@@ -339,10 +385,19 @@ bool fits_amx_bf16(const LinearWeight& w) { return block_cols(w) > 0; }
 void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                      ThreadPool* pool) {
   const int64_t K = w.cols, M = w.rows;
-  const int64_t kp = (K + kChunk - 1) / kChunk * (kChunk / 2);
+  const int64_t kc = block_cols(w), nkb = (K + kc - 1) / kc;
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
-  std::vector<uint32_t> xp(size_t(blocks * kp * 16));
-  pack_activations(x, tokens, K, kp, xp.data());
+  // Grow-only, per calling thread: a fresh multi-megabyte vector per product would be fresh
+  // pages from the kernel each time (zeroed, faulted in), which cost ~15% of the product.
+  thread_local std::unique_ptr<uint32_t[]> packed;
+  thread_local size_t packed_size = 0;
+  const size_t need = size_t(blocks * nkb * kc / 2 * 16);
+  if (packed_size < need) {
+    packed.reset(new uint32_t[need]);
+    packed_size = need;
+  }
+  const uint32_t* xp = packed.get();
+  pack_activations(x, tokens, K, kc / 2, nkb, packed.get());
   LinearWeight wd = w;
   std::vector<float> ones;
   const OutputFactor factor = weight_format_row(w.format).factor;
@@ -353,7 +408,7 @@ void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, floa
   }
   for_row_tasks(pool, M, kRows, [&](int64_t r0, int64_t r1) {
     thread_local TaskBuffers buf;
-    amx_task(wd, xp.data(), tokens, kp, r0, r1, y, factor, w, buf);
+    amx_task(wd, xp, tokens, r0, r1, y, factor, w, buf);
   });
 }
 
