@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <vector>
 
@@ -45,7 +46,12 @@
 namespace qf::kernels {
 namespace {
 
-constexpr int64_t kRows = 32;        // weight rows per task (two A tiles)
+constexpr int64_t kRows = 32;        // weight rows per A block (two A tiles)
+// Rows per task: its A blocks take turns against one K-block of B tiles (the activations'
+// K-block slice, 256 KB for 512 tokens, read from L3 once per task and then from L2), and its
+// C tiles (128 rows x 512 tokens x 4 bytes) stay in L2 beside them. With one A block per task,
+// every task streamed all of the activations (2-8 MB) through L2.
+constexpr int64_t kTaskRows = 128;
 constexpr int64_t kTokenBlock = 16;  // tokens per B tile
 constexpr int64_t kChunk = 32;       // elements of K per tile product
 constexpr int64_t kTokenChunk = 512; // tokens whose B tiles one K-block streams (~512 KB)
@@ -280,78 +286,113 @@ int64_t block_cols(const LinearWeight& w) {
   return std::max<int64_t>(unit, kKBlock / unit * unit);
 }
 
+// A grow-only buffer on 64-byte boundaries: tile rows are 64 bytes, and a row that straddles two
+// cache lines costs two (with std::vector's 16-byte alignment the kernel ran at half speed).
+template <typename T>
+class TileBuffer {
+ public:
+  T* get(size_t n) {
+    if (n > size_) {
+      data_.reset(static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t(64))));
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<T[], Free> data_;
+  size_t size_ = 0;
+};
+
 struct TaskBuffers {
-  std::vector<uint16_t> a;   // the decoded A block
-  std::vector<float> tile;   // float decode of the other layouts
-  std::vector<float> c;      // C tiles of every token block: [tb][2][16][16]
+  TileBuffer<uint16_t> a;   // the decoded A block
+  TileBuffer<float> c;      // C tiles of the task: [sub-block][token block][2][16][16]
+  std::vector<float> tile;  // float decode of the other layouts
 };
 
 QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t tokens,
                             int64_t r0, int64_t r1, float* y, OutputFactor factor,
                             const LinearWeight& w, TaskBuffers& buf) {
-  const int64_t K = wd.cols, M = wd.rows, nr = r1 - r0;
+  const int64_t K = wd.cols, M = wd.rows;
   const int64_t kc = block_cols(wd), kpb = kc / 2;
   const int64_t all_blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
-  buf.a.resize(size_t(kRows * ((kc + kChunk - 1) / kChunk * kChunk)));
+  const int64_t subs = (r1 - r0 + kRows - 1) / kRows;
+  uint16_t* a = buf.a.get(size_t(kRows * ((kc + kChunk - 1) / kChunk * kChunk)));
   configure_tiles();
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
     const int64_t nt = std::min(kTokenChunk, tokens - t0);
-    const int64_t blocks = (nt + kTokenBlock - 1) / kTokenBlock;
-    buf.c.resize(size_t(blocks * 2 * 256));
+    const int64_t blocks = (nt + kTokenBlock - 1) / kTokenBlock, pairs = (blocks + 1) / 2;
+    float* cbuf = buf.c.get(size_t(subs * blocks * 512));
     const int64_t tb_first = t0 / kTokenBlock;
     for (int64_t c0 = 0; c0 < K; c0 += kc) {
       const int64_t nc = std::min(kc, K - c0);
-      decode_block(wd, r0, nr, c0, nc, buf.a.data(), buf.tile);
       const int64_t chunks = (nc + kChunk - 1) / kChunk;
-      // The next A block (of this token chunk, or the next chunk's first) streams in meanwhile.
-      const int64_t c_next = c0 + kc < K ? c0 + kc : t0 + kTokenChunk < tokens ? 0 : K;
-      const int64_t pairs = (blocks + 1) / 2;
-      for (int64_t tb = 0; tb < blocks; tb += 2) {
-        const bool two = tb + 1 < blocks;
-        if (c_next < K) prefetch_rows(wd, r0, nr, c_next, std::min(kc, K - c_next), tb / 2, pairs);
-        float* c = buf.c.data() + tb * 512;  // block tb: tiles [0] rows 0-15, [1] rows 16-31
-        if (c0 == 0) {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        } else {
-          _tile_loadd(0, c, 64);
-          _tile_loadd(2, c + 256, 64);
-          if (two) {
-            _tile_loadd(1, c + 512, 64);
-            _tile_loadd(3, c + 768, 64);
-          }
+      const uint32_t* bk = xp + ((c0 / kc) * all_blocks + tb_first) * kpb * 16;
+      for (int64_t sub = 0; sub < subs; ++sub) {
+        const int64_t rs = r0 + sub * kRows, nrs = std::min(kRows, r1 - rs);
+        decode_block(wd, rs, nrs, c0, nc, a, buf.tile);
+        // The next A block (the next rows, else the next K-block's first, else the next token
+        // chunk's) streams in while this one is multiplied.
+        int64_t next_rows = rs + kRows, next_c = c0;
+        if (next_rows >= r1) {
+          next_rows = r0;
+          next_c = c0 + kc < K ? c0 + kc : t0 + kTokenChunk < tokens ? 0 : K;
         }
-        const uint32_t* b0 = xp + ((c0 / kc) * all_blocks + tb_first + tb) * kpb * 16;
-        block_product(buf.a.data(), b0, b0 + kpb * 16, chunks, two);
-        _tile_stored(0, c, 64);
-        _tile_stored(2, c + 256, 64);
-        if (two) {
-          _tile_stored(1, c + 512, 64);
-          _tile_stored(3, c + 768, 64);
+        const int64_t next_nr = std::min(kRows, r1 - next_rows);
+        for (int64_t tb = 0; tb < blocks; tb += 2) {
+          const bool two = tb + 1 < blocks;
+          if (next_c < K)
+            prefetch_rows(wd, next_rows, next_nr, next_c, std::min(kc, K - next_c), tb / 2, pairs);
+          // Block tb of this sub-block: C tiles [0] rows 0-15, [1] rows 16-31, then block tb + 1.
+          float* c = cbuf + (sub * blocks + tb) * 512;
+          if (c0 == 0) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+          } else {
+            _tile_loadd(0, c, 64);
+            _tile_loadd(2, c + 256, 64);
+            if (two) {
+              _tile_loadd(1, c + 512, 64);
+              _tile_loadd(3, c + 768, 64);
+            }
+          }
+          const uint32_t* b0 = bk + tb * kpb * 16;
+          block_product(a, b0, b0 + kpb * 16, chunks, two);
+          _tile_stored(0, c, 64);
+          _tile_stored(2, c + 256, 64);
+          if (two) {
+            _tile_stored(1, c + 512, 64);
+            _tile_stored(3, c + 768, 64);
+          }
         }
       }
     }
     // C tiles [16 rows][16 tokens] -> y[token][row], times the factor kept out.
-    for (int64_t tb = 0; tb < blocks; ++tb) {
-      for (int64_t half = 0; half < 2; ++half) {
-        const int64_t rb = r0 + half * 16, rows = std::min<int64_t>(16, r1 - rb);
-        if (rows <= 0) continue;
-        const float* c = buf.c.data() + (tb * 2 + half) * 256;
-        __m512 v[16];
-        for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(c + i * 16);
-        transpose16(v);
-        __m512 f = _mm512_set1_ps(1.f);
-        if (factor == OutputFactor::tensor) f = _mm512_set1_ps(w.global_scale);
-        const __mmask16 m = __mmask16((1u << rows) - 1);
-        if (factor == OutputFactor::row) f = _mm512_maskz_loadu_ps(m, w.scales + rb);
-        const int64_t tend = std::min<int64_t>(16, nt - tb * kTokenBlock);
-        for (int64_t j = 0; j < tend; ++j) {
-          const int64_t t = t0 + tb * kTokenBlock + j;
-          __m512 o = v[j];
-          if (factor != OutputFactor::none) o = _mm512_mul_ps(o, f);
-          _mm512_mask_storeu_ps(y + t * M + rb, m, o);
+    for (int64_t sub = 0; sub < subs; ++sub) {
+      for (int64_t tb = 0; tb < blocks; ++tb) {
+        for (int64_t half = 0; half < 2; ++half) {
+          const int64_t rb = r0 + sub * kRows + half * 16, rows = std::min<int64_t>(16, r1 - rb);
+          if (rows <= 0) continue;
+          const float* c = cbuf + ((sub * blocks + tb) * 2 + half) * 256;
+          __m512 v[16];
+          for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(c + i * 16);
+          transpose16(v);
+          const __mmask16 m = __mmask16((1u << rows) - 1);
+          __m512 f = _mm512_set1_ps(1.f);
+          if (factor == OutputFactor::tensor) f = _mm512_set1_ps(w.global_scale);
+          if (factor == OutputFactor::row) f = _mm512_maskz_loadu_ps(m, w.scales + rb);
+          const int64_t tend = std::min<int64_t>(16, nt - tb * kTokenBlock);
+          for (int64_t j = 0; j < tend; ++j) {
+            const int64_t t = t0 + tb * kTokenBlock + j;
+            __m512 o = v[j];
+            if (factor != OutputFactor::none) o = _mm512_mul_ps(o, f);
+            _mm512_mask_storeu_ps(y + t * M + rb, m, o);
+          }
         }
       }
     }
@@ -389,15 +430,9 @@ void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, floa
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
   // Grow-only, per calling thread: a fresh multi-megabyte vector per product would be fresh
   // pages from the kernel each time (zeroed, faulted in), which cost ~15% of the product.
-  thread_local std::unique_ptr<uint32_t[]> packed;
-  thread_local size_t packed_size = 0;
-  const size_t need = size_t(blocks * nkb * kc / 2 * 16);
-  if (packed_size < need) {
-    packed.reset(new uint32_t[need]);
-    packed_size = need;
-  }
-  const uint32_t* xp = packed.get();
-  pack_activations(x, tokens, K, kc / 2, nkb, packed.get());
+  thread_local TileBuffer<uint32_t> packed;
+  uint32_t* xp = packed.get(size_t(blocks * nkb * kc / 2 * 16));
+  pack_activations(x, tokens, K, kc / 2, nkb, xp);
   LinearWeight wd = w;
   std::vector<float> ones;
   const OutputFactor factor = weight_format_row(w.format).factor;
@@ -406,7 +441,7 @@ void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, floa
     ones.assign(size_t(M), 1.f);
     wd.scales = ones.data();
   }
-  for_row_tasks(pool, M, kRows, [&](int64_t r0, int64_t r1) {
+  for_row_tasks(pool, M, kTaskRows, [&](int64_t r0, int64_t r1) {
     thread_local TaskBuffers buf;
     amx_task(wd, xp, tokens, r0, r1, y, factor, w, buf);
   });
