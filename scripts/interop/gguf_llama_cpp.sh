@@ -19,24 +19,10 @@ work="${WORK:-/tmp/qforge-llama-cpp}"
 jobs="${JOBS:-2}"
 fixtures="${FIXTURES:-$root/../shared/fixtures}"
 formats="${FORMATS:-f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m mxfp4 nvfp4}"
-pinned="llama-cpp-python==0.3.36"
-case "$work" in "$root"|"$root"/*) echo "WORK must be outside the repository" >&2; exit 2;; esac
-mkdir -p "$work"
-
-src="${1:-}"
-if [[ -z "$src" ]]; then
-  src="$work/llama_cpp_python-0.3.36/vendor/llama.cpp"
-  if [[ ! -d "$src" ]]; then
-    python3 -m pip download --quiet --no-deps --no-binary :all: "$pinned" -d "$work"
-    tar -xzf "$work"/llama_cpp_python-0.3.36.tar.gz -C "$work"
-  fi
-fi
-[[ -f "$src/CMakeLists.txt" ]] || { echo "$src: not a llama.cpp source tree" >&2; exit 2; }
-
-build="${BUILD:-$work/build}"
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-  -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF >/dev/null
-ninja -C "$build" -j"$jobs" llama-perplexity llama-completion >/dev/null
+# shellcheck source=scripts/interop/llama_cpp_build.sh
+source "$root/scripts/interop/llama_cpp_build.sh"
+llama_cpp_build "$work" "${1:-}" llama-perplexity llama-completion
+bin="$LLAMA_CPP_BIN"
 
 text="$work/tinystories-20000.txt"
 head -c 20000 "$fixtures/corpora/tinystories_valid_subset.txt" >"$text"
@@ -53,7 +39,7 @@ mkdir -p "$out"
 lcp_ppl() {  # FILE LOG [ARGS...] -> the final estimate, or FAILED
   local f="$1" log="$2"; shift 2
   for _ in 1 2 3 4 5; do
-    "$build/bin/llama-perplexity" -m "$f" -f "$text" -c 128 -b 128 -t "$jobs" --no-repack "$@" \
+    "$bin/llama-perplexity" -m "$f" -f "$text" -c 128 -b 128 -t "$jobs" --no-repack "$@" \
       >"$log" 2>&1 || { echo FAILED; return; }
     local r
     r="$(grep -o 'Final estimate: PPL = [0-9.]*' "$log" | awk '{print $NF}')"
@@ -82,7 +68,7 @@ for model in stories260K-hf tinystories-656K-hf; do
     else
       status=1
     fi
-    gen="$("$build/bin/llama-completion" -m "$f" -p "Once upon a time" -n 24 --temp 0 -t "$jobs" \
+    gen="$("$bin/llama-completion" -m "$f" -p "Once upon a time" -n 24 --temp 0 -t "$jobs" \
              --no-repack -no-cnv --no-display-prompt 2>/dev/null | tr '\n' ' ' | cut -c1-70)" || { gen="FAILED"; status=1; }
     printf '%-20s %-7s %-9s %-9s %-9s %-9s %s\n' "$model" "$format" "$ours" "$off" "$rel" "$on" "$gen"
   done
