@@ -258,6 +258,28 @@ void Model::linear(const EngineLinear& L, const float* x, int64_t n, float* y) {
       for (int64_t r = 0; r < L.w.rows; ++r) y[t * L.w.rows + r] += L.bias[size_t(r)];
 }
 
+void Model::linear_shared_input(std::initializer_list<const EngineLinear*> Ls, const float* x,
+                                int64_t n, std::initializer_list<float*> ys) {
+  bool plain = true;
+  for (const EngineLinear* L : Ls) plain = plain && L->pre_scale.empty() && L->act == ActQuant::none;
+  if (!plain) {
+    for (size_t i = 0; i < Ls.size(); ++i) linear(*Ls.begin()[i], x, n, ys.begin()[i]);
+    return;
+  }
+  std::array<const LinearWeight*, 4> ws{};
+  for (size_t i = 0; i < Ls.size(); ++i) ws[i] = &Ls.begin()[i]->w;
+  linear_forward_shared_input(std::span(ws.data(), Ls.size()), x, n,
+                              std::span<float* const>(ys.begin(), ys.size()),
+                              pool_.get(), kernels_);
+  for (size_t i = 0; i < Ls.size(); ++i) {
+    const EngineLinear& L = *Ls.begin()[i];
+    float* y = ys.begin()[i];
+    if (!L.bias.empty())
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < L.w.rows; ++r) y[t * L.w.rows + r] += L.bias[size_t(r)];
+  }
+}
+
 void Model::norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int64_t n, int64_t cols,
                       float* out) const {
   const std::vector<float>& w = L.norm(slot);
@@ -433,9 +455,9 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
       std::copy_n(row + q_dim + kv_dim, kv_dim, v_.data() + t * kv_dim);
     }
   } else {
-    linear(L.linear(spec, LinearRole::q_proj), xb_.data(), n, q_.data());
-    linear(L.linear(spec, LinearRole::k_proj), xb_.data(), n, k_.data());
-    linear(L.linear(spec, LinearRole::v_proj), xb_.data(), n, v_.data());
+    linear_shared_input({&L.linear(spec, LinearRole::q_proj), &L.linear(spec, LinearRole::k_proj),
+                         &L.linear(spec, LinearRole::v_proj)},
+                        xb_.data(), n, {q_.data(), k_.data(), v_.data()});
   }
   if (!a.is_mla()) {
     if (a.qk_norm == QkNorm::whole) {
@@ -555,8 +577,8 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
       std::copy_n(row + inter, inter, hb2_.data() + t * inter);
     }
   } else {
-    linear(L.linears[size_t(slots[0])], x, n, hb_.data());
-    linear(L.linears[size_t(slots[1])], x, n, hb2_.data());
+    linear_shared_input({&L.linears[size_t(slots[0])], &L.linears[size_t(slots[1])]}, x, n,
+                        {hb_.data(), hb2_.data()});
   }
   for_token_rows(*pool_, n, inter, [&](int64_t t0, int64_t t1) {
     float* g = hb_.data() + t0 * inter;

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -123,6 +124,11 @@ class Model {
   // cos/sin of every RoPE for the positions [pos, pos + n) of this call.
   void prepare_rope(int64_t pos, int64_t n);
   void linear(const EngineLinear& L, const float* x, int64_t n, float* y);
+  // Linears over the same input x [n, in] (q/k/v, gate/up): ys[i] = Ls[i](x). One shared-input
+  // product (kernels' linear_forward_shared_input) when none transforms its input (AWQ /
+  // SmoothQuant pre-scale, simulated activation quantization), else linear() one by one.
+  void linear_shared_input(std::initializer_list<const EngineLinear*> Ls, const float* x, int64_t n,
+                           std::initializer_list<float*> ys);
   // Applies norm `slot` of the layer to rows of `cols` (x and out may alias); copies x to out when
   // the layer has no such norm.
   void norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int64_t n, int64_t cols,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 namespace qf::kernels {
 
@@ -98,6 +99,12 @@ bool cpu_has_amx_bf16();
 bool fits_amx_bf16(const LinearWeight& w);
 void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                      ThreadPool* pool);
+// The AMX products of several weights over the same x (ys[i] = x ws[i]^T): x laid out once,
+// every product's row tasks in one parallel loop. Only when amx_can_share_input(ws): each fits
+// the AMX kernel, all have x's columns and the same K-blocks.
+bool amx_can_share_input(std::span<const LinearWeight* const> ws);
+void matmul_bf16_amx_shared_input(std::span<const LinearWeight* const> ws, const float* x,
+                                  int64_t tokens, std::span<float* const> ys, ThreadPool* pool);
 
 // Matrix-matrix product for every format: row tiles decoded to float32 a K-block at a time,
 // then a register-blocked product (matmul.cpp).

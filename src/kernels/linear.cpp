@@ -100,6 +100,19 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
   row.matvec(w, x, y, pool);
 }
 
+void linear_forward_shared_input(std::span<const LinearWeight* const> ws, const float* x,
+                                 int64_t tokens, std::span<float* const> ys, ThreadPool* pool,
+                                 KernelMode mode) {
+  bool shared = tokens > 1 && mode == KernelMode::fast && kernels::cpu_has_amx_bf16() &&
+                kernels::amx_can_share_input(ws);
+  for (const LinearWeight* w : ws) shared = shared && kernels::use_bf16_matmul(*w);
+  if (shared) {
+    kernels::matmul_bf16_amx_shared_input(ws, x, tokens, ys, pool);
+    return;
+  }
+  for (size_t i = 0; i < ws.size(); ++i) linear_forward(*ws[i], x, tokens, ys[i], pool, mode);
+}
+
 void dequantize_weight_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
   kernels::weight_format_row(w.format).dequantize_rows(w, r0, n, out);
 }

@@ -5,9 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -84,6 +84,14 @@ std::optional<KernelMode> parse_kernel_mode(std::string_view name);
 // pool's size. `pool` may be null (runs on the calling thread). Never throws for a valid weight.
 void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                     ThreadPool* pool, KernelMode mode);
+
+// Several products over the same activations (q/k/v, gate/up): ys[i] = x ws[i]^T, x [tokens,
+// cols] shared by every weight (same cols), ys[i] [tokens, ws[i]->rows]. The same results as
+// one linear_forward per weight; where the fast AMX matrix-matrix kernel takes them all, x is
+// rounded and laid out once and all the products' row tasks run in one parallel loop.
+void linear_forward_shared_input(std::span<const LinearWeight* const> ws, const float* x,
+                                 int64_t tokens, std::span<float* const> ys, ThreadPool* pool,
+                                 KernelMode mode);
 
 // Whether linear_forward(w, x, 1, ..., KernelMode::fast) takes the int8-activation path on this
 // CPU.

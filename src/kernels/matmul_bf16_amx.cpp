@@ -22,6 +22,8 @@
 #include "kernels/kernels_internal.h"
 #include "kernels/weight_formats.h"
 
+#include "core/thread_pool.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
 
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*(), which -Wuninitialized
@@ -110,13 +112,14 @@ QF_AMX_TARGET inline void transpose16(__m512 r[16]) {
 // The activations x [tokens, K] as B tiles, K-block by K-block: with kpb = pairs per K-block,
 // the BF16 pair (x[t, 2p], x[t, 2p+1]) of token t = 16 tb + j is at
 // out[(((p / kpb) * blocks + tb) * kpb + p % kpb) * 16 + j], blocks = ceil(tokens / 16), for
-// p < nkb * kpb; tokens past `tokens` and elements past K are zero. So the B tiles one K-block
+// p < nkb * kpb; tokens past `tokens` and elements past K are zero. Writes the token blocks
+// [tb_begin, tb_end). So the B tiles one K-block
 // reads, for every token, are one contiguous stretch (with one stretch per token block instead,
 // a K of 8192 put them 256 KB apart: all in the same L2 sets, which held too few of them).
 QF_AMX_TARGET void pack_activations(const float* x, int64_t tokens, int64_t K, int64_t kpb,
-                                    int64_t nkb, uint32_t* out) {
+                                    int64_t nkb, int64_t tb_begin, int64_t tb_end, uint32_t* out) {
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
-  for (int64_t tb = 0; tb < blocks; ++tb) {
+  for (int64_t tb = tb_begin; tb < tb_end; ++tb) {
     for (int64_t p0 = 0; p0 < nkb * kpb; p0 += 16) {
       const int64_t k0 = 2 * p0;
       const int64_t n = std::clamp<int64_t>(K - k0, 0, 32);
@@ -423,28 +426,79 @@ bool cpu_has_amx_bf16() {
 
 bool fits_amx_bf16(const LinearWeight& w) { return block_cols(w) > 0; }
 
-void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
-                     ThreadPool* pool) {
-  const int64_t K = w.cols, M = w.rows;
-  const int64_t kc = block_cols(w), nkb = (K + kc - 1) / kc;
+bool amx_can_share_input(std::span<const LinearWeight* const> ws) {
+  for (const LinearWeight* w : ws)
+    if (w->cols != ws[0]->cols || block_cols(*w) != block_cols(*ws[0]) || !fits_amx_bf16(*w))
+      return false;
+  return true;
+}
+
+void matmul_bf16_amx_shared_input(std::span<const LinearWeight* const> ws, const float* x,
+                                  int64_t tokens, std::span<float* const> ys, ThreadPool* pool) {
+  const int64_t K = ws[0]->cols;
+  const int64_t kc = block_cols(*ws[0]), nkb = (K + kc - 1) / kc;
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
   // Grow-only, per calling thread: a fresh multi-megabyte vector per product would be fresh
   // pages from the kernel each time (zeroed, faulted in), which cost ~15% of the product.
   thread_local TileBuffer<uint32_t> packed;
   uint32_t* xp = packed.get(size_t(blocks * nkb * kc / 2 * 16));
-  pack_activations(x, tokens, K, kc / 2, nkb, xp);
-  LinearWeight wd = w;
-  std::vector<float> ones;
-  const OutputFactor factor = weight_format_row(w.format).factor;
-  if (factor == OutputFactor::tensor) wd.global_scale = 1.f;
-  if (factor == OutputFactor::row) {
-    ones.assign(size_t(M), 1.f);
-    wd.scales = ones.data();
+  // Token blocks of 4 (64 tokens) per packing task: whatever the split, the same bytes.
+  constexpr int64_t kPackBlocks = 4;
+  const int64_t pack_tasks = (blocks + kPackBlocks - 1) / kPackBlocks;
+  auto pack = [&](int64_t i) {
+    pack_activations(x, tokens, K, kc / 2, nkb, i * kPackBlocks,
+                     std::min(blocks, (i + 1) * kPackBlocks), xp);
+  };
+  if (pool == nullptr || pool->size() == 1 || pack_tasks == 1) {
+    for (int64_t i = 0; i < pack_tasks; ++i) pack(i);
+  } else {
+    pool->parallel_for(pack_tasks, pack);
   }
-  for_row_tasks(pool, M, kTaskRows, [&](int64_t r0, int64_t r1) {
+  // Per weight: the factor kept out of its decoded values, and its first task's index.
+  struct Product {
+    LinearWeight wd;
+    OutputFactor factor;
+    std::vector<float> ones;
+    int64_t first_task;
+  };
+  std::vector<Product> products(ws.size());
+  int64_t tasks = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    Product& p = products[i];
+    const LinearWeight& w = *ws[i];
+    p.wd = w;
+    p.factor = weight_format_row(w.format).factor;
+    if (p.factor == OutputFactor::tensor) p.wd.global_scale = 1.f;
+    if (p.factor == OutputFactor::row) {
+      p.ones.assign(size_t(w.rows), 1.f);
+      p.wd.scales = p.ones.data();
+    }
+    p.first_task = tasks;
+    tasks += (w.rows + kTaskRows - 1) / kTaskRows;
+  }
+  // One loop over every product's row tasks (fixed row ranges: outputs independent of the
+  // thread count).
+  auto task = [&](int64_t t) {
+    size_t i = 0;
+    while (i + 1 < products.size() && products[i + 1].first_task <= t) ++i;
+    const LinearWeight& w = *ws[i];
+    const int64_t r0 = (t - products[i].first_task) * kTaskRows;
     thread_local TaskBuffers buf;
-    amx_task(wd, xp, tokens, r0, r1, y, factor, w, buf);
-  });
+    amx_task(products[i].wd, xp, tokens, r0, std::min(w.rows, r0 + kTaskRows), ys[i],
+             products[i].factor, w, buf);
+  };
+  if (pool == nullptr || pool->size() == 1 || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) task(t);
+  } else {
+    pool->parallel_for(tasks, task);
+  }
+}
+
+void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                     ThreadPool* pool) {
+  const LinearWeight* ws[] = {&w};
+  float* ys[] = {y};
+  matmul_bf16_amx_shared_input(ws, x, tokens, ys, pool);
 }
 
 }  // namespace qf::kernels
@@ -455,6 +509,9 @@ namespace qf::kernels {
 bool cpu_has_amx_bf16() { return false; }
 bool fits_amx_bf16(const LinearWeight&) { return false; }
 void matmul_bf16_amx(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
+bool amx_can_share_input(std::span<const LinearWeight* const>) { return false; }
+void matmul_bf16_amx_shared_input(std::span<const LinearWeight* const>, const float*, int64_t,
+                                  std::span<float* const>, ThreadPool*) {}
 }  // namespace qf::kernels
 
 #endif

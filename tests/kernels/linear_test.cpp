@@ -299,6 +299,50 @@ TEST(KernelLinear, Bf16MatMulKernelsMatchReference) {
   }
 }
 
+// Products sharing their input (q/k/v, gate/up) equal one linear_forward per weight, bit for bit,
+// in both modes, at 1 and 2 threads: the AMX path (x laid out once, one task loop), mixed
+// formats, and groups it cannot share (an INT4 group that changes the K-blocks, an F32 weight).
+TEST(KernelLinear, SharedInputProductsMatchSeparateOnes) {
+  ThreadPool one(1), two(2);
+  const int64_t cols = 512;
+  struct Group {
+    std::vector<Case> cases;
+  };
+  const Group groups[] = {
+      {{{WeightFormat::bf16, 96, cols, 0}, {WeightFormat::bf16, 32, cols, 0}, {WeightFormat::bf16, 40, cols, 0}}},
+      {{{WeightFormat::nvfp4, 130, cols, 0}, {WeightFormat::mxfp4, 64, cols, 0}, {WeightFormat::fp8, 20, cols, 0}}},
+      {{{WeightFormat::nvfp4, 64, cols, 0}, {WeightFormat::int4_packed32, 64, cols, 512}}},
+      {{{WeightFormat::bf16, 64, cols, 0}, {WeightFormat::f32, 33, cols, 0}}},
+  };
+  for (const Group& g : groups) {
+    std::vector<std::unique_ptr<TestWeight>> ts;
+    std::vector<const LinearWeight*> ws;
+    for (const Case& c : g.cases) {
+      ts.push_back(make_weight(c.format, c.rows, c.cols, c.group, uint32_t(ts.size() + 3)));
+      ws.push_back(&ts.back()->w);
+    }
+    for (int64_t tokens : {1, 5, 40}) {
+      const auto x = random_vector(size_t(tokens * cols), 23);
+      for (KernelMode mode : {KernelMode::exact, KernelMode::fast}) {
+        for (ThreadPool* pool : {&one, &two}) {
+          std::vector<std::vector<float>> sep(ws.size()), shared(ws.size());
+          std::vector<float*> ys;
+          for (size_t i = 0; i < ws.size(); ++i) {
+            sep[i].resize(size_t(tokens * ws[i]->rows));
+            shared[i].assign(sep[i].size(), -1.f);
+            linear_forward(*ws[i], x.data(), tokens, sep[i].data(), pool, mode);
+            ys.push_back(shared[i].data());
+          }
+          linear_forward_shared_input(ws, x.data(), tokens, ys, pool, mode);
+          for (size_t i = 0; i < ws.size(); ++i)
+            ASSERT_EQ(shared[i], sep[i]) << weight_format_name(ws[i]->format) << " tokens " << tokens
+                                         << " " << kernel_mode_name(mode) << " threads " << pool->size();
+        }
+      }
+    }
+  }
+}
+
 // A float weight stored transposed (gpt-oss experts, read in place): every product equals the
 // same weight stored row-major, for a few tokens (the column-streaming kernel) and many (decoded
 // tiles), at any thread count; shapes with row counts no vector width divides and input counts no 4 divides.
