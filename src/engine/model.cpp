@@ -585,7 +585,10 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
     const float* u = hb2_.data() + t0 * inter;
     const int64_t m = (t1 - t0) * inter;
     switch (w_.arch.activation) {
-      case Activation::silu: silu_mul(g, u, m); break;
+      case Activation::silu:
+        if (kernels_ == KernelMode::fast) silu_mul_fast(g, u, m);
+        else silu_mul(g, u, m);
+        break;
       case Activation::gelu_tanh: gelu_tanh_mul(g, u, m); break;
       case Activation::gelu: gelu_erf_mul(g, u, m); break;
       case Activation::clamped_swiglu:

@@ -35,6 +35,9 @@ void softmax_with_sink(float* x, int64_t n, float sink);
 
 // gate[i] = silu(gate[i]) * up[i], i < n.
 void silu_mul(float* gate, const float* up, int64_t n);
+// The same with a vectorized exp (Highway's, within 1 ulp of expf; ops_fast.cpp): the fast
+// kernel mode's SiLU (KernelMode::fast), several times faster; within a few ulps of silu_mul.
+void silu_mul_fast(float* gate, const float* up, int64_t n);
 // gate[i] = gelu(gate[i]) * up[i]: the tanh approximation (gelu_pytorch_tanh), or erf.
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
 void gelu_erf_mul(float* gate, const float* up, int64_t n);
