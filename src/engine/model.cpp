@@ -288,8 +288,9 @@ void Model::norm_rows(const LayerWeights& L, NormSlot slot, const float* x, int6
     return;
   }
   const float eps = float(w_.arch.norm_eps(slot));
+  const auto norm = kernels_ == KernelMode::fast ? rmsnorm_fast : rmsnorm;
   for_token_rows(*pool_, n, cols, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) rmsnorm(x + t * cols, w.data(), cols, eps, out + t * cols);
+    for (int64_t t = t0; t < t1; ++t) norm(x + t * cols, w.data(), cols, eps, out + t * cols);
   });
 }
 

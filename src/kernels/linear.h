@@ -74,7 +74,8 @@ int weight_block(const LinearWeight& w);
 //         Q6_K) take llama.cpp's CPU arithmetic in every product: activations quantized to the
 //         type's vec_dot_type (Q8_0 or Q8_K) once per product, integer sums per block, scales
 //         combined in float (kernels/ggml_vec_dot.h). The engine's SiLU gating takes a
-//         vectorized exp in this mode (silu_mul_fast, kernels/ops.h: within a few ulps).
+//         vectorized exp and its RMSNorm sums squares in vector order in this mode
+//         (silu_mul_fast, rmsnorm_fast in kernels/ops.h: within a few ulps).
 enum class KernelMode : uint8_t { exact, fast };
 std::string_view kernel_mode_name(KernelMode m);
 std::optional<KernelMode> parse_kernel_mode(std::string_view name);

@@ -10,6 +10,9 @@ namespace qf {
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i], i < n. out may alias x.
 void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* out);
+// The same with the sum of squares in vector order (ops_fast.cpp; the fast kernel mode's norm):
+// equal to rmsnorm up to that sum's rounding (a few ulps).
+void rmsnorm_fast(const float* x, const float* weight, int64_t n, float eps, float* out);
 
 // Rotary embedding cos/sin for the positions [first, first + count) of one forward call:
 // angle = float(pos) * inv_freq[i] in float32, cos and sin times `scaling` (YaRN / LongRoPE

@@ -564,6 +564,21 @@ TEST(KernelOps, SiluMulFastMatchesSiluMul) {
   }
 }
 
+// The fast mode's RMSNorm: the same scaling, the sum of squares in another order: within a few
+// ulps of rmsnorm, for lengths with and without vector tails; out may alias x.
+TEST(KernelOps, RmsNormFastMatchesRmsNorm) {
+  for (int64_t n : {1, 15, 64, 2048, 2051}) {
+    const auto x = random_vector(size_t(n), uint32_t(n), 2.f);
+    const auto w = random_vector(size_t(n), 3);
+    std::vector<float> exact(static_cast<size_t>(n)), fast(x);
+    rmsnorm(x.data(), w.data(), n, 1e-5f, exact.data());
+    rmsnorm_fast(fast.data(), w.data(), n, 1e-5f, fast.data());
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(fast[size_t(i)], exact[size_t(i)], 8 * std::fabs(exact[size_t(i)]) * 0x1p-23f)
+          << "n " << n << " i " << i;
+  }
+}
+
 TEST(KernelOps, RmsNormRopeSoftmax) {
   const float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 2, 2};
   float y[4];
