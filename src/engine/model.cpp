@@ -19,6 +19,10 @@
 namespace qf {
 namespace {
 
+// Whether a Linear reads its input as it is (no AWQ / SmoothQuant pre-scale, no simulated
+// activation quantization).
+bool plain_input(const EngineLinear& L) { return L.pre_scale.empty() && L.act == ActQuant::none; }
+
 // Runs fn(t0, t1) over the token rows [0, n) of a per-token operation on `width` floats per
 // token: in tasks of about 16K floats on the pool when there are several, inline otherwise.
 // Every token is computed the same way whatever the split, so the results are those of one loop.
@@ -261,7 +265,7 @@ void Model::linear(const EngineLinear& L, const float* x, int64_t n, float* y) {
 void Model::linear_shared_input(std::initializer_list<const EngineLinear*> Ls, const float* x,
                                 int64_t n, std::initializer_list<float*> ys) {
   bool plain = true;
-  for (const EngineLinear* L : Ls) plain = plain && L->pre_scale.empty() && L->act == ActQuant::none;
+  for (const EngineLinear* L : Ls) plain = plain && plain_input(*L);
   if (!plain) {
     for (size_t i = 0; i < Ls.size(); ++i) linear(*Ls.begin()[i], x, n, ys.begin()[i]);
     return;
@@ -559,6 +563,7 @@ void Model::mla_qkv(const LayerSpec& spec, const LayerWeights& L, int64_t pos, i
 void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, int64_t inter,
                       const float* x, int64_t n, float* y, int expert, LayerObserver* obs,
                       bool interleaved) {
+  bool gated = false;  // hb_ already holds act(gate) * up
   if (slots[0] < 0 && interleaved) {
     // gpt-oss experts: slots[1]'s output rows alternate gate, up.
     linear(L.linears[size_t(slots[1])], x, n, fused_.data());
@@ -578,10 +583,16 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
       std::copy_n(row + inter, inter, hb2_.data() + t * inter);
     }
   } else {
-    linear_shared_input({&L.linears[size_t(slots[0])], &L.linears[size_t(slots[1])]}, x, n,
-                        {hb_.data(), hb2_.data()});
+    const EngineLinear& gate = L.linears[size_t(slots[0])];
+    const EngineLinear& up = L.linears[size_t(slots[1])];
+    gated = w_.arch.activation == Activation::silu && plain_input(gate) && plain_input(up) &&
+            gate.bias.empty() && up.bias.empty();
+    if (gated)  // products and gating in one call (fused in the fast AMX kernel)
+      linear_forward_gated_silu(gate.w, up.w, x, n, hb_.data(), hb2_.data(), pool_.get(), kernels_);
+    else
+      linear_shared_input({&gate, &up}, x, n, {hb_.data(), hb2_.data()});
   }
-  for_token_rows(*pool_, n, inter, [&](int64_t t0, int64_t t1) {
+  if (!gated) for_token_rows(*pool_, n, inter, [&](int64_t t0, int64_t t1) {
     float* g = hb_.data() + t0 * inter;
     const float* u = hb2_.data() + t0 * inter;
     const int64_t m = (t1 - t0) * inter;

@@ -105,6 +105,11 @@ void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, floa
 bool amx_can_share_input(std::span<const LinearWeight* const> ws);
 void matmul_bf16_amx_shared_input(std::span<const LinearWeight* const> ws, const float* x,
                                   int64_t tokens, std::span<float* const> ys, ThreadPool* pool);
+// y = silu(x gate^T) * (x up^T) (gate and up of the same shape, amx_can_share_input({gate,
+// up})): both accumulated per task and combined in its output stage by silu_mul_fast, so the
+// two [tokens, rows] products never travel through memory.
+void matmul_bf16_amx_gated_silu(const LinearWeight& gate, const LinearWeight& up, const float* x,
+                                int64_t tokens, float* y, ThreadPool* pool);
 
 // Matrix-matrix product for every format: row tiles decoded to float32 a K-block at a time,
 // then a register-blocked product (matmul.cpp).

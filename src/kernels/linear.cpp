@@ -6,6 +6,7 @@
 #include "core/thread_pool.h"
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/ops.h"
 #include "kernels/weight_formats.h"
 
 #include <algorithm>
@@ -111,6 +112,26 @@ void linear_forward_shared_input(std::span<const LinearWeight* const> ws, const 
     return;
   }
   for (size_t i = 0; i < ws.size(); ++i) linear_forward(*ws[i], x, tokens, ys[i], pool, mode);
+}
+
+void linear_forward_gated_silu(const LinearWeight& gate, const LinearWeight& up, const float* x,
+                               int64_t tokens, float* y, float* up_out, ThreadPool* pool,
+                               KernelMode mode) {
+  const LinearWeight* ws[] = {&gate, &up};
+  const bool fast = mode == KernelMode::fast;
+  if (tokens > 1 && fast && gate.rows == up.rows && kernels::cpu_has_amx_bf16() &&
+      kernels::amx_can_share_input(ws) && kernels::use_bf16_matmul(gate) &&
+      kernels::use_bf16_matmul(up)) {
+    kernels::matmul_bf16_amx_gated_silu(gate, up, x, tokens, y, pool);
+    return;
+  }
+  float* ys[] = {y, up_out};
+  linear_forward_shared_input(ws, x, tokens, ys, pool, mode);
+  const int64_t rows = gate.rows;
+  kernels::for_row_tasks(pool, tokens, std::max<int64_t>(1, 16384 / rows), [&](int64_t t0, int64_t t1) {
+    if (fast) silu_mul_fast(y + t0 * rows, up_out + t0 * rows, (t1 - t0) * rows);
+    else silu_mul(y + t0 * rows, up_out + t0 * rows, (t1 - t0) * rows);
+  });
 }
 
 void dequantize_weight_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {

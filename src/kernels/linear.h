@@ -95,6 +95,15 @@ void linear_forward_shared_input(std::span<const LinearWeight* const> ws, const 
                                  int64_t tokens, std::span<float* const> ys, ThreadPool* pool,
                                  KernelMode mode);
 
+// A gated MLP's SiLU half: y = silu(x gate^T) * (x up^T), x [tokens, cols] shared, gate and up
+// of the same shape, y [tokens, rows]. The values of linear_forward_shared_input({gate, up})
+// followed by silu_mul (exact mode) or silu_mul_fast (fast mode; kernels/ops.h); where the fast
+// AMX kernel takes both, fused into its output stage, so that the two products never travel
+// through memory. `up_out` [tokens, rows] is scratch for the other paths.
+void linear_forward_gated_silu(const LinearWeight& gate, const LinearWeight& up, const float* x,
+                               int64_t tokens, float* y, float* up_out, ThreadPool* pool,
+                               KernelMode mode);
+
 // Whether linear_forward(w, x, 1, ..., KernelMode::fast) takes the int8-activation path on this
 // CPU.
 bool matvec_uses_int8_activation(const LinearWeight& w);

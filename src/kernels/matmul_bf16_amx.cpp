@@ -23,6 +23,7 @@
 #include "kernels/weight_formats.h"
 
 #include "core/thread_pool.h"
+#include "kernels/ops.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
 
@@ -37,6 +38,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <numeric>
@@ -316,86 +318,131 @@ struct TaskBuffers {
   std::vector<float> tile;  // float decode of the other layouts
 };
 
-QF_AMX_TARGET void amx_task(const LinearWeight& wd, const uint32_t* xp, int64_t tokens,
-                            int64_t r0, int64_t r1, float* y, OutputFactor factor,
-                            const LinearWeight& w, TaskBuffers& buf) {
-  const int64_t K = wd.cols, M = wd.rows;
+// One product's view for the tasks: the weight with its output factor kept out (wd), the factor.
+struct Product {
+  const LinearWeight* w;
+  LinearWeight wd;
+  OutputFactor factor;
+  std::vector<float> ones;
+};
+
+void prepare_product(const LinearWeight& w, Product& p) {
+  p.w = &w;
+  p.wd = w;
+  p.factor = weight_format_row(w.format).factor;
+  if (p.factor == OutputFactor::tensor) p.wd.global_scale = 1.f;
+  if (p.factor == OutputFactor::row) {
+    p.ones.assign(size_t(w.rows), 1.f);
+    p.wd.scales = p.ones.data();
+  }
+}
+
+// Accumulates rows [r0, r1) of one product for the token chunk [t0, t0 + nt) into C tiles,
+// cbuf[((sub * blocks + tb) * 2 + half) * 256]: [16 rows][16 tokens] floats each, for 32-row
+// sub-block `sub`, token block tb (of the chunk) and rows half * 16 .. +16 of the sub-block.
+QF_AMX_TARGET void amx_accumulate(const LinearWeight& wd, const uint32_t* xp, int64_t tokens,
+                                  int64_t t0, int64_t r0, int64_t r1, float* cbuf,
+                                  TaskBuffers& buf) {
+  const int64_t K = wd.cols;
   const int64_t kc = block_cols(wd), kpb = kc / 2;
   const int64_t all_blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
   const int64_t subs = (r1 - r0 + kRows - 1) / kRows;
   uint16_t* a = buf.a.get(size_t(kRows * ((kc + kChunk - 1) / kChunk * kChunk)));
-  configure_tiles();
-  for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
-    const int64_t nt = std::min(kTokenChunk, tokens - t0);
-    const int64_t blocks = (nt + kTokenBlock - 1) / kTokenBlock, pairs = (blocks + 1) / 2;
-    float* cbuf = buf.c.get(size_t(subs * blocks * 512));
-    const int64_t tb_first = t0 / kTokenBlock;
-    for (int64_t c0 = 0; c0 < K; c0 += kc) {
-      const int64_t nc = std::min(kc, K - c0);
-      const int64_t chunks = (nc + kChunk - 1) / kChunk;
-      const uint32_t* bk = xp + ((c0 / kc) * all_blocks + tb_first) * kpb * 16;
-      for (int64_t sub = 0; sub < subs; ++sub) {
-        const int64_t rs = r0 + sub * kRows, nrs = std::min(kRows, r1 - rs);
-        decode_block(wd, rs, nrs, c0, nc, a, buf.tile);
-        // The next A block (the next rows, else the next K-block's first, else the next token
-        // chunk's) streams in while this one is multiplied.
-        int64_t next_rows = rs + kRows, next_c = c0;
-        if (next_rows >= r1) {
-          next_rows = r0;
-          next_c = c0 + kc < K ? c0 + kc : t0 + kTokenChunk < tokens ? 0 : K;
-        }
-        const int64_t next_nr = std::min(kRows, r1 - next_rows);
-        for (int64_t tb = 0; tb < blocks; tb += 2) {
-          const bool two = tb + 1 < blocks;
-          if (next_c < K)
-            prefetch_rows(wd, next_rows, next_nr, next_c, std::min(kc, K - next_c), tb / 2, pairs);
-          // Block tb of this sub-block: C tiles [0] rows 0-15, [1] rows 16-31, then block tb + 1.
-          float* c = cbuf + (sub * blocks + tb) * 512;
-          if (c0 == 0) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-          } else {
-            _tile_loadd(0, c, 64);
-            _tile_loadd(2, c + 256, 64);
-            if (two) {
-              _tile_loadd(1, c + 512, 64);
-              _tile_loadd(3, c + 768, 64);
-            }
-          }
-          const uint32_t* b0 = bk + tb * kpb * 16;
-          block_product(a, b0, b0 + kpb * 16, chunks, two);
-          _tile_stored(0, c, 64);
-          _tile_stored(2, c + 256, 64);
+  const int64_t nt = std::min(kTokenChunk, tokens - t0);
+  const int64_t blocks = (nt + kTokenBlock - 1) / kTokenBlock, pairs = (blocks + 1) / 2;
+  const int64_t tb_first = t0 / kTokenBlock;
+  for (int64_t c0 = 0; c0 < K; c0 += kc) {
+    const int64_t nc = std::min(kc, K - c0);
+    const int64_t chunks = (nc + kChunk - 1) / kChunk;
+    const uint32_t* bk = xp + ((c0 / kc) * all_blocks + tb_first) * kpb * 16;
+    for (int64_t sub = 0; sub < subs; ++sub) {
+      const int64_t rs = r0 + sub * kRows, nrs = std::min(kRows, r1 - rs);
+      decode_block(wd, rs, nrs, c0, nc, a, buf.tile);
+      // The next A block (the next rows, else the next K-block's first, else the next token
+      // chunk's) streams in while this one is multiplied.
+      int64_t next_rows = rs + kRows, next_c = c0;
+      if (next_rows >= r1) {
+        next_rows = r0;
+        next_c = c0 + kc < K ? c0 + kc : t0 + kTokenChunk < tokens ? 0 : K;
+      }
+      const int64_t next_nr = std::min(kRows, r1 - next_rows);
+      for (int64_t tb = 0; tb < blocks; tb += 2) {
+        const bool two = tb + 1 < blocks;
+        if (next_c < K)
+          prefetch_rows(wd, next_rows, next_nr, next_c, std::min(kc, K - next_c), tb / 2, pairs);
+        // Block tb of this sub-block: C tiles [0] rows 0-15, [1] rows 16-31, then block tb + 1.
+        float* c = cbuf + (sub * blocks + tb) * 512;
+        if (c0 == 0) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          _tile_loadd(0, c, 64);
+          _tile_loadd(2, c + 256, 64);
           if (two) {
-            _tile_stored(1, c + 512, 64);
-            _tile_stored(3, c + 768, 64);
+            _tile_loadd(1, c + 512, 64);
+            _tile_loadd(3, c + 768, 64);
           }
+        }
+        const uint32_t* b0 = bk + tb * kpb * 16;
+        block_product(a, b0, b0 + kpb * 16, chunks, two);
+        _tile_stored(0, c, 64);
+        _tile_stored(2, c + 256, 64);
+        if (two) {
+          _tile_stored(1, c + 512, 64);
+          _tile_stored(3, c + 768, 64);
         }
       }
     }
-    // C tiles [16 rows][16 tokens] -> y[token][row], times the factor kept out.
+  }
+}
+
+// The C tile of rows rb .. rb+16 (rows < 16 valid) and 16 tokens, transposed to v[token][row],
+// times the factor kept out of the decoded weights.
+QF_AMX_TARGET inline void tile_output(const float* c, const Product& p, int64_t rb, int64_t rows,
+                                      __m512 v[16]) {
+  for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(c + i * 16);
+  transpose16(v);
+  if (p.factor == OutputFactor::none) return;
+  const __mmask16 m = __mmask16((1u << rows) - 1);
+  const __m512 f = p.factor == OutputFactor::tensor ? _mm512_set1_ps(p.w->global_scale)
+                                                     : _mm512_maskz_loadu_ps(m, p.w->scales + rb);
+  for (int i = 0; i < 16; ++i) v[i] = _mm512_mul_ps(v[i], f);
+}
+
+// Rows [r0, r1) of y = x W^T (one product), or, with `up`, of y = silu(x G^T) * (x U^T) for
+// G = p and U = up (same rows): both accumulated, then combined per tile by silu_mul_fast.
+QF_AMX_TARGET void amx_task(const Product& p, const Product* up, const uint32_t* xp,
+                            int64_t tokens, int64_t r0, int64_t r1, float* y, TaskBuffers& buf) {
+  const int64_t M = p.w->rows;
+  const int64_t subs = (r1 - r0 + kRows - 1) / kRows;
+  configure_tiles();
+  for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
+    const int64_t nt = std::min(kTokenChunk, tokens - t0);
+    const int64_t blocks = (nt + kTokenBlock - 1) / kTokenBlock;
+    const size_t csize = size_t(subs * blocks * 512);
+    float* cbuf = buf.c.get(up ? 2 * csize : csize);
+    amx_accumulate(p.wd, xp, tokens, t0, r0, r1, cbuf, buf);
+    if (up) amx_accumulate(up->wd, xp, tokens, t0, r0, r1, cbuf + csize, buf);
+    // C tiles [16 rows][16 tokens] -> y[token][row].
     for (int64_t sub = 0; sub < subs; ++sub) {
       for (int64_t tb = 0; tb < blocks; ++tb) {
         for (int64_t half = 0; half < 2; ++half) {
           const int64_t rb = r0 + sub * kRows + half * 16, rows = std::min<int64_t>(16, r1 - rb);
           if (rows <= 0) continue;
-          const float* c = cbuf + ((sub * blocks + tb) * 2 + half) * 256;
-          __m512 v[16];
-          for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(c + i * 16);
-          transpose16(v);
-          const __mmask16 m = __mmask16((1u << rows) - 1);
-          __m512 f = _mm512_set1_ps(1.f);
-          if (factor == OutputFactor::tensor) f = _mm512_set1_ps(w.global_scale);
-          if (factor == OutputFactor::row) f = _mm512_maskz_loadu_ps(m, w.scales + rb);
-          const int64_t tend = std::min<int64_t>(16, nt - tb * kTokenBlock);
-          for (int64_t j = 0; j < tend; ++j) {
-            const int64_t t = t0 + tb * kTokenBlock + j;
-            __m512 o = v[j];
-            if (factor != OutputFactor::none) o = _mm512_mul_ps(o, f);
-            _mm512_mask_storeu_ps(y + t * M + rb, m, o);
+          const size_t at = size_t(((sub * blocks + tb) * 2 + half) * 256);
+          alignas(64) __m512 v[16];
+          tile_output(cbuf + at, p, rb, rows, v);
+          if (up) {
+            alignas(64) __m512 u[16];
+            tile_output(cbuf + csize + at, *up, rb, rows, u);
+            silu_mul_fast(reinterpret_cast<float*>(v), reinterpret_cast<const float*>(u), 256);
           }
+          const __mmask16 m = __mmask16((1u << rows) - 1);
+          const int64_t tend = std::min<int64_t>(16, nt - tb * kTokenBlock);
+          for (int64_t j = 0; j < tend; ++j)
+            _mm512_mask_storeu_ps(y + (t0 + tb * kTokenBlock + j) * M + rb, m, v[j]);
         }
       }
     }
@@ -433,65 +480,78 @@ bool amx_can_share_input(std::span<const LinearWeight* const> ws) {
   return true;
 }
 
-void matmul_bf16_amx_shared_input(std::span<const LinearWeight* const> ws, const float* x,
-                                  int64_t tokens, std::span<float* const> ys, ThreadPool* pool) {
-  const int64_t K = ws[0]->cols;
-  const int64_t kc = block_cols(*ws[0]), nkb = (K + kc - 1) / kc;
+namespace {
+
+// x laid out as B tiles once per call (amx_can_share_input's K-blocks), in parallel over token
+// blocks; a grow-only buffer per calling thread (a fresh multi-megabyte vector per product would
+// be fresh pages from the kernel each time, zeroed and faulted in: ~15% of the product).
+const uint32_t* pack_shared(const LinearWeight& w, const float* x, int64_t tokens,
+                            ThreadPool* pool) {
+  const int64_t K = w.cols;
+  const int64_t kc = block_cols(w), nkb = (K + kc - 1) / kc;
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
-  // Grow-only, per calling thread: a fresh multi-megabyte vector per product would be fresh
-  // pages from the kernel each time (zeroed, faulted in), which cost ~15% of the product.
   thread_local TileBuffer<uint32_t> packed;
   uint32_t* xp = packed.get(size_t(blocks * nkb * kc / 2 * 16));
   // Token blocks of 4 (64 tokens) per packing task: whatever the split, the same bytes.
   constexpr int64_t kPackBlocks = 4;
-  const int64_t pack_tasks = (blocks + kPackBlocks - 1) / kPackBlocks;
+  const int64_t tasks = (blocks + kPackBlocks - 1) / kPackBlocks;
   auto pack = [&](int64_t i) {
     pack_activations(x, tokens, K, kc / 2, nkb, i * kPackBlocks,
                      std::min(blocks, (i + 1) * kPackBlocks), xp);
   };
-  if (pool == nullptr || pool->size() == 1 || pack_tasks == 1) {
-    for (int64_t i = 0; i < pack_tasks; ++i) pack(i);
+  if (pool == nullptr || pool->size() == 1 || tasks == 1) {
+    for (int64_t i = 0; i < tasks; ++i) pack(i);
   } else {
-    pool->parallel_for(pack_tasks, pack);
+    pool->parallel_for(tasks, pack);
   }
-  // Per weight: the factor kept out of its decoded values, and its first task's index.
-  struct Product {
-    LinearWeight wd;
-    OutputFactor factor;
-    std::vector<float> ones;
-    int64_t first_task;
-  };
-  std::vector<Product> products(ws.size());
-  int64_t tasks = 0;
-  for (size_t i = 0; i < ws.size(); ++i) {
-    Product& p = products[i];
-    const LinearWeight& w = *ws[i];
-    p.wd = w;
-    p.factor = weight_format_row(w.format).factor;
-    if (p.factor == OutputFactor::tensor) p.wd.global_scale = 1.f;
-    if (p.factor == OutputFactor::row) {
-      p.ones.assign(size_t(w.rows), 1.f);
-      p.wd.scales = p.ones.data();
-    }
-    p.first_task = tasks;
-    tasks += (w.rows + kTaskRows - 1) / kTaskRows;
-  }
-  // One loop over every product's row tasks (fixed row ranges: outputs independent of the
-  // thread count).
-  auto task = [&](int64_t t) {
-    size_t i = 0;
-    while (i + 1 < products.size() && products[i + 1].first_task <= t) ++i;
-    const LinearWeight& w = *ws[i];
-    const int64_t r0 = (t - products[i].first_task) * kTaskRows;
-    thread_local TaskBuffers buf;
-    amx_task(products[i].wd, xp, tokens, r0, std::min(w.rows, r0 + kTaskRows), ys[i],
-             products[i].factor, w, buf);
-  };
+  return xp;
+}
+
+// Runs task(t) for t < tasks on the pool (fixed row ranges per task: outputs independent of the
+// thread count).
+void run_tasks(ThreadPool* pool, int64_t tasks, const std::function<void(int64_t)>& task) {
   if (pool == nullptr || pool->size() == 1 || tasks == 1) {
     for (int64_t t = 0; t < tasks; ++t) task(t);
   } else {
     pool->parallel_for(tasks, task);
   }
+}
+
+}  // namespace
+
+void matmul_bf16_amx_shared_input(std::span<const LinearWeight* const> ws, const float* x,
+                                  int64_t tokens, std::span<float* const> ys, ThreadPool* pool) {
+  const uint32_t* xp = pack_shared(*ws[0], x, tokens, pool);
+  std::vector<Product> products(ws.size());
+  std::vector<int64_t> first_task(ws.size());
+  int64_t tasks = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    prepare_product(*ws[i], products[i]);
+    first_task[i] = tasks;
+    tasks += (ws[i]->rows + kTaskRows - 1) / kTaskRows;
+  }
+  // One loop over every product's row tasks.
+  run_tasks(pool, tasks, [&](int64_t t) {
+    size_t i = 0;
+    while (i + 1 < products.size() && first_task[i + 1] <= t) ++i;
+    const int64_t r0 = (t - first_task[i]) * kTaskRows;
+    thread_local TaskBuffers buf;
+    amx_task(products[i], nullptr, xp, tokens, r0, std::min(ws[i]->rows, r0 + kTaskRows), ys[i],
+             buf);
+  });
+}
+
+void matmul_bf16_amx_gated_silu(const LinearWeight& gate, const LinearWeight& up, const float* x,
+                                int64_t tokens, float* y, ThreadPool* pool) {
+  const uint32_t* xp = pack_shared(gate, x, tokens, pool);
+  Product g, u;
+  prepare_product(gate, g);
+  prepare_product(up, u);
+  run_tasks(pool, (gate.rows + kTaskRows - 1) / kTaskRows, [&](int64_t t) {
+    thread_local TaskBuffers buf;
+    const int64_t r0 = t * kTaskRows;
+    amx_task(g, &u, xp, tokens, r0, std::min(gate.rows, r0 + kTaskRows), y, buf);
+  });
 }
 
 void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
@@ -510,6 +570,8 @@ bool cpu_has_amx_bf16() { return false; }
 bool fits_amx_bf16(const LinearWeight&) { return false; }
 void matmul_bf16_amx(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
 bool amx_can_share_input(std::span<const LinearWeight* const>) { return false; }
+void matmul_bf16_amx_gated_silu(const LinearWeight&, const LinearWeight&, const float*, int64_t,
+                                float*, ThreadPool*) {}
 void matmul_bf16_amx_shared_input(std::span<const LinearWeight* const>, const float*, int64_t,
                                   std::span<float* const>, ThreadPool*) {}
 }  // namespace qf::kernels

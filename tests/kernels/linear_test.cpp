@@ -343,6 +343,35 @@ TEST(KernelLinear, SharedInputProductsMatchSeparateOnes) {
   }
 }
 
+// The gated SiLU product equals the two products followed by silu_mul (exact mode) or
+// silu_mul_fast (fast mode) bit for bit, fused in the AMX kernel or not, at 1 and 2 threads.
+TEST(KernelLinear, GatedSiluMatchesProductsThenGating) {
+  ThreadPool one(1), two(2);
+  const int64_t rows = 160, cols = 256;
+  for (auto [gf, uf] : {std::pair{WeightFormat::bf16, WeightFormat::bf16},
+                        std::pair{WeightFormat::nvfp4, WeightFormat::nvfp4},
+                        std::pair{WeightFormat::nvfp4, WeightFormat::f32}}) {
+    auto g = make_weight(gf, rows, cols, 32, 5), u = make_weight(uf, rows, cols, 32, 6);
+    for (int64_t tokens : {1, 5, 40}) {
+      const auto x = random_vector(size_t(tokens * cols), 29);
+      for (KernelMode mode : {KernelMode::exact, KernelMode::fast}) {
+        for (ThreadPool* pool : {&one, &two}) {
+          std::vector<float> gy(static_cast<size_t>(tokens * rows)), uy(gy.size()), y(gy.size()),
+              scratch(gy.size());
+          linear_forward(g->w, x.data(), tokens, gy.data(), pool, mode);
+          linear_forward(u->w, x.data(), tokens, uy.data(), pool, mode);
+          if (mode == KernelMode::fast) silu_mul_fast(gy.data(), uy.data(), int64_t(gy.size()));
+          else silu_mul(gy.data(), uy.data(), int64_t(gy.size()));
+          linear_forward_gated_silu(g->w, u->w, x.data(), tokens, y.data(), scratch.data(), pool,
+                                    mode);
+          ASSERT_EQ(y, gy) << weight_format_name(gf) << "/" << weight_format_name(uf) << " tokens "
+                           << tokens << " " << kernel_mode_name(mode) << " threads " << pool->size();
+        }
+      }
+    }
+  }
+}
+
 // A float weight stored transposed (gpt-oss experts, read in place): every product equals the
 // same weight stored row-major, for a few tokens (the column-streaming kernel) and many (decoded
 // tiles), at any thread count; shapes with row counts no vector width divides and input counts no 4 divides.
