@@ -56,57 +56,73 @@ std::optional<KernelMode> parse_kernel_mode(std::string_view name) {
 
 bool matvec_uses_int8_activation(const LinearWeight& w) { return kernels::use_int8_matvec(w); }
 
-void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
-                    ThreadPool* pool, KernelMode mode) {
-  if (tokens <= 0) return;
+namespace {
+
+// The kernel linear_forward runs for a product of w over `tokens` tokens.
+enum class Route {
+  transposed_stream,  // a few tokens over a transposed float weight: its stored rows streamed
+  ggml_int8,          // GGUF blocks in fast mode: llama.cpp's arithmetic
+  int8_matvec,        // up to kSmallBatchTokens tokens, int8 activations (VNNI)
+  float_tokens,       // a few tokens over F32/F16/BF16 rows: streamed once
+  amx,                // BF16 matrix-matrix on AMX tiles
+  avx512bf16,         // BF16 matrix-matrix on vdpbf16ps
+  decoded,            // float32 matrix-matrix on decoded tiles
+  matvec,             // one token, float activations
+};
+
+Route route(const LinearWeight& w, int64_t tokens, KernelMode mode) {
   if (w.transposed && tokens <= kernels::kTransposedStreamTokens) {
     // Exact in either mode (float activations): a few tokens stream the stored rows once; more
     // take the decoded tiles below, which the token count amortises.
-    kernels::matmul_float_transposed(w, x, tokens, y, pool);
-    return;
+    return Route::transposed_stream;
   }
   const bool fast = mode == KernelMode::fast;
-  if (fast && kernels::ggml_act_kind(w) != kernels::GgmlActKind::none) {
-    // llama.cpp's arithmetic: activations quantized to the type's vec_dot_type, integer sums.
-    kernels::matmul_ggml_int8(w, x, tokens, y, pool);
-    return;
-  }
-  const kernels::WeightFormatRow& row = kernels::weight_format_row(w.format);
-  if (tokens <= kernels::kSmallBatchTokens && fast && kernels::use_int8_matvec(w)) {
-    row.matvec_int8_activation(w, x, tokens, y, pool);
-    return;
-  }
+  if (fast && kernels::ggml_act_kind(w) != kernels::GgmlActKind::none) return Route::ggml_int8;
+  if (tokens <= kernels::kSmallBatchTokens && fast && kernels::use_int8_matvec(w))
+    return Route::int8_matvec;
   const bool float_rows = (w.format == WeightFormat::f32 || w.format == WeightFormat::f16 ||
                            w.format == WeightFormat::bf16) && !w.transposed;
-  if (tokens > 1 && tokens <= kernels::kSmallBatchTokens && fast && float_rows) {
-    // A few tokens (batched decode): the weights streamed once, as for one token; the BF16
-    // matrix-matrix kernel's panel packing would cost more than its products.
-    if (w.format == WeightFormat::bf16 && kernels::cpu_has_avx512bf16())
-      kernels::matvec_bf16_tokens_avx512bf16(w, x, tokens, y, pool);
-    else
-      kernels::matvec_float_tokens(w, x, tokens, y, pool);
-    return;
-  }
+  // A few tokens (batched decode): the weights streamed once, as for one token; the BF16
+  // matrix-matrix kernels' panel packing would cost more than their products.
+  if (tokens > 1 && tokens <= kernels::kSmallBatchTokens && fast && float_rows)
+    return Route::float_tokens;
   if (tokens > 1) {
-    if (fast && kernels::use_bf16_matmul(w)) {
-      if (kernels::cpu_has_amx_bf16() && kernels::fits_amx_bf16(w))
-        kernels::matmul_bf16_amx(w, x, tokens, y, pool);
-      else
-        kernels::matmul_bf16_avx512bf16(w, x, tokens, y, pool);
-      return;
-    }
-    kernels::matmul_decoded(w, x, tokens, y, pool);
-    return;
+    if (fast && kernels::use_bf16_matmul(w))
+      return kernels::cpu_has_amx_bf16() && kernels::fits_amx_bf16(w) ? Route::amx
+                                                                        : Route::avx512bf16;
+    return Route::decoded;
   }
-  row.matvec(w, x, y, pool);
+  return Route::matvec;
+}
+
+}  // namespace
+
+void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                    ThreadPool* pool, KernelMode mode) {
+  if (tokens <= 0) return;
+  const kernels::WeightFormatRow& row = kernels::weight_format_row(w.format);
+  switch (route(w, tokens, mode)) {
+    case Route::transposed_stream: kernels::matmul_float_transposed(w, x, tokens, y, pool); return;
+    case Route::ggml_int8: kernels::matmul_ggml_int8(w, x, tokens, y, pool); return;
+    case Route::int8_matvec: row.matvec_int8_activation(w, x, tokens, y, pool); return;
+    case Route::float_tokens:
+      if (w.format == WeightFormat::bf16 && kernels::cpu_has_avx512bf16())
+        kernels::matvec_bf16_tokens_avx512bf16(w, x, tokens, y, pool);
+      else
+        kernels::matvec_float_tokens(w, x, tokens, y, pool);
+      return;
+    case Route::amx: kernels::matmul_bf16_amx(w, x, tokens, y, pool); return;
+    case Route::avx512bf16: kernels::matmul_bf16_avx512bf16(w, x, tokens, y, pool); return;
+    case Route::decoded: kernels::matmul_decoded(w, x, tokens, y, pool); return;
+    case Route::matvec: row.matvec(w, x, y, pool); return;
+  }
 }
 
 void linear_forward_shared_input(std::span<const LinearWeight* const> ws, const float* x,
                                  int64_t tokens, std::span<float* const> ys, ThreadPool* pool,
                                  KernelMode mode) {
-  bool shared = tokens > 1 && mode == KernelMode::fast && kernels::cpu_has_amx_bf16() &&
-                kernels::amx_can_share_input(ws);
-  for (const LinearWeight* w : ws) shared = shared && kernels::use_bf16_matmul(*w);
+  bool shared = tokens > 0 && kernels::amx_can_share_input(ws);
+  for (const LinearWeight* w : ws) shared = shared && route(*w, tokens, mode) == Route::amx;
   if (shared) {
     kernels::matmul_bf16_amx_shared_input(ws, x, tokens, ys, pool);
     return;
@@ -118,10 +134,8 @@ void linear_forward_gated_silu(const LinearWeight& gate, const LinearWeight& up,
                                int64_t tokens, float* y, float* up_out, ThreadPool* pool,
                                KernelMode mode) {
   const LinearWeight* ws[] = {&gate, &up};
-  const bool fast = mode == KernelMode::fast;
-  if (tokens > 1 && fast && gate.rows == up.rows && kernels::cpu_has_amx_bf16() &&
-      kernels::amx_can_share_input(ws) && kernels::use_bf16_matmul(gate) &&
-      kernels::use_bf16_matmul(up)) {
+  if (tokens > 0 && gate.rows == up.rows && kernels::amx_can_share_input(ws) &&
+      route(gate, tokens, mode) == Route::amx && route(up, tokens, mode) == Route::amx) {
     kernels::matmul_bf16_amx_gated_silu(gate, up, x, tokens, y, pool);
     return;
   }
@@ -129,7 +143,7 @@ void linear_forward_gated_silu(const LinearWeight& gate, const LinearWeight& up,
   linear_forward_shared_input(ws, x, tokens, ys, pool, mode);
   const int64_t rows = gate.rows;
   kernels::for_row_tasks(pool, tokens, std::max<int64_t>(1, 16384 / rows), [&](int64_t t0, int64_t t1) {
-    if (fast) silu_mul_fast(y + t0 * rows, up_out + t0 * rows, (t1 - t0) * rows);
+    if (mode == KernelMode::fast) silu_mul_fast(y + t0 * rows, up_out + t0 * rows, (t1 - t0) * rows);
     else silu_mul(y + t0 * rows, up_out + t0 * rows, (t1 - t0) * rows);
   });
 }

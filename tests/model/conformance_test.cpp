@@ -178,12 +178,14 @@ int64_t near_tied_routes(const fs::path& case_dir) {
 // BF16 weights as stored: the default (fast) kernels round prefill activations to BF16, so
 // PPL within 1e-3; the precise kernels compute the same float math as F32. An MoE case whose
 // routers have near-tied tokens may route a few of them differently on BF16 activations (a
-// discrete flip, not an accumulation of rounding: deepseek_v3_q_direct flips 4 of 512 routes,
-// 1.97e-3), so there the fast bound is 3e-3; the exact kernels are held to 1e-5 everywhere.
+// discrete flip, not an accumulation of rounding: deepseek_v3_q_direct flips 4 of 512 routes
+// with the AVX512-BF16 kernel's sums, 2.0e-3, and 3 others with the AMX kernel's, 3.5e-3:
+// which tokens flip decides), so there the fast bound is 5e-3; the exact kernels are held to
+// 1e-5 everywhere.
 TEST_P(Conformance, Bf16MatchesTransformers) {
   const fs::path dir = conformance_dir() / GetParam();
   const double want = reference_ppl(dir);
-  const double fast_bound = near_tied_routes(dir) > 0 ? 3e-3 : 1e-3;
+  const double fast_bound = near_tied_routes(dir) > 0 ? 5e-3 : 1e-3;
   const Result fast = run_case(dir, dir, KernelMode::fast);
   std::printf("[conformance] %-22s BF16 ppl %.6f ref %.6f rel %.2e max|dlogit| %.2e\n",
               GetParam().c_str(), fast.ppl, want, std::fabs(fast.ppl / want - 1),
