@@ -470,18 +470,20 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
       norm_rows(L, NormSlot::k, k_.data(), n, kv_dim, k_.data());
     }
     const RopeRows& rope = rope_[size_t(spec.rope)];
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t h = 0; h < nh; ++h) {
-        float* qh = q_.data() + t * q_dim + h * hd;
-        if (a.qk_norm == QkNorm::per_head) rmsnorm(qh, L.norm(NormSlot::q).data(), hd, eps, qh);
-        rope.apply(qh, row_position(pos, t));
+    for_token_rows(*pool_, n, q_dim + kv_dim, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t h = 0; h < nh; ++h) {
+          float* qh = q_.data() + t * q_dim + h * hd;
+          if (a.qk_norm == QkNorm::per_head) rmsnorm(qh, L.norm(NormSlot::q).data(), hd, eps, qh);
+          rope.apply(qh, row_position(pos, t));
+        }
+        for (int64_t h = 0; h < nkv; ++h) {
+          float* kh = k_.data() + t * kv_dim + h * hd;
+          if (a.qk_norm == QkNorm::per_head) rmsnorm(kh, L.norm(NormSlot::k).data(), hd, eps, kh);
+          rope.apply(kh, row_position(pos, t));
+        }
       }
-      for (int64_t h = 0; h < nkv; ++h) {
-        float* kh = k_.data() + t * kv_dim + h * hd;
-        if (a.qk_norm == QkNorm::per_head) rmsnorm(kh, L.norm(NormSlot::k).data(), hd, eps, kh);
-        rope.apply(kh, row_position(pos, t));
-      }
-    }
+    });
   }
   if (obs) obs->key_value(k_.data(), v_.data(), n, kv_dim, v_dim);
   if (kv_[0].type() != KvCacheType::fp8) {
