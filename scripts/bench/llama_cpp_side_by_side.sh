@@ -21,6 +21,8 @@
 #   LLAMA_BENCH=  an existing llama-bench binary (skips the build)
 #   SHAPE=...     qforge synth shape (default llama-1b)
 #   QFORGE=...    the qforge binary (default build/qforge)
+#   BASELINE=...  another qforge binary measured in the same rounds (e.g. a build of the commit
+#                 before a change): one more column, its ratio to llama.cpp beside qforge's
 #   JOBS=N        llama.cpp build parallelism (default 2)
 #
 # qforge's decode figure comes from a run with a 16-token prompt (llama-bench's tg decodes from an
@@ -88,18 +90,19 @@ for r in json.loads(sys.stdin.read()):
 ' "$1" "$2" "$note" <<<"$out" >>"$results"
 }
 
-qforge_run() {  # ROUND MODEL
-  local pre dec
-  pre="$("$qforge" bench "$m/$2" --prompt "$prompt" --gen 1 --repeat 1 -t "$threads" --json 2>/dev/null)"
-  dec="$("$qforge" bench "$m/$2" --prompt 16 --gen "$gen" --repeat 1 -t "$threads" --json 2>/dev/null)"
+qforge_run() {  # ROUND MODEL [BINARY TOOL]
+  local bin="${3:-$qforge}" tool="${4:-qforge}" pre dec
+  pre="$("$bin" bench "$m/$2" --prompt "$prompt" --gen 1 --repeat 1 -t "$threads" --json 2>/dev/null)"
+  dec="$("$bin" bench "$m/$2" --prompt 16 --gen "$gen" --repeat 1 -t "$threads" --json 2>/dev/null)"
   python3 -c '
 import json, sys
-rnd, model, prompt, gen = sys.argv[1:5]
+rnd, model, prompt, gen, tool = sys.argv[1:6]
 pre, dec = (json.loads(s) for s in sys.stdin.read().split("\x00"))
 for test, j, key in (("pp" + prompt, pre, "prefill_tok_s"), ("tg" + gen, dec, "decode_tok_s")):
-    print(json.dumps({"round": int(rnd), "tool": "qforge", "model": model, "test": test,
+    print(json.dumps({"round": int(rnd), "tool": tool, "model": model, "test": test,
                       "tok_s": j[key], "bytes": j["weight_bytes_per_token"], "note": ""}))
-' "$1" "$2" "$prompt" "$gen" < <(printf '%s\0%s' "$pre" "$dec") >>"$results"
+' "$1" "$2" "$prompt" "$gen" "$tool" < <(printf '%s\0%s' "$pre" "$dec") >>"$results"
+  if [[ -n "${BASELINE:-}" && "$tool" == qforge ]]; then qforge_run "$1" "$2" "$BASELINE" baseline; fi
 }
 
 for ((r = 1; r <= rounds; ++r)); do
@@ -124,8 +127,10 @@ def note(model):
     return "*" if any(r["note"] for r in rows if r["tool"] == "llama.cpp" and r["model"] == model) else ""
 pp, tg = "pp" + prompt, "tg" + gen
 print(f"{shape}, {threads} threads, medians of {rounds} rounds (tokens/s)\n")
-print("| qforge | llama.cpp | test | qforge | llama.cpp | ratio | per byte read |")
-print("|---|---|---|---:|---:|---:|---:|")
+base = any(r["tool"] == "baseline" for r in rows)
+print("| qforge | llama.cpp | test | qforge | llama.cpp | ratio | per byte read |"
+      + (" baseline | its ratio |" if base else ""))
+print("|---|---|---|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
 pairs = [("bf16.gguf", "bf16.gguf", "BF16 GGUF", "BF16 GGUF"),
          ("q8_0.gguf", "q8_0.gguf", "Q8_0 GGUF", "Q8_0 GGUF"),
          ("q4_0.gguf", "q4_0.gguf", "Q4_0 GGUF", "Q4_0 GGUF"),
@@ -140,7 +145,11 @@ for qm, lm, qname, lname in pairs:
         if test == tg and qm != lm:
             qb, lb = med("qforge", qm, tg, "bytes"), med("qforge", lm, tg, "bytes")
             per_byte = f"{q * qb / (l * lb):.2f}x ({qb / 1e6:.0f} vs {lb / 1e6:.0f} MB/token)"
-        print(f"| {qname} | {lname}{note(lm)} | {test} | {q:.1f} | {l:.1f} | {q / l:.2f}x | {per_byte} |")
+        line = f"| {qname} | {lname}{note(lm)} | {test} | {q:.1f} | {l:.1f} | {q / l:.2f}x | {per_byte} |"
+        b = med("baseline", qm, test)
+        if base and b is not None:
+            line += f" {b:.1f} | {b / l:.2f}x |"
+        print(line)
 if any(r["note"] for r in rows):
     print("\n* llama-bench crashed with weight repacking (AMX / repacked Q4_0); rerun with --repack 0")
 EOF
