@@ -24,6 +24,11 @@
 #   BASELINE=...  another qforge binary measured in the same rounds (e.g. a build of the commit
 #                 before a change): one more column, its ratio to llama.cpp beside qforge's
 #   JOBS=N        llama.cpp build parallelism (default 2)
+#   LLAMA_CPP_CMAKE_ARGS="..."  more cmake arguments for the llama.cpp build, e.g. the x86 flags
+#                 without AMX where its AMX path crashes (see below): "-DGGML_NATIVE=OFF
+#                 -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+#                 -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON"
+#                 (with a BUILD of its own)
 #
 # qforge's decode figure comes from a run with a 16-token prompt (llama-bench's tg decodes from an
 # empty context), its prefill figure from a run with one decoded token. A llama-bench run that
@@ -60,13 +65,15 @@ fi
 # Models, made once per shape.
 m="$work/side-by-side/$shape"
 mkdir -p "$m"
-[[ -f "$m/bf16/config.json" ]] || "$qforge" synth --shape "$shape" -o "$m/bf16" --force -q
+echo "models in $m" >&2
+[[ -f "$m/bf16/config.json" ]] || "$qforge" synth --shape "$shape" -o "$m/bf16" --force -q >/dev/null
 for f in bf16 q8_0 q4_0; do
-  [[ -f "$m/$f.gguf" ]] || "$qforge" quantize "$m/bf16" -o "$m/$f.gguf" --export gguf --format "$f" -q
+  [[ -f "$m/$f.gguf" ]] ||
+    "$qforge" quantize "$m/bf16" -o "$m/$f.gguf" --export gguf --format "$f" -q >/dev/null
 done
-[[ -f "$m/nvfp4/config.json" ]] || "$qforge" quantize "$m/bf16" -o "$m/nvfp4" --format nvfp4 -q
+[[ -f "$m/nvfp4/config.json" ]] || "$qforge" quantize "$m/bf16" -o "$m/nvfp4" --format nvfp4 -q >/dev/null
 [[ -f "$m/nvfp4-head/config.json" ]] ||
-  "$qforge" quantize "$m/bf16" -o "$m/nvfp4-head" --format nvfp4 --quantize-lm-head -q
+  "$qforge" quantize "$m/bf16" -o "$m/nvfp4-head" --format nvfp4 --quantize-lm-head -q >/dev/null
 
 # One JSON object per measurement: {"round", "tool", "model", "test", "tok_s", "bytes", "note"}.
 results="$work/side-by-side/$shape-results.jsonl"

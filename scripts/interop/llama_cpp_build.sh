@@ -6,8 +6,9 @@
 #
 # SOURCE_DIR: a llama.cpp source tree; empty: the one inside the pinned llama-cpp-python source
 # package from PyPI, downloaded into WORK once. The build directory is $BUILD (default
-# WORK/build), reused when it exists (Release, GGML_NATIVE, no curl/server/tests); JOBS (default
-# 2) builds in parallel. WORK must lie outside the repository.
+# WORK/build), reused when it exists (Release, GGML_NATIVE, no curl/server/tests, then the words
+# of $LLAMA_CPP_CMAKE_ARGS, which may override those); JOBS (default 2) builds in parallel. WORK
+# must lie outside the repository.
 llama_cpp_pinned_version="0.3.36"
 
 llama_cpp_build() {
@@ -29,7 +30,7 @@ llama_cpp_build() {
   local build="${BUILD:-$work/build}"
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF \
-    >/dev/null || return 2
+    ${LLAMA_CPP_CMAKE_ARGS:-} >/dev/null || return 2
   ninja -C "$build" -j"${JOBS:-2}" "$@" >/dev/null || return 2
   LLAMA_CPP_BIN="$build/bin"
 }

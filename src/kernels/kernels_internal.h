@@ -94,7 +94,8 @@ void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t token
 // The same product on AMX-BF16 tiles (matmul_bf16_amx.cpp): the same roundings (activations to
 // BF16, weights decoded exactly, float32 sums), ~10x the multiply-adds per cycle. Taken by a
 // fast-mode linear_forward instead of matmul_bf16_avx512bf16 when the CPU has AMX-BF16, the OS
-// grants the tile state, and fits_amx_bf16(w) (the format's block and 32 share a K-block).
+// grants the tile state, the environment does not set QFORGE_NO_AMX (to anything but 0), and
+// fits_amx_bf16(w) (the format's block and 32 share a K-block).
 bool cpu_has_amx_bf16();
 bool fits_amx_bf16(const LinearWeight& w);
 void matmul_bf16_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -462,6 +463,9 @@ bool os_allows_amx() {
 
 bool cpu_has_amx_bf16() {
   static const bool ok = [] {
+    // QFORGE_NO_AMX=1: the AVX512-BF16 kernel instead (comparisons, figures of non-AMX CPUs).
+    const char* off = std::getenv("QFORGE_NO_AMX");
+    if (off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0) return false;
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
     const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
