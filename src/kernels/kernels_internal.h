@@ -39,6 +39,9 @@ inline constexpr int64_t kTransposedStreamTokens = 16;
 // kSmallBatchTokens).
 void matvec_float_tokens(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                          ThreadPool* pool);
+// x [tokens, K] rounded to BF16 pairs (AVX512-BF16 only): out[t * kp + i] = bf16(x[t, 2i]) |
+// bf16(x[t, 2i+1]) << 16, kp = ceil(K / 2), an odd K padded with 0 (matmul_bf16_avx512bf16.cpp).
+void x_to_bf16_pairs(const float* x, int64_t tokens, int64_t K, uint32_t* out);
 // The same for BF16 weights on AVX512-BF16 (cpu_has_avx512bf16()), the activations rounded to
 // BF16 as in the prefill product (matvec_bf16_tokens_avx512bf16.cpp).
 void matvec_bf16_tokens_avx512bf16(const LinearWeight& w, const float* x, int64_t tokens,

@@ -25,19 +25,8 @@
 #define QF_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace qf::kernels {
-namespace {
 
-constexpr int64_t kPanel = 32;     // output rows per register block (two vectors)
-constexpr int64_t kTileRows = 64;  // rows per task
-constexpr int64_t kTokens = 8;     // tokens per register block
-// Columns per K-block. Measured on Zen 4 (4096x14336, 512 tokens, 2 threads): 256 -> 343,
-// 512 -> 360, 1024 -> 368-382, 2048 -> 375 GFLOP/s; the 64x1024 BF16 panels (128 KB) sit in L2
-// while every token block passes over them, and fewer K-blocks mean fewer partial-sum passes
-// over y.
-constexpr int64_t kBlockCols = 1024;
-
-// Rounds x [tokens, K] to BF16 pairs: out[t * kp + i] = bf16(x[t, 2i]) | bf16(x[t, 2i+1]) << 16,
-// kp = ceil(K / 2), an odd K padded with 0.
+// Rounds x [tokens, K] to BF16 pairs (kernels_internal.h).
 QF_BF16_TARGET void x_to_bf16_pairs(const float* x, int64_t tokens, int64_t K, uint32_t* out) {
   const int64_t kp = (K + 1) / 2;
   for (int64_t t = 0; t < tokens; ++t) {
@@ -53,6 +42,17 @@ QF_BF16_TARGET void x_to_bf16_pairs(const float* x, int64_t tokens, int64_t K, u
     }
   }
 }
+
+namespace {
+
+constexpr int64_t kPanel = 32;     // output rows per register block (two vectors)
+constexpr int64_t kTileRows = 64;  // rows per task
+constexpr int64_t kTokens = 8;     // tokens per register block
+// Columns per K-block. Measured on Zen 4 (4096x14336, 512 tokens, 2 threads): 256 -> 343,
+// 512 -> 360, 1024 -> 368-382, 2048 -> 375 GFLOP/s; the 64x1024 BF16 panels (128 KB) sit in L2
+// while every token block passes over them, and fewer K-blocks mean fewer partial-sum passes
+// over y.
+constexpr int64_t kBlockCols = 1024;
 
 // Packs rows [0, nr) of the float tile [nr, nc] (nc even) into a BF16 panel of kPanel rows:
 // panel[i * kPanel + r] = the pair (2i, 2i+1) of row r; rows past nr are zero.

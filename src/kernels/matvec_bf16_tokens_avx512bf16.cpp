@@ -49,20 +49,6 @@ QF_BF16_TARGET void rows_tokens(const uint16_t* w, int64_t cols, int64_t r, int6
     for (int t = 0; t < T; ++t) y[t * rows + r + i] = _mm512_reduce_add_ps(acc[i * T + t]);
 }
 
-QF_BF16_TARGET void to_bf16_pairs(const float* x, int64_t tokens, int64_t cols, uint32_t* out) {
-  const int64_t kp = (cols + 1) / 2;
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t k = 0; k < cols; k += 32) {
-      const int64_t n = std::min<int64_t>(32, cols - k);
-      const float* xt = x + t * cols + k;
-      const __m512 lo = _mm512_maskz_loadu_ps(__mmask16((1u << std::min<int64_t>(n, 16)) - 1), xt);
-      const __m512 hi =
-          _mm512_maskz_loadu_ps(__mmask16((1u << std::max<int64_t>(0, n - 16)) - 1), xt + 16);
-      const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-      _mm512_mask_storeu_epi32(out + t * kp + k / 2, __mmask16((1u << ((n + 1) / 2)) - 1), v);
-    }
-}
-
 template <int T>
 void token_group(const LinearWeight& w, const uint32_t* xb, int64_t kp, float* y, ThreadPool* pool) {
   const auto* data = static_cast<const uint16_t*>(w.data);
@@ -81,7 +67,7 @@ void matvec_bf16_tokens_avx512bf16(const LinearWeight& w, const float* x, int64_
                                    float* y, ThreadPool* pool) {
   const int64_t kp = (w.cols + 1) / 2;
   std::vector<uint32_t> xb(static_cast<size_t>(tokens * kp));
-  to_bf16_pairs(x, tokens, w.cols, xb.data());
+  x_to_bf16_pairs(x, tokens, w.cols, xb.data());
   for (int64_t t0 = 0; t0 < tokens;) {
     const int64_t left = tokens - t0;
     const uint32_t* xt = xb.data() + t0 * kp;
