@@ -24,6 +24,9 @@
 #   BASELINE=...  another qforge binary measured in the same rounds (e.g. a build of the commit
 #                 before a change): one more column, its ratio to llama.cpp beside qforge's
 #   JOBS=N        llama.cpp build parallelism (default 2)
+#   QUIET=S       before each file's pair of runs wait (up to S seconds) until the CPUs have been
+#                 idle for 6 s (a shared machine: ggml's spinning threads lose most under
+#                 contention)
 #   LLAMA_CPP_CMAKE_ARGS="..."  more cmake arguments for the llama.cpp build, e.g. the x86 flags
 #                 without AMX where its AMX path crashes (see below): "-DGGML_NATIVE=OFF
 #                 -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
@@ -79,6 +82,20 @@ done
 results="$work/side-by-side/$shape-results.jsonl"
 : >"$results"
 load() { cut -d' ' -f1 /proc/loadavg; }
+busy_percent() {  # CPU busy share over 2 s
+  local a b c d e f g t1 i1
+  read -r _ a b c d e f g _ </proc/stat; t1=$((a + b + c + d + e + f + g)); i1=$((d + e))
+  sleep 2
+  read -r _ a b c d e f g _ </proc/stat
+  echo $((100 - 100 * (d + e - i1) / (a + b + c + d + e + f + g - t1)))
+}
+wait_quiet() {  # up to $QUIET seconds for three idle 2 s windows in a row
+  local waited=0 idle=0
+  while ((idle < 3 && waited < ${QUIET:-0})); do
+    if (($(busy_percent) < 8)); then idle=$((idle + 1)); else idle=0; fi
+    waited=$((waited + 2))
+  done
+}
 
 llama_run() {  # ROUND FILE
   local out note=""
@@ -115,9 +132,11 @@ for test, j, key in (("pp" + prompt, pre, "prefill_tok_s"), ("tg" + gen, dec, "d
 for ((r = 1; r <= rounds; ++r)); do
   echo "round $r/$rounds (load $(load))" >&2
   for f in bf16 q8_0 q4_0; do
+    wait_quiet
     llama_run "$r" "$f.gguf"
     qforge_run "$r" "$f.gguf"
   done
+  wait_quiet
   qforge_run "$r" nvfp4
   qforge_run "$r" nvfp4-head
   echo "round $r done (load $(load))" >&2

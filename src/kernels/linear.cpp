@@ -121,6 +121,7 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
 void linear_forward_shared_input(std::span<const LinearWeight* const> ws, const float* x,
                                  int64_t tokens, std::span<float* const> ys, ThreadPool* pool,
                                  KernelMode mode) {
+  if (ws.empty()) return;
   bool shared = tokens > 0 && kernels::amx_can_share_input(ws);
   for (const LinearWeight* w : ws) shared = shared && route(*w, tokens, mode) == Route::amx;
   if (shared) {

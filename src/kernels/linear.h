@@ -70,7 +70,8 @@ int weight_block(const LinearWeight& w);
 //         activation error below 1/254 of each block's largest element; a token's result does
 //         not depend on the others), F32/F16/BF16 weights of 2-8 tokens stream once with float
 //         activations, and larger matrix-matrix products of BF16/F16 and 4-bit weights round the
-//         activations to BF16 for AVX512-BF16 dot products (what bench and generate use). GGUF weights in ggml blocks (Q4_0, Q8_0, MXFP4, NVFP4, Q4_K, Q5_K,
+//         activations to BF16 for AVX512-BF16 or AMX-BF16 dot products (float32 sums; what bench
+//         and generate use). GGUF weights in ggml blocks (Q4_0, Q8_0, MXFP4, NVFP4, Q4_K, Q5_K,
 //         Q6_K) take llama.cpp's CPU arithmetic in every product: activations quantized to the
 //         type's vec_dot_type (Q8_0 or Q8_K) once per product, integer sums per block, scales
 //         combined in float (kernels/ggml_vec_dot.h). The engine's SiLU gating takes a

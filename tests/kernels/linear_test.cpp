@@ -280,7 +280,9 @@ TEST(KernelLinear, Bf16MatMulKernelsMatchReference) {
   for (const Case& c : cases) {
     auto t = make_weight(c.format, c.rows, c.cols, c.group);
     ASSERT_TRUE(kernels::use_bf16_matmul(t->w)) << weight_format_name(c.format);
-    for (int64_t tokens : {2, 16, 17, 33, 48, 70}) {
+    for (int64_t tokens : {2, 16, 17, 33, 48, 70, 530}) {
+      // 530: two of the AMX kernel's token chunks of 512, the second partial (two cases only).
+      if (tokens == 530 && c.cols > 300) continue;
       SCOPED_TRACE(std::string(weight_format_name(c.format)) + " " + std::to_string(c.rows) + "x" +
                    std::to_string(c.cols) + " tokens " + std::to_string(tokens));
       const auto x = random_vector(size_t(tokens * c.cols), 17);
