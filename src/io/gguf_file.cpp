@@ -138,11 +138,12 @@ GgufTensorInfo read_tensor_info(Cursor& c, uint64_t index, const std::string& la
   if (t.ne[0] % info->block_size != 0)
     fail("{}: tensor {}: row length {} is not a multiple of the {} block size {}", label, qn,
          t.ne[0], info->name, info->block_size);
-  // bytes = rows * row bytes; row bytes <= numel * 4 (f64/i64: 8 per element at block 1), and
-  // every product is checked.
+  // bytes = rows * row bytes; both products are checked (a row of 2^62 f32 values wraps).
   uint64_t rows = uint64_t(numel) / uint64_t(t.ne[0]);
-  uint64_t row_bytes = uint64_t(t.ne[0] / info->block_size) * uint64_t(info->block_bytes);
-  if (__builtin_mul_overflow(rows, row_bytes, &t.nbytes) ||
+  uint64_t row_bytes = 0;
+  if (__builtin_mul_overflow(uint64_t(t.ne[0] / info->block_size), uint64_t(info->block_bytes),
+                             &row_bytes) ||
+      __builtin_mul_overflow(rows, row_bytes, &t.nbytes) ||
       t.nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
     fail("{}: tensor {}: byte size overflows int64", label, qn);
   t.offset = c.u64(what);

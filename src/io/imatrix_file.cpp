@@ -95,7 +95,8 @@ std::vector<float> f32_tensor(std::span<const std::byte> bytes, const GgufHeader
     fail("{}: {} is {}, expected f32", label, t.name, ggml_type_info(t.type).name);
   const uint64_t n = uint64_t(t.numel());
   const uint64_t start = h.data_offset + t.offset;
-  if (n * 4 != t.nbytes || start > bytes.size() || bytes.size() - start < t.nbytes)
+  if (n > bytes.size() / 4 || n * 4 != t.nbytes || start > bytes.size() ||
+      bytes.size() - start < t.nbytes)
     fail("{}: {}: data out of the file", label, t.name);
   std::vector<float> v(static_cast<size_t>(n));
   std::memcpy(v.data(), bytes.data() + start, size_t(t.nbytes));

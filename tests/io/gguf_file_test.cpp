@@ -209,6 +209,14 @@ TEST(GgufReader, ElementCountOverflow) {
   EXPECT_GGUF_ERROR(g.build(), "tensor 'a': element count overflows int64");
 }
 
+// 2^62 + 1 f32 values fit int64 as a count, but their row's 4 bytes each wrap uint64 to 4: the
+// imatrix reader once allocated 2^62 floats for a tensor whose byte size looked like 4.
+TEST(GgufReader, RowByteSizeOverflow) {
+  RawGguf g = valid();
+  g.tensors[0].ne = {(int64_t(1) << 62) + 1};
+  EXPECT_GGUF_ERROR(g.build(), "tensor 'a': byte size overflows int64");
+}
+
 TEST(GgufReader, TensorNameTooLong) {
   RawGguf g = valid();
   g.tensors[0].name = std::string(64, 'x');
