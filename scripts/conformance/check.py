@@ -196,6 +196,26 @@ def expert_weights(cfg, W, P):
     return stack(g), stack(u), stack(d)
 
 
+def deepseek_router(cfg, h, G_, W):
+    """DeepseekV3TopkRouter (also Nemotron-H's): (expert indices [T, k], weights [T, k]); G_ = "<...>.gate.".
+
+    s = sigmoid(gate.weight . h); the choice uses s + e_score_correction_bias: each of the n_group groups of
+    E/n_group consecutive experts scores the sum of its top-2, the topk_group best groups stay, top-k experts among
+    them. Weights are the UNBIASED s of the chosen experts, / (their sum + 1e-20) if norm_topk_prob, x
+    routed_scaling_factor."""
+    T, E, k = h.shape[0], num_experts(cfg), cfg["num_experts_per_tok"]
+    s = (h @ W[G_ + "weight"].T).sigmoid()
+    choice = s + W[G_ + "e_score_correction_bias"]  # the bias steers the choice only
+    G, TG = cfg["n_group"], cfg["topk_group"]
+    group_score = choice.view(T, G, E // G).topk(2, dim=-1).values.sum(-1)  # sum of each group's top-2
+    keep = torch.zeros(T, G, dtype=torch.bool).scatter_(1, group_score.topk(TG, dim=-1).indices, True)
+    top_i = choice.masked_fill(~keep.repeat_interleave(E // G, 1), -math.inf).topk(k, dim=-1).indices
+    weights = s.gather(1, top_i)  # unbiased scores
+    if cfg["norm_topk_prob"]:
+        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+    return top_i, weights * cfg["routed_scaling_factor"]
+
+
 def moe_block(cfg, W, P, h, stats, layer):
     """Sparse MoE block of one layer: route, run the chosen experts, add the shared expert(s)."""
     mt, E, k = cfg["model_type"], num_experts(cfg), cfg["num_experts_per_tok"]
@@ -205,16 +225,7 @@ def moe_block(cfg, W, P, h, stats, layer):
         top_v, top_i = logits.topk(k, dim=-1)
         weights = top_v.softmax(-1)
     elif mt == "deepseek_v3":  # DeepseekV3TopkRouter
-        s = (h @ W[P + "mlp.gate.weight"].T).sigmoid()
-        choice = s + W[P + "mlp.gate.e_score_correction_bias"]  # the bias steers the choice only
-        G, TG = cfg["n_group"], cfg["topk_group"]
-        group_score = choice.view(T, G, E // G).topk(2, dim=-1).values.sum(-1)  # sum of each group's top-2
-        keep = torch.zeros(T, G, dtype=torch.bool).scatter_(1, group_score.topk(TG, dim=-1).indices, True)
-        top_i = choice.masked_fill(~keep.repeat_interleave(E // G, 1), -math.inf).topk(k, dim=-1).indices
-        weights = s.gather(1, top_i)  # unbiased scores
-        if cfg["norm_topk_prob"]:
-            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
-        weights = weights * cfg["routed_scaling_factor"]
+        top_i, weights = deepseek_router(cfg, h, P + "mlp.gate.", W)
     else:  # Mixtral (always renormalised), Qwen2-MoE / Qwen3-MoE (renormalised iff norm_topk_prob)
         gate = P + ("block_sparse_moe." if mt == "mixtral" else "mlp.") + "gate.weight"
         probs = (h @ W[gate].T).softmax(-1)  # over all E experts
@@ -252,11 +263,117 @@ def moe_block(cfg, W, P, h, stats, layer):
     return out
 
 
+# ------------------------------------------------------------------------------------------- Nemotron-H
+
+
+NEMOTRON_PATTERN = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+
+
+def nemotron_block_types(cfg):
+    """layers_block_type (transformers 5), else the legacy hybrid_override_pattern string (M * - E)."""
+    if cfg.get("layers_block_type"):
+        return cfg["layers_block_type"]
+    return [NEMOTRON_PATTERN[c] for c in cfg["hybrid_override_pattern"]]
+
+
+def json_float(v):
+    """transformers 5 writes inf in config.json as {"__float__": "Infinity"} (hub configs: bare Infinity)."""
+    return float(v["__float__"]) if isinstance(v, dict) else float(v)
+
+
+def linear(W, name, x):
+    """One Linear by full name (weight [out, in], optional bias)."""
+    out = x @ W[name + ".weight"].T
+    return out + W[name + ".bias"] if name + ".bias" in W else out
+
+
+def mamba2_mixer(cfg, W, P, h):
+    """Mamba-2 mixer (NemotronHMamba2Mixer) as the plain recurrence, token by token."""
+    T = h.shape[0]
+    nh, hd, N = cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["ssm_state_size"]
+    G, K = cfg["n_groups"], cfg["conv_kernel"]
+    I = nh * hd
+    conv_dim = I + 2 * G * N
+    z, xbc, dt = linear(W, P + "mixer.in_proj", h).split([I, conv_dim, nh], -1)  # in_proj bias iff use_bias
+    # causal depthwise conv1d over time, per channel c: sum_j w[c, j] * xbc[t - (K-1) + j, c] (+ bias), then SiLU
+    w = W[P + "mixer.conv1d.weight"][:, 0, :]  # [conv_dim, K]
+    padded = torch.cat([torch.zeros(K - 1, conv_dim, dtype=h.dtype), xbc])
+    conv = sum(padded[j:j + T] * w[:, j] for j in range(K))
+    if P + "mixer.conv1d.bias" in W:
+        conv = conv + W[P + "mixer.conv1d.bias"]
+    x, B, C = F.silu(conv).split([I, G * N, G * N], -1)
+    x, B, C = x.view(T, nh, hd), B.view(T, G, N), C.view(T, G, N)
+    group = torch.arange(nh) // (nh // G)  # head -> its B/C group
+    B, C = B[:, group], C[:, group]  # [T, nh, N]
+    # dt clamped to time_step_limit (vLLM / mamba_ssm kernels; default (0, inf)). transformers' torch prefill clamps
+    # to (time_step_min, inf) instead: these fixtures set time_step_min 0.0 so both agree.
+    lo, hi = (json_float(v) for v in cfg.get("time_step_limit", [0.0, math.inf]))
+    dt = F.softplus(dt + W[P + "mixer.dt_bias"]).clamp(lo, hi)  # [T, nh]
+    A = -torch.exp(W[P + "mixer.A_log"])  # [nh]
+    D = W[P + "mixer.D"]
+    S = torch.zeros(nh, hd, N, dtype=h.dtype)
+    y = torch.empty(T, nh, hd, dtype=h.dtype)
+    for t in range(T):
+        S = S * torch.exp(dt[t] * A)[:, None, None] + (dt[t][:, None] * x[t])[:, :, None] * B[t][:, None, :]
+        y[t] = (S * C[t][:, None, :]).sum(-1) + D[:, None] * x[t]
+    # gated RMSNorm (NemotronHRMSNormGated, norm_before_gate false): (y * silu(z)) normalised per group of I/G
+    g = (y.reshape(T, I) * F.silu(z)).view(T, G, I // G)
+    g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + cfg["layer_norm_epsilon"])
+    return linear(W, P + "mixer.out_proj", g.reshape(T, I) * W[P + "mixer.norm.weight"])
+
+
+def nemotron_forward(cfg, W, ids, stats):
+    """NemotronHForCausalLM: x = x + mixer(norm(x)) per block; hub names (backbone.*)."""
+    T = len(ids)
+    eps = cfg["layer_norm_epsilon"]
+    H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    E = num_experts(cfg)
+
+    def relu2_mlp(x, prefix):  # down(relu(up(x))^2), optional biases (mlp_bias)
+        return linear(W, prefix + "down_proj", F.relu(linear(W, prefix + "up_proj", x)) ** 2)
+
+    x = W["backbone.embeddings.weight"][ids]
+    for layer, kind in enumerate(nemotron_block_types(cfg)):
+        P = f"backbone.layers.{layer}."
+        h = rms_norm(x, W[P + "norm.weight"], eps)
+        if kind == "linear_attention":
+            m = mamba2_mixer(cfg, W, P, h)
+        elif kind == "full_attention":  # no RoPE, no biases, GQA, scale head_dim**-0.5, causal
+            q = (h @ W[P + "mixer.q_proj.weight"].T).view(T, H, hd).transpose(0, 1)
+            k = (h @ W[P + "mixer.k_proj.weight"].T).view(T, KV, hd).transpose(0, 1).repeat_interleave(H // KV, 0)
+            v = (h @ W[P + "mixer.v_proj.weight"].T).view(T, KV, hd).transpose(0, 1).repeat_interleave(H // KV, 0)
+            scores = (q @ k.transpose(1, 2)) * hd**-0.5
+            scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            m = (scores.softmax(-1) @ v).transpose(0, 1).reshape(T, H * hd) @ W[P + "mixer.o_proj.weight"].T
+        elif kind == "mlp":
+            m = relu2_mlp(h, P + "mixer.")
+        elif kind == "moe":  # DeepSeek-V3 routing on h; non-gated relu2 experts, optionally in a latent space
+            top_i, weights = deepseek_router(cfg, h, P + "mixer.gate.", W)
+            latent = cfg.get("moe_latent_size") is not None
+            hl = linear(W, P + "mixer.fc1_latent_proj", h) if latent else h
+            routed = torch.zeros_like(hl)
+            for e in range(E):
+                rows, slot = (top_i == e).nonzero(as_tuple=True)
+                routed.index_add_(0, rows, relu2_mlp(hl[rows], f"{P}mixer.experts.{e}.") * weights[rows, slot, None])
+            if latent:
+                routed = linear(W, P + "mixer.fc2_latent_proj", routed)
+            m = routed + relu2_mlp(h, P + "mixer.shared_experts.")
+            stats.setdefault("expert_tokens", {})[str(layer)] = torch.bincount(top_i.flatten(), minlength=E).tolist()
+        else:
+            raise ValueError(kind)
+        x = x + m
+    x = rms_norm(x, W["backbone.norm_f.weight"], eps)
+    return x @ W.get("lm_head.weight", W["backbone.embeddings.weight"]).T
+
+
 # ---------------------------------------------------------------------------------------------- forward
 
 
 def forward(cfg, W, ids, stats=None):
     """Logits [T, vocab]; MoE routing statistics go to `stats` (expert_tokens, swiglu_clamp_hits)."""
+    stats = {} if stats is None else stats
+    if cfg["model_type"] == "nemotron_h":
+        return nemotron_forward(cfg, W, ids, stats)
     T = len(ids)
     pos = torch.arange(T)
     mt = cfg["model_type"]
@@ -421,7 +538,7 @@ def check_case(root, case):
     ppl = math.exp(nll.mean().item())
     ppl_err = abs(ppl - meta["ppl"]) / meta["ppl"]
 
-    rope = rope_params_by_layer_type(cfg)
+    rope = rope_params_by_layer_type(cfg) if cfg["model_type"] != "nemotron_h" else {}  # Nemotron-H: no RoPE
     rope_err = 0.0
     for key, val in ref.items():
         if key.startswith("rope_inv_freq"):

@@ -5,7 +5,7 @@ For every case in CASES this writes tests/data/conformance/<case>/:
   config.json            as transformers 5 writes it (or rewritten to the 4.x layout for "v4" cases)
   model.safetensors      all weights in BF16 (tied embeddings: only model.embed_tokens.weight)
   reference.safetensors  input_ids I32 [T], positions I32 [P], logits F32 [P, vocab], nll F32 [T-1]
-                         (+ informational rope_* tensors, see README.md)
+                         (+ informational rope_* tensors, see README.md; none for Nemotron-H: no RoPE)
   reference.json         case, description, family, T, ppl, versions, features, ...
 
 Weights are re-initialised with fixed seeds and rounded to BF16-representable values, so the
@@ -15,6 +15,11 @@ Mixture-of-experts cases are written with the tensor names save_pretrained write
 names; gpt-oss fused) or, with disk_layout="fused", transformers' in-memory fused tensors; their
 reference.json records the routing (expert token counts per layer), and a case fails if any expert
 of any MoE layer receives no token.
+Nemotron-H cases (hybrid Mamba-2 / attention / MLP / MoE, hub names backbone.*) use T = 250 so the
+chunked scan ends in a partial chunk, clamp dt to (0, inf) as vLLM's kernels do (config time_step_min 0.0),
+add the legacy hybrid_override_pattern to config.json, and fail unless a token-by-token decode with
+transformers' cache (the recurrent Mamba path) matches the full-sequence logits within 1e-4
+(reference.json decode_vs_prefill_max_abs).
 
 Run it through scripts/conformance/generate.sh (pinned venv), or directly:
   python generate.py [--out DIR] [--only CASE ...]
@@ -51,6 +56,8 @@ from transformers import (
     MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    NemotronHConfig,
+    NemotronHForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     Phi3Config,
@@ -620,6 +627,97 @@ CASES = [
                   "original_max_position_embeddings=4096", "yarn:truncate=false", "rope_theta=150000",
                   "untied_embeddings", "gqa:4q/2kv", "config_layout:v5"],
     ),
+    # ------------------------------------------------------------------------------ hybrid Mamba-2 (Nemotron-H)
+    # One mixer per block (Mamba-2 "M", attention "*", relu2 MLP "-", MoE "E"), each behind its own RMSNorm.
+    # The SSM parameters are initialised as Mamba does (nemotron init in init_weights), every mixer's
+    # time_step_limit is (0, inf) as in vLLM's kernels (config time_step_min 0.0), and T = 250 so the last
+    # chunk of transformers' chunked scan is partial. generate_case also runs a token-by-token decode with
+    # transformers' cache (the recurrent path) and records its distance to the full-sequence logits.
+    dict(
+        name="nemotron_h",
+        family="nemotron_h",
+        model=NemotronHForCausalLM,
+        config=NemotronHConfig,
+        kwargs=dict(vocab_size=256, hidden_size=64, hybrid_override_pattern="M*M-ME", max_position_embeddings=512,
+                    bos_token_id=1, eos_token_id=2, pad_token_id=None, tie_word_embeddings=False,
+                    mamba_num_heads=8, mamba_head_dim=8, ssm_state_size=16, n_groups=2, conv_kernel=4,
+                    use_conv_bias=True, chunk_size=32, mamba_hidden_act="silu", use_bias=False, mamba_proj_bias=False,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_bias=False,
+                    intermediate_size=96, mlp_hidden_act="relu2", mlp_bias=False,
+                    n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=32,
+                    moe_shared_expert_intermediate_size=48, routed_scaling_factor=2.5, norm_topk_prob=True,
+                    n_shared_experts=1, moe_latent_size=None, layer_norm_epsilon=1e-5),
+        T=250,
+        boundaries=[32, 224],
+        moe=dict(e_bias_std=0.1),
+        description="Nemotron-H (NemotronHForCausalLM), hybrid_override_pattern 'M*M-ME' -> layers_block_type "
+        "[mamba, attention, mamba, mlp, mamba, moe]; every block is x = x + mixer(norm(x)) (RMSNorm eps 1e-5, "
+        "weight multiplied in fp32), final norm_f, untied lm_head. Mamba-2 mixer: 8 heads x head_dim 8 "
+        "(I = 64), ssm_state_size 16, n_groups 2, conv_kernel 4 with conv bias, no in/out_proj bias; in_proj "
+        "[200,64] -> [z (64) | xBC (conv_dim = 64 + 2*2*16 = 128) | dt (8)]; causal depthwise conv1d "
+        "[128,1,4] + SiLU over xBC -> [x (64) | B (2x16) | C (2x16)], head h uses group h // 4; "
+        "dt = softplus(dt + dt_bias) (time_step_limit (0, inf): config time_step_min 0.0, see notes); "
+        "A = -exp(A_log); S = exp(dt*A) S + dt B x^T, y = C.S + D x; gated RMSNorm over groups of I/n_groups = 32: "
+        "norm(y * silu(z)) * mixer.norm.weight; out_proj [64,64]. Chunked scan chunk_size 32 over T = 250 "
+        "tokens: 7 full chunks + a partial one of 26. Attention: 4 heads / 2 KV heads, head_dim 16, NO RoPE "
+        "(no position information besides the Mamba layers), no biases, scale head_dim**-0.5, causal. MLP: "
+        "down(relu(up(x))**2), intermediate 96. MoE: DeepSeek-V3 routing (sigmoid, non-zero "
+        "e_score_correction_bias for the choice, n_group 2 / topk_group 1, top-2, norm_topk_prob, x 2.5) over 8 "
+        "non-gated relu2 experts (up [32,64], down [64,32]) plus a relu2 shared expert (intermediate 48). "
+        "Hub tensor names (backbone.*, per-expert mixer.experts.E.*) as save_pretrained writes them; "
+        "config.json as transformers 5.24 writes it (layers_block_type) plus the legacy "
+        "hybrid_override_pattern string that hub configs carry.",
+        features=["hybrid:mamba2+attention+mlp+moe", "layers_block_type:[M,*,M,-,M,E]",
+                  "hybrid_override_pattern=M*M-ME", "mamba:heads=8,head_dim=8,state=16,n_groups=2",
+                  "mamba:conv_kernel=4,conv_bias", "mamba:in_out_proj_bias=false", "mamba:chunk_size=32",
+                  "mamba:partial_last_chunk(T=250)", "mamba:gated_group_rmsnorm(group=32)",
+                  "mamba:time_step_limit=(0,inf)", "attention:no_rope", "gqa:4q/2kv", "mlp:relu2",
+                  "moe:layers=[5]", "moe:experts=8", "moe:top_k=2",
+                  "moe:router=sigmoid+e_score_correction_bias(group_limited)", "moe:n_group=2", "moe:topk_group=1",
+                  "moe:norm_topk_prob=true", "moe:routed_scaling_factor=2.5", "moe:experts=relu2(up,down)",
+                  "moe:shared_expert=relu2(48)", "moe:e_score_correction_bias!=0", "moe:names=per_expert",
+                  "names:backbone.*", "untied_embeddings"],
+    ),
+    dict(
+        name="nemotron_h_latent",
+        family="nemotron_h",
+        model=NemotronHForCausalLM,
+        config=NemotronHConfig,
+        kwargs=dict(vocab_size=256, hidden_size=64, hybrid_override_pattern="ME*EM", max_position_embeddings=512,
+                    bos_token_id=1, eos_token_id=2, pad_token_id=None, tie_word_embeddings=False,
+                    mamba_num_heads=6, mamba_head_dim=16, ssm_state_size=16, n_groups=1, conv_kernel=4,
+                    use_conv_bias=True, chunk_size=64, mamba_hidden_act="silu", use_bias=True, mamba_proj_bias=False,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_bias=False,
+                    intermediate_size=96, mlp_hidden_act="relu2", mlp_bias=False,
+                    n_routed_experts=8, num_experts_per_tok=3, n_group=1, topk_group=1, moe_intermediate_size=48,
+                    moe_shared_expert_intermediate_size=80, routed_scaling_factor=1.5, norm_topk_prob=False,
+                    n_shared_experts=1, moe_latent_size=32, layer_norm_epsilon=1e-5),
+        T=250,
+        boundaries=[64, 192],
+        moe=dict(e_bias_std=0.1),
+        description="Nemotron-H with a latent MoE (Nemotron 3 Super style): hybrid_override_pattern 'ME*EM' -> "
+        "[mamba, moe, attention, moe, mamba]. Mamba-2: 6 heads x head_dim 16 (I = 96, so out_proj [64,96] is "
+        "not square), ssm_state_size 16, n_groups 1 (all heads share B and C; gated RMSNorm over the whole 96), "
+        "conv_kernel 4 with conv bias, use_bias true -> in_proj bias [230] and out_proj bias [64]; in_proj "
+        "[230,64] -> [z 96 | xBC 128 | dt 6]; chunk_size 64 over T = 250 (3 full chunks + 58). MoE layers 1 and 3: "
+        "router on the block input (hidden 64): sigmoid + non-zero e_score_correction_bias, n_group 1 (no group "
+        "limit), top-3, norm_topk_prob FALSE (weights = the unbiased sigmoid scores, not renormalised) x 1.5; the "
+        "routed experts run in the latent space: h = fc1_latent_proj(x) [32,64], out = fc2_latent_proj(sum_k w_k "
+        "down_e(relu(up_e h)**2)) [64,32] with up_e [48,32], down_e [32,48] (no biases: mlp_bias false), plus "
+        "the shared expert on x at full width (up [80,64], down [64,80]). Attention as nemotron_h "
+        "(attention_bias false; transformers ignores it anyway). tie_word_embeddings false: NemotronHForCausalLM "
+        "declares no tied weights (_tied_weights_keys = {}), so a true flag would leave lm_head untied in "
+        "transformers.",
+        features=["hybrid:mamba2+attention+moe", "layers_block_type:[M,E,*,E,M]", "hybrid_override_pattern=ME*EM",
+                  "mamba:heads=6,head_dim=16,state=16,n_groups=1", "mamba:conv_kernel=4,conv_bias",
+                  "mamba:in_out_proj_bias=true(use_bias)", "mamba:chunk_size=64", "mamba:partial_last_chunk(T=250)",
+                  "mamba:gated_group_rmsnorm(group=96)", "mamba:time_step_limit=(0,inf)", "attention:no_rope",
+                  "gqa:4q/2kv", "moe:layers=[1,3]", "moe:experts=8", "moe:top_k=3",
+                  "moe:router=sigmoid+e_score_correction_bias", "moe:n_group=1", "moe:topk_group=1",
+                  "moe:norm_topk_prob=false", "moe:routed_scaling_factor=1.5", "moe:latent=32(fc1/fc2_latent_proj)",
+                  "moe:experts=relu2(up,down)", "moe:shared_expert=relu2(80)", "moe:e_score_correction_bias!=0",
+                  "moe:names=per_expert", "names:backbone.*", "untied_embeddings"],
+    ),
 ]
 
 
@@ -627,7 +725,7 @@ def case_seed(name):
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
-def pick_positions(boundaries):
+def pick_positions(boundaries, T=T):
     pos = {0, 1, T - 1}
     for b in boundaries:
         pos.update(p for p in (b - 1, b, b + 1) if 0 <= p < T)
@@ -676,7 +774,8 @@ def init_weights(model, config, embed_std, lm_head_std, moe=None):
                         p.normal_(0.0, 0.2).add_(1.0)
                 elif "Router" in type(mod).__name__ and pname == "weight":  # [E, hidden], not an nn.Linear
                     p.normal_(0.0, moe["router_scale"] / math.sqrt(p.shape[1]))
-                elif pname in ("gate_up_proj", "down_proj") and p.dim() == 3:  # fused experts
+                elif pname in ("gate_up_proj", "up_proj", "down_proj") and p.dim() == 3:  # fused experts
+                    # (Nemotron-H's experts are not gated: up_proj [E, I, in] takes gate_up_proj's scale)
                     # [E, out, in] used as F.linear weights, or [E, in, out] (x @ W) when is_transposed (gpt-oss)
                     fan_in = p.shape[1] if getattr(mod, "is_transposed", False) else p.shape[2]
                     scale = moe["gate_up_scale"] if pname == "gate_up_proj" else moe["down_scale"]
@@ -685,6 +784,16 @@ def init_weights(model, config, embed_std, lm_head_std, moe=None):
                     p.normal_(0.0, moe["expert_bias_std"])
                 elif pname == "sinks":
                     p.normal_(0.0, moe["sink_std"])
+                elif isinstance(mod, nn.Conv1d) and pname == "weight":  # Mamba depthwise conv [C, 1, K]
+                    p.normal_(0.0, 1.0 / math.sqrt(p.shape[2]))
+                elif "Mamba2Mixer" in type(mod).__name__ and pname == "dt_bias":
+                    # Mamba's init: dt log-uniform in [1e-3, 1e-1], dt_bias = softplus^-1(dt) = dt + log(-expm1(-dt))
+                    dt = torch.exp(torch.rand(p.shape) * (math.log(1e-1) - math.log(1e-3)) + math.log(1e-3))
+                    p.copy_(dt + torch.log(-torch.expm1(-dt)))
+                elif "Mamba2Mixer" in type(mod).__name__ and pname == "A_log":  # A = -exp(A_log), |A| in [1, 16]
+                    p.copy_(torch.log(torch.empty(p.shape).uniform_(1.0, 16.0)))
+                elif "Mamba2Mixer" in type(mod).__name__ and pname == "D":  # skip connection, around 1
+                    p.normal_(0.0, 0.2).add_(1.0)
                 else:
                     raise RuntimeError(f"unhandled parameter {full} in {type(mod).__name__}")
     with torch.no_grad():
@@ -734,8 +843,10 @@ def to_v4_layout(cfg, type_key, extra=None):
 
 def rope_tensors(model):
     """Informational: the inv_freq / attention scaling the rotary module used in the last forward."""
-    rot = model.model.rotary_emb
+    rot = getattr(model.model, "rotary_emb", None)
     out = {}
+    if rot is None:  # Nemotron-H: no RoPE
+        return out
     if isinstance(rot.rope_type, dict):  # per layer type (Gemma 3)
         for lt in rot.rope_type:
             out[f"rope_inv_freq_{lt}"] = getattr(rot, f"{lt}_inv_freq").detach().float().clone()
@@ -755,7 +866,7 @@ def _rope_norm(rp):
 
 # --------------------------------------------------------------------------------------- mixture of experts
 
-MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"}
+MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "nemotron_h"}
 
 
 def hub_expert_names(family, state):
@@ -763,7 +874,9 @@ def hub_expert_names(family, state):
 
     transformers 5 keeps the experts of a layer fused ([E, 2I, H] gate_up_proj with gate rows first, [E, H, I]
     down_proj) and its conversion mapping (conversion_mapping.py, "mixtral" / "qwen2_moe") splits them back on
-    save. gpt-oss is stored fused on the hub, so it is left as it is."""
+    save. gpt-oss is stored fused on the hub, so it is left as it is. Nemotron-H ("nemotron_h": the model is
+    `backbone` on the hub, `model` in memory) keeps non-gated experts, up_proj [E, I, in] and down_proj
+    [E, in, I], split into experts.<e>.up_proj.weight / down_proj.weight."""
     if family == "gpt_oss":
         return dict(state)
     gate, up, down = ("w1", "w3", "w2") if family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
@@ -771,12 +884,16 @@ def hub_expert_names(family, state):
     for k, v in state.items():
         if family == "mixtral":  # WeightRenaming(".block_sparse_moe.", ".mlp."), reversed
             k = k.replace(".mlp.", ".block_sparse_moe.")
-        m = re.fullmatch(r"(.*\.experts\.)(gate_up_proj|down_proj)", k)
+        if family == "nemotron_h" and k.startswith("model."):  # WeightRenaming("backbone.", "model."), reversed
+            k = "backbone." + k[len("model."):]
+        m = re.fullmatch(r"(.*\.experts\.)(gate_up_proj|up_proj|down_proj)", k)
         if m is None:
             out[k] = v
             continue
         for e in range(v.shape[0]):
-            if m.group(2) == "gate_up_proj":
+            if m.group(2) == "up_proj":
+                out[f"{m.group(1)}{e}.up_proj.weight"] = v[e].clone()
+            elif m.group(2) == "gate_up_proj":
                 g, u = v[e].chunk(2, dim=0)
                 out[f"{m.group(1)}{e}.{gate}.weight"] = g.clone()
                 out[f"{m.group(1)}{e}.{up}.weight"] = u.clone()
@@ -838,8 +955,9 @@ def deepseek_route(logits, bias, n_group, topk_group, k):
 def moe_stats(case, config, model, routes, clamps):
     """reference.json entries: expert token counts per MoE layer (all > 0 or the case fails), routing margins."""
     family, name = case["family"], case["name"]
+    T = case.get("T", globals()["T"])
     E = config.num_local_experts if family in ("mixtral", "gpt_oss") else (
-        config.n_routed_experts if family == "deepseek_v3" else config.num_experts)
+        config.n_routed_experts if family in ("deepseek_v3", "nemotron_h") else config.num_experts)
     k = config.num_experts_per_tok
     out = dict(moe_layers=sorted(routes), num_experts=E, top_k=k, expert_tokens={}, router_min_margin={},
                router_near_ties={})
@@ -852,8 +970,10 @@ def moe_stats(case, config, model, routes, clamps):
         if min(counts) == 0:
             raise RuntimeError(f"{name}: layer {layer}: an expert got no token: {counts}")
         out["expert_tokens"][str(layer)] = counts
-        if family == "deepseek_v3":
-            bias = model.model.layers[layer].mlp.gate.e_score_correction_bias.detach().double()
+        if family in ("deepseek_v3", "nemotron_h"):  # the same router (NemotronHTopkRouter = DeepseekV3TopkRouter)
+            block = model.model.layers[layer]
+            gate = block.mixer.gate if family == "nemotron_h" else block.mlp.gate
+            bias = gate.e_score_correction_bias.detach().double()
             mine, margin = deepseek_route(r["logits"], bias, config.n_group, config.topk_group, k)
             plain, _ = deepseek_route(r["logits"], torch.zeros_like(bias), config.n_group, config.topk_group, k)
             bias_changed[str(layer)] = int((mine.sort(-1).values != plain.sort(-1).values).any(-1).sum())
@@ -881,6 +1001,67 @@ def forward_logits(model, ids):
     return logits.detach().clone()
 
 
+# ----------------------------------------------------------------------------------------- Nemotron-H
+
+
+def nemotron_set_dt_limit(model):
+    """Every Mamba mixer's dt clamp -> (0, inf), and config.time_step_min -> 0.0 (what the mixers read on load).
+
+    transformers' mixer clamps dt to (config.time_step_min, inf) in its chunked prefill only (its single-token
+    decode does not clamp); vLLM's kernels and qforge clamp to config.time_step_limit, default (0, inf), which
+    after the softplus is no clamp at all. The model is built with the default 0.001 first because weight init
+    takes log(time_step_min)."""
+    mixers = [m for m in model.modules() if hasattr(m, "time_step_limit")]
+    assert mixers
+    for m in mixers:
+        m.time_step_limit = (0.0, float("inf"))
+    model.config.time_step_min = 0.0
+    return mixers
+
+
+def nemotron_dt_probe(model):
+    """Forward hooks on every Mamba in_proj: the dt = softplus(dt_raw + dt_bias) values of the forward."""
+    seen, undo = [], []
+    for mod in model.modules():
+        if not hasattr(mod, "time_step_limit"):
+            continue
+
+        def hook(_m, _inp, out, mixer=mod):
+            dt = out[..., -mixer.num_heads:] + mixer.dt_bias
+            seen.append(torch.nn.functional.softplus(dt.double()).flatten())
+
+        undo.append(mod.in_proj.register_forward_hook(hook).remove)
+    return seen, undo
+
+
+def decode_logits(model, ids, n):
+    """Logits [n, V] of a token-by-token decode of ids[:n] with transformers' cache (use_cache=True), and how
+    often the single-token paths ran (causal_conv1d_update, mamba2_selective_state_update)."""
+    mod = sys.modules[type(model).__module__]
+    calls = {"causal_conv1d_update": 0, "mamba2_selective_state_update": 0}
+    originals = {name: getattr(mod, name) for name in calls}
+
+    def counting(name):
+        def f(*a, **k):
+            calls[name] += 1
+            return originals[name](*a, **k)
+        return f
+
+    for name in calls:
+        setattr(mod, name, counting(name))
+    rows, cache = [], None
+    try:
+        with torch.no_grad():
+            for t in range(n):
+                out = model(input_ids=ids[None, t:t + 1].long(), cache=cache, use_cache=True)
+                cache = out.cache
+                rows.append(out.logits[0, -1].detach().clone())
+    finally:
+        for name, f in originals.items():
+            setattr(mod, name, f)
+    return torch.stack(rows), calls
+
+
 def generate_case(case, out_root):
     name = case["name"]
     seed = case_seed(name)
@@ -888,6 +1069,8 @@ def generate_case(case, out_root):
     config = case["config"](**cfg_kwargs)
     config._attn_implementation = "eager"
     is_moe = case["family"] in MOE_FAMILIES
+    nemotron = case["family"] == "nemotron_h"
+    T = case.get("T", globals()["T"])  # Nemotron-H: 250, so the Mamba chunked scan ends in a partial chunk
     load_kwargs = {}
     if is_moe:  # the plain per-expert loop, not grouped_mm
         config._experts_implementation = "eager"
@@ -901,6 +1084,9 @@ def generate_case(case, out_root):
     init_weights(model, config, embed_std, case.get("lm_head_std"), case.get("moe"))
     if tied:
         assert model.lm_head.weight is model.model.embed_tokens.weight
+    if nemotron:
+        mixers = nemotron_set_dt_limit(model)
+        dt_seen, dt_undo = nemotron_dt_probe(model)
 
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(0, config.vocab_size, (T,), generator=gen, dtype=torch.int64)
@@ -914,11 +1100,37 @@ def generate_case(case, out_root):
         for fn in undo:
             fn()
         moe_meta = moe_stats(case, config, model, routes, clamps)
+    extra_meta = {}
+    if nemotron:
+        for fn in dt_undo:
+            fn()
+        dt = torch.cat(dt_seen)
+        # The full-sequence reference above is the chunked scan; a token-by-token decode with transformers'
+        # cache runs the recurrence (conv state update + selective state update) and must agree.
+        dec, calls = decode_logits(model, ids, T)
+        n_mamba = len(mixers)
+        if calls["mamba2_selective_state_update"] != n_mamba * (T - 1) or calls["causal_conv1d_update"] != n_mamba * (T - 1):
+            raise RuntimeError(f"{name}: the decode did not take the recurrent path: {calls}")
+        decode_diff = (dec - logits).abs().max().item()
+        if decode_diff > 1e-4:
+            raise RuntimeError(f"{name}: token-by-token decode differs from the prefill by {decode_diff:g}")
+        extra_meta = {
+            "decode_vs_prefill_max_abs": decode_diff,
+            "decode_vs_prefill": f"token-by-token decode of all {T} tokens with transformers' cache (use_cache=True; "
+            f"causal_conv1d_update and mamba2_selective_state_update ran {calls['mamba2_selective_state_update']} "
+            "times each) against the full-sequence chunked-scan logits, float32",
+            "mamba_layers": [i for i, t in enumerate(config.layers_block_type) if t == "linear_attention"],
+            "mamba_dt": {"min": dt.min().item(), "max": dt.max().item(),
+                         "below_0.001": int((dt < 1e-3).sum()), "count": dt.numel(),
+                         "note": "dt = softplus(in_proj dt + dt_bias) over all tokens, heads and Mamba layers of the "
+                         "reference forward; entries below 0.001 would be clamped by transformers' default "
+                         "time_step_min (this fixture uses time_step_limit (0, inf), i.e. no clamp)"},
+        }
 
     lp = torch.log_softmax(logits.double(), dim=-1)
     nll64 = -lp[:-1].gather(1, ids[1:, None]).squeeze(1)  # [T-1]
     ppl = math.exp(nll64.mean().item())
-    positions = pick_positions(case.get("boundaries", []))
+    positions = pick_positions(case.get("boundaries", []), T)
 
     out_dir = os.path.join(out_root, name)
     if os.path.isdir(out_dir):
@@ -934,6 +1146,12 @@ def generate_case(case, out_root):
             hf_keys = set(f.keys())
             hf_tensors = {k: f.get_tensor(k) for k in f.keys()} if is_moe else None
     cfg_json["dtype"] = "bfloat16"  # what model.safetensors holds
+    if nemotron:
+        # transformers 5 writes layers_block_type only; hub configs carry the legacy pattern string
+        # (M = mamba, * = attention, - = mlp, E = moe). On load the list wins, the string is dropped.
+        assert "hybrid_override_pattern" not in cfg_json and cfg_json["time_step_min"] == 0.0
+        cfg_json["hybrid_override_pattern"] = config.hybrid_override_pattern
+        extra_meta["config_keys_added"] = {"hybrid_override_pattern": config.hybrid_override_pattern}
     if case.get("layout", "v5") == "v4":
         cfg_json = to_v4_layout(cfg_json, case.get("v4_type_key", "rope_type"), case.get("v4_extra"))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
@@ -985,9 +1203,13 @@ def generate_case(case, out_root):
     bad = {k: v for k, v in info.items() if v}
     if bad:
         raise RuntimeError(f"{name}: loading info not clean: {bad}")
-    if _rope_norm(reloaded.config.rope_parameters) != _rope_norm(model.config.rope_parameters):
-        raise RuntimeError(f"{name}: rope_parameters differ after reload: "
-                           f"{reloaded.config.rope_parameters} vs {model.config.rope_parameters}")
+    rp1, rp2 = getattr(model.config, "rope_parameters", None), getattr(reloaded.config, "rope_parameters", None)
+    if _rope_norm(rp2) != _rope_norm(rp1):
+        raise RuntimeError(f"{name}: rope_parameters differ after reload: {rp2} vs {rp1}")
+    if nemotron:
+        lim = {m.time_step_limit for m in reloaded.modules() if hasattr(m, "time_step_limit")}
+        if lim != {(0.0, float("inf"))}:
+            raise RuntimeError(f"{name}: reloaded mixers clamp dt to {lim}")
     if list(getattr(reloaded.config, "layer_types", []) or []) != list(getattr(model.config, "layer_types", []) or []):
         raise RuntimeError(f"{name}: layer_types differ after reload")
     for (k1, p1), (k2, p2) in zip(model.state_dict().items(), reloaded.state_dict().items()):
@@ -1016,6 +1238,7 @@ def generate_case(case, out_root):
         "features": case["features"],
     }
     meta.update(moe_meta)
+    meta.update(extra_meta)
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         f.write(json.dumps(meta, indent=2) + "\n")
 
