@@ -117,11 +117,15 @@ class CaptureObserver final : public LayerObserver {
   CaptureObserver(const Architecture& a, const CaptureOptions& o, int64_t layer, ThreadPool* pool)
       : pool_(pool), layer_(layer) {
     const LayerSpec& spec = a.layers[size_t(layer)];
-    // An MoE layer's dense mlp_act is its shared expert's activation (none: never fed).
+    // An MoE layer's dense mlp_act is its shared expert's activation (none: never fed). The
+    // latent inputs exist with multi-head latent attention only, the SSM output and the MoE
+    // latent with Nemotron-H (0 columns otherwise); a Linear reading an input (not a routed
+    // expert: those are kept apart below) says its width.
     const int64_t act = !spec.is_moe ? a.intermediate_size : spec.moe.shared_intermediate;
-    // The latent inputs exist with multi-head latent attention only (0 columns otherwise).
-    const int64_t cols[kLayerInputs] = {a.hidden_size, a.num_heads * a.v_head_dim, a.hidden_size,
-                                        act, a.mla.q_lora_rank, a.mla.kv_lora_rank};
+    int64_t cols[kLayerInputs] = {a.hidden_size, a.num_heads * a.v_head_dim, a.hidden_size,
+                                  act, a.mla.q_lora_rank, a.mla.kv_lora_rank, 0, 0};
+    for (size_t i : spec.linears)
+      if (a.linears[i].expert < 0) cols[size_t(a.linears[i].input)] = a.linears[i].in_features;
     for (int i = 0; i < kLayerInputs; ++i) {
       // The four dense inputs keep the stream seeds they had before the latent ones existed,
       // so that a model's calibration samples do not change.
@@ -132,7 +136,8 @@ class CaptureObserver final : public LayerObserver {
     expert_options_ = o;
     if (spec.is_moe) {
       experts_.resize(size_t(spec.moe.num_experts));
-      expert_cols_ = {a.hidden_size, spec.moe.expert_intermediate};
+      expert_cols_ = {spec.moe.latent > 0 ? spec.moe.latent : a.hidden_size,
+                      spec.moe.expert_intermediate};
       // See CaptureOptions::xtx: all rows instead of X^T X.
       if (o.xtx) {
         expert_options_.xtx = false;

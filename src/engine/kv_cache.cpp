@@ -6,7 +6,8 @@
 namespace qf {
 
 KvCache::KvCache(KvCacheType type, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim,
-                 std::vector<float> k_scale, std::vector<float> v_scale)
+                 std::vector<float> k_scale, std::vector<float> v_scale,
+                 std::vector<bool> attends)
     : type_(type),
       heads_(kv_heads),
       hd_(head_dim),
@@ -14,6 +15,7 @@ KvCache::KvCache(KvCacheType type, int64_t kv_heads, int64_t head_dim, int64_t v
       bytes_(kv_cache_type_bytes(type)),
       k_scale_(std::move(k_scale)),
       v_scale_(std::move(v_scale)),
+      attends_(attends.empty() ? std::vector<bool>(k_scale_.size(), true) : std::move(attends)),
       k_(k_scale_.size()),
       v_(k_scale_.size()) {}
 
@@ -30,6 +32,7 @@ void KvCache::ensure(int64_t len, int64_t limit) {
   const int64_t old_k = cap_ * hd_ * bytes_, old_v = cap_ * vd_ * bytes_;
   const int64_t new_k = cap * hd_ * bytes_, new_v = cap * vd_ * bytes_;
   for (size_t l = 0; l < k_.size(); ++l) {
+    if (!attends_[l]) continue;
     std::vector<uint8_t> k(size_t(heads_ * new_k)), v(size_t(heads_ * new_v));
     for (int64_t h = 0; h < heads_ && cap_ > 0; ++h) {
       std::memcpy(k.data() + h * new_k, k_[l].data() + h * old_k, size_t(old_k));

@@ -17,13 +17,15 @@ class KvCache {
  public:
   KvCache() = default;
   // `k_scale` / `v_scale`: one per layer (fp8 only: the divisor of stored codes; 1 where a
-  // layer has none).
+  // layer has none). `attends`: per layer, whether it stores keys and values (a hybrid model's
+  // Mamba and MLP layers do not); empty: every layer.
   KvCache(KvCacheType type, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim,
-          std::vector<float> k_scale, std::vector<float> v_scale);
+          std::vector<float> k_scale, std::vector<float> v_scale,
+          std::vector<bool> attends = {});
 
   // A cache of the same type, shape and scales, holding nothing.
   KvCache empty_copy() const {
-    return KvCache(type_, heads_, hd_, vd_, k_scale_, v_scale_);
+    return KvCache(type_, heads_, hd_, vd_, k_scale_, v_scale_, attends_);
   }
 
   KvCacheType type() const { return type_; }
@@ -51,6 +53,7 @@ class KvCache {
   int64_t heads_ = 0, hd_ = 0, vd_ = 0, bytes_ = 4;
   int64_t len_ = 0, cap_ = 0;  // positions held and room (a whole number of key tiles)
   std::vector<float> k_scale_, v_scale_;
+  std::vector<bool> attends_;
   std::vector<std::vector<uint8_t>> k_, v_;  // per layer [heads, cap_ positions]
   std::vector<uint8_t> row_;                 // one position's keys, converted
 };

@@ -40,7 +40,7 @@ void for_token_rows(ThreadPool& pool, int64_t n, int64_t width,
 // Dynamic NTK RoPE exists to run past max_position_embeddings and transformers sets no limit
 // for it; the cache grows with the positions run, so only int32 token positions bound it.
 int64_t default_max_seq(const Architecture& a) {
-  if (a.ropes[0].type == RopeType::dynamic) return int64_t(1) << 31;
+  if (!a.ropes.empty() && a.ropes[0].type == RopeType::dynamic) return int64_t(1) << 31;
   return a.max_position_embeddings;
 }
 
@@ -132,17 +132,21 @@ void route_sigmoid_grouped(const float* logits, const MoeSpec& moe, const std::v
 // The cache type ModelOptions asks for, with the checkpoint's FP8 scales (1 where it has none).
 KvCache make_kv_cache(const ModelWeights& w, const ModelOptions& opt) {
   const Architecture& a = w.arch;
-  bool scaled = !w.layers.empty();
+  bool scaled = a.has_attention();
   std::vector<float> ks, vs;
-  for (const LayerWeights& L : w.layers) {
-    scaled &= L.k_scale > 0 && L.v_scale > 0;
+  std::vector<bool> attends;
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    attends.push_back(a.layers[l].has_attention);
+    if (attends.back()) scaled &= L.k_scale > 0 && L.v_scale > 0;
     ks.push_back(L.k_scale > 0 ? L.k_scale : 1.f);
     vs.push_back(L.v_scale > 0 ? L.v_scale : 1.f);
   }
   KvCacheType type = opt.kv_cache.value_or(
       scaled ? KvCacheType::fp8
              : opt.llama_cpp_attention ? KvCacheType::f16 : opt.kv_cache_default);
-  return KvCache(type, a.num_kv_heads, a.head_dim, a.v_head_dim, std::move(ks), std::move(vs));
+  return KvCache(type, a.num_kv_heads, a.head_dim, a.v_head_dim, std::move(ks), std::move(vs),
+                 std::move(attends));
 }
 
 }  // namespace
@@ -167,6 +171,7 @@ Model::Model(ModelWeights weights, const ModelOptions& opt)
       pool_(std::make_unique<ThreadPool>(opt.threads > 0 ? opt.threads
                                                          : ThreadPool::hardware_threads())),
       kv_{make_kv_cache(w_, opt)},
+      mamba_{MambaCache(w_.arch)},
       rope_(w_.arch.ropes.size()) {}
 
 Model::~Model() = default;
@@ -177,11 +182,29 @@ uint64_t Model::kv_cache_bytes() const {
   return n;
 }
 
+uint64_t Model::mamba_state_bytes() const {
+  uint64_t n = 0;
+  for (const MambaCache& c : mamba_) n += c.bytes();
+  return n;
+}
+
 KvCache& Model::sequence_cache(int64_t s) {
   if (s < 0) fail("sequence {} out of range", s);
   // Every sequence's cache is a copy of the first's empty shape (type and scales).
-  while (int64_t(kv_.size()) <= s) kv_.push_back(kv_[0].empty_copy());
+  while (int64_t(kv_.size()) <= s) {
+    kv_.push_back(kv_[0].empty_copy());
+    mamba_.emplace_back(w_.arch);
+  }
   return kv_[size_t(s)];
+}
+
+void Model::check_mamba_position(int64_t sequence, int64_t pos) {
+  MambaCache& m = mamba_[size_t(sequence)];
+  if (m.empty()) return;
+  if (pos == 0) m.reset();
+  else if (pos != m.position())
+    fail("sequence {} stopped at position {}; a model with Mamba layers cannot run from position "
+         "{} (its state cannot be rewound: start again at 0)", sequence, m.position(), pos);
 }
 
 void Model::ensure_capacity(int64_t n) {
@@ -207,12 +230,25 @@ void Model::ensure_capacity(int64_t n) {
   hb_.resize(sz(inter));
   hb2_.resize(sz(inter));
   if (a.has_moe()) {
-    int64_t experts = 0;
-    for (const auto& l : a.layers) experts = std::max(experts, l.moe.num_experts);
+    int64_t experts = 0, latent = 0;
+    for (const auto& l : a.layers) {
+      experts = std::max(experts, l.moe.num_experts);
+      latent = std::max(latent, l.moe.latent);
+    }
+    const int64_t width = std::max(a.hidden_size, latent);
     logits_.resize(sz(experts));
-    gathered_.resize(sz(a.hidden_size));
-    expert_out_.resize(sz(a.hidden_size));
-    moe_sum_.resize(sz(a.hidden_size));
+    gathered_.resize(sz(width));
+    expert_out_.resize(sz(width));
+    moe_sum_.resize(sz(width));
+    if (latent > 0) {
+      moe_latent_in_.resize(sz(latent));
+      moe_routed_.resize(sz(a.hidden_size));
+    }
+  }
+  if (a.has_mamba()) {
+    zxbcdt_.resize(sz(a.mamba.in_proj_rows()));
+    dt_.resize(sz(a.mamba.heads));
+    ssm_y_.resize(sz(a.mamba.inner()));
   }
   // Fused q/k/v or gate/up outputs before they are split (Phi-3).
   bool fused = false;
@@ -318,6 +354,7 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits,
   if (pos > cache.length())
     fail("sequence {} holds {} positions; cannot run from position {}", sequence, cache.length(),
          pos);
+  check_mamba_position(sequence, pos);
   ensure_capacity(n);
   cache.ensure(pos + n, max_seq_);
   seq_ = sequence;
@@ -325,6 +362,7 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, float* logits,
   prepare_rope(pos, n);
   embed(tokens, x_.data());
   for (int64_t l = 0; l < a.num_layers; ++l) run_layer(l, w_.layers[size_t(l)], pos, n, nullptr);
+  mamba_[size_t(sequence)].set_position(pos + n);
   const int64_t first = all_logits ? 0 : n - 1;
   head(x_.data() + first * a.hidden_size, n - first, logits);
 }
@@ -345,10 +383,12 @@ void Model::decode_batch(std::span<const int32_t> tokens, std::span<const int64_
     if ((r.type == RopeType::dynamic || r.type == RopeType::longrope) && *lo != *hi)
       fail("decode_batch: {} RoPE depends on the sequence length; the sequences must be at the "
            "same position (got {} to {})", rope_type_name(r.type), *lo, *hi);
-  for (int64_t s = 0; s < n; ++s)
+  for (int64_t s = 0; s < n; ++s) {
     if (positions[size_t(s)] > sequence_cache(s).length())
       fail("sequence {} holds {} positions; cannot decode at position {}", s,
            sequence_cache(s).length(), positions[size_t(s)]);
+    check_mamba_position(s, positions[size_t(s)]);
+  }
   ensure_capacity(n);
   for (int64_t s = 0; s < n; ++s) kv_[size_t(s)].ensure(positions[size_t(s)] + 1, max_seq_);
   batch_pos_ = positions.data();
@@ -357,6 +397,7 @@ void Model::decode_batch(std::span<const int32_t> tokens, std::span<const int64_
   // (forward and forward_layer reset batch_pos_, so an exception here leaves nothing behind)
   for (int64_t l = 0; l < a.num_layers; ++l) run_layer(l, w_.layers[size_t(l)], 0, n, nullptr);
   batch_pos_ = nullptr;
+  for (int64_t s = 0; s < n; ++s) mamba_[size_t(s)].set_position(positions[size_t(s)] + 1);
   head(x_.data(), n, logits);
 }
 
@@ -440,12 +481,41 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
                       LayerObserver* obs) {
   const Architecture& a = w_.arch;
   const LayerSpec& spec = a.layers[size_t(l)];
+  const int64_t dim = a.hidden_size;
+
+  if (spec.is_mamba) {
+    norm_rows(L, NormSlot::attn_in, x_.data(), n, dim, xb_.data());
+    if (obs) obs->linear_input(LayerInput::attn_norm, kNoExpert, xb_.data(), n, dim);
+    mamba_mixer(l, spec, L, n, obs);
+    add_residual(xb_.data(), n);
+  }
+  if (spec.has_attention) attention_block(l, spec, L, pos, n, obs);
+  if (!spec.has_mlp) return;
+
+  // MLP block.
+  norm_rows(L, NormSlot::mlp_in, x_.data(), n, dim, xb_.data());
+  if (obs) obs->linear_input(LayerInput::ffn_norm, kNoExpert, xb_.data(), n, dim);
+  if (spec.is_moe) {
+    moe(spec, L, n, obs);
+  } else {
+    const bool fused = spec.slot_of(LinearRole::gate_up_proj) >= 0;
+    const std::array<int, 3> slots = {
+        fused ? -1 : spec.slot_of(LinearRole::gate_proj),
+        fused ? spec.slot_of(LinearRole::gate_up_proj) : spec.slot_of(LinearRole::up_proj),
+        spec.slot_of(LinearRole::down_proj)};
+    gated_mlp(L, slots, a.intermediate_size, xb_.data(), n, xb_.data(), kNoExpert, obs);
+  }
+  norm_rows(L, NormSlot::mlp_out, xb_.data(), n, dim, xb_.data());
+  add_residual(xb_.data(), n);
+}
+
+void Model::attention_block(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t pos,
+                            int64_t n, LayerObserver* obs) {
+  const Architecture& a = w_.arch;
   const int64_t dim = a.hidden_size, hd = a.head_dim, nh = a.num_heads, nkv = a.num_kv_heads;
   const int64_t q_dim = nh * hd, kv_dim = nkv * hd;
   const int64_t v_dim = nkv * a.v_head_dim, att_dim = nh * a.v_head_dim;
   const float eps = float(a.rms_norm_eps);
-
-  // Attention block.
   norm_rows(L, NormSlot::attn_in, x_.data(), n, dim, xb_.data());
   if (obs) obs->linear_input(LayerInput::attn_norm, kNoExpert, xb_.data(), n, dim);
   if (a.is_mla()) {
@@ -469,21 +539,23 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
       norm_rows(L, NormSlot::q, q_.data(), n, q_dim, q_.data());
       norm_rows(L, NormSlot::k, k_.data(), n, kv_dim, k_.data());
     }
-    const RopeRows& rope = rope_[size_t(spec.rope)];
-    for_token_rows(*pool_, n, q_dim + kv_dim, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        for (int64_t h = 0; h < nh; ++h) {
-          float* qh = q_.data() + t * q_dim + h * hd;
-          if (a.qk_norm == QkNorm::per_head) rmsnorm(qh, L.norm(NormSlot::q).data(), hd, eps, qh);
-          rope.apply(qh, row_position(pos, t));
+    // No rotation where the layer has no positional encoding (Nemotron-H).
+    const RopeRows* rope = spec.rope >= 0 ? &rope_[size_t(spec.rope)] : nullptr;
+    if (rope || a.qk_norm == QkNorm::per_head)
+      for_token_rows(*pool_, n, q_dim + kv_dim, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          for (int64_t h = 0; h < nh; ++h) {
+            float* qh = q_.data() + t * q_dim + h * hd;
+            if (a.qk_norm == QkNorm::per_head) rmsnorm(qh, L.norm(NormSlot::q).data(), hd, eps, qh);
+            if (rope) rope->apply(qh, row_position(pos, t));
+          }
+          for (int64_t h = 0; h < nkv; ++h) {
+            float* kh = k_.data() + t * kv_dim + h * hd;
+            if (a.qk_norm == QkNorm::per_head) rmsnorm(kh, L.norm(NormSlot::k).data(), hd, eps, kh);
+            if (rope) rope->apply(kh, row_position(pos, t));
+          }
         }
-        for (int64_t h = 0; h < nkv; ++h) {
-          float* kh = k_.data() + t * kv_dim + h * hd;
-          if (a.qk_norm == QkNorm::per_head) rmsnorm(kh, L.norm(NormSlot::k).data(), hd, eps, kh);
-          rope.apply(kh, row_position(pos, t));
-        }
-      }
-    });
+      });
   }
   if (obs) obs->key_value(k_.data(), v_.data(), n, kv_dim, v_dim);
   if (kv_[0].type() != KvCacheType::fp8) {
@@ -502,22 +574,6 @@ void Model::run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n,
   if (obs) obs->linear_input(LayerInput::attn_out, kNoExpert, att_.data(), n, att_dim);
   linear(L.linear(spec, LinearRole::o_proj), att_.data(), n, xb_.data());
   norm_rows(L, NormSlot::attn_out, xb_.data(), n, dim, xb_.data());
-  add_residual(xb_.data(), n);
-
-  // MLP block.
-  norm_rows(L, NormSlot::mlp_in, x_.data(), n, dim, xb_.data());
-  if (obs) obs->linear_input(LayerInput::ffn_norm, kNoExpert, xb_.data(), n, dim);
-  if (spec.is_moe) {
-    moe(spec, L, n, obs);
-  } else {
-    const bool fused = spec.slot_of(LinearRole::gate_up_proj) >= 0;
-    const std::array<int, 3> slots = {
-        fused ? -1 : spec.slot_of(LinearRole::gate_proj),
-        fused ? spec.slot_of(LinearRole::gate_up_proj) : spec.slot_of(LinearRole::up_proj),
-        spec.slot_of(LinearRole::down_proj)};
-    gated_mlp(L, slots, a.intermediate_size, xb_.data(), n, xb_.data(), kNoExpert, obs);
-  }
-  norm_rows(L, NormSlot::mlp_out, xb_.data(), n, dim, xb_.data());
   add_residual(xb_.data(), n);
 }
 
@@ -566,7 +622,21 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
                       const float* x, int64_t n, float* y, int expert, LayerObserver* obs,
                       bool interleaved) {
   bool gated = false;  // hb_ already holds act(gate) * up
-  if (slots[0] < 0 && interleaved) {
+  if (!w_.arch.gated_mlp) {
+    // Nemotron-H: down(act(up(x))), no gate.
+    linear(L.linears[size_t(slots[1])], x, n, hb_.data());
+    for_token_rows(*pool_, n, inter, [&](int64_t t0, int64_t t1) {
+      float* u = hb_.data() + t0 * inter;
+      const int64_t m = (t1 - t0) * inter;
+      if (w_.arch.activation != Activation::relu2)
+        fail("an MLP without a gate is computed with relu2 only");
+      for (int64_t i = 0; i < m; ++i) {
+        const float r = std::max(u[i], 0.f);
+        u[i] = r * r;
+      }
+    });
+    gated = true;
+  } else if (slots[0] < 0 && interleaved) {
     // gpt-oss experts: slots[1]'s output rows alternate gate, up.
     linear(L.linears[size_t(slots[1])], x, n, fused_.data());
     for (int64_t t = 0; t < n; ++t) {
@@ -608,6 +678,12 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
       case Activation::clamped_swiglu:
         clamped_swiglu_mul(g, u, m, w_.arch.swiglu_limit, w_.arch.swiglu_alpha);
         break;
+      case Activation::relu2:
+        for (int64_t i = 0; i < m; ++i) {
+          const float r = std::max(g[i], 0.f);
+          g[i] = r * r * u[i];
+        }
+        break;
     }
   });
   if (obs) obs->linear_input(LayerInput::mlp_act, expert, hb_.data(), n, inter);
@@ -616,7 +692,15 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
 
 void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerObserver* obs) {
   const MoeSpec& moe = spec.moe;
-  const int64_t dim = w_.arch.hidden_size, k = moe.top_k;
+  const int64_t hidden = w_.arch.hidden_size, k = moe.top_k;
+  // The routed experts read and write `dim` columns: the hidden state, or with a latent MoE
+  // (Nemotron-H) fc1_latent_proj's output, which fc2_latent_proj brings back.
+  const int64_t dim = moe.latent > 0 ? moe.latent : hidden;
+  const float* in = xb_.data();
+  if (moe.latent > 0) {
+    linear(L.linears[size_t(moe.fc1_latent)], xb_.data(), n, moe_latent_in_.data());
+    in = moe_latent_in_.data();
+  }
   linear(L.router, xb_.data(), n, logits_.data());
   // Route every token, then list per expert its (token, weight) pairs in token order: a
   // counting sort into route_token_ / route_weight_, expert e's pairs at [start[e], start[e+1]).
@@ -662,8 +746,8 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
     const int64_t begin = route_start_[size_t(e)], m = route_start_[size_t(e + 1)] - begin;
     if (all_rows) {
       // Calibration of every expert on every row: computed over all rows, summed over its own.
-      if (obs) obs->linear_input(LayerInput::ffn_norm, int(e), xb_.data(), n, dim);
-      gated_mlp(L, moe.experts[size_t(e)], moe.expert_intermediate, xb_.data(), n,
+      if (obs) obs->linear_input(LayerInput::ffn_norm, int(e), in, n, dim);
+      gated_mlp(L, moe.experts[size_t(e)], moe.expert_intermediate, in, n,
                 expert_out_.data(), int(e), obs, moe.gate_up_interleaved);
       for (int64_t r = 0; r < m; ++r) {
         const int64_t t = route_token_[size_t(begin + r)];
@@ -676,7 +760,7 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
     }
     if (m == 0) continue;
     for (int64_t r = 0; r < m; ++r)
-      std::copy_n(xb_.data() + route_token_[size_t(begin + r)] * dim, dim, gathered_.data() + r * dim);
+      std::copy_n(in + route_token_[size_t(begin + r)] * dim, dim, gathered_.data() + r * dim);
     if (obs) obs->linear_input(LayerInput::ffn_norm, int(e), gathered_.data(), m, dim);
     gated_mlp(L, moe.experts[size_t(e)], moe.expert_intermediate, gathered_.data(), m,
               expert_out_.data(), int(e), obs, moe.gate_up_interleaved);
@@ -687,19 +771,25 @@ void Model::moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerOb
       for (int64_t c = 0; c < dim; ++c) dst[c] += src[c] * w;
     }
   }
-  if (moe.shared[0] >= 0) {
+  float* routed = moe_sum_.data();
+  if (moe.latent > 0) {
+    if (obs) obs->linear_input(LayerInput::moe_latent, kNoExpert, moe_sum_.data(), n, dim);
+    linear(L.linears[size_t(moe.fc2_latent)], moe_sum_.data(), n, moe_routed_.data());
+    routed = moe_routed_.data();
+  }
+  if (moe.shared[1] >= 0) {
     gated_mlp(L, moe.shared, moe.shared_intermediate, xb_.data(), n, expert_out_.data(),
               kNoExpert, obs);
     if (!moe.shared_gate.empty()) {
       linear(L.shared_gate, xb_.data(), n, logits_.data());
       for (int64_t t = 0; t < n; ++t) {
         const float g = 1.f / (1.f + std::exp(-logits_[size_t(t)]));
-        for (int64_t c = 0; c < dim; ++c) expert_out_[size_t(t * dim + c)] *= g;
+        for (int64_t c = 0; c < hidden; ++c) expert_out_[size_t(t * hidden + c)] *= g;
       }
     }
-    for (int64_t i = 0; i < n * dim; ++i) moe_sum_[size_t(i)] += expert_out_[size_t(i)];
+    for (int64_t i = 0; i < n * hidden; ++i) routed[i] += expert_out_[size_t(i)];
   }
-  std::copy_n(moe_sum_.begin(), n * dim, xb_.begin());
+  std::copy_n(routed, n * hidden, xb_.begin());
 }
 
 void Model::embed(std::span<const int32_t> tokens, float* x) const {
@@ -724,7 +814,9 @@ void Model::forward_layer(int64_t layer, float* x, int64_t n, LayerObserver* obs
   kv_[0].ensure(n, max_seq_);
   seq_ = 0;
   batch_pos_ = nullptr;
-  if (rope_[0].first != 0 || rope_[0].count != n) prepare_rope(0, n);
+  if (!rope_.empty() && (rope_[0].first != 0 || rope_[0].count != n)) prepare_rope(0, n);
+  // One layer over a window from position 0: its Mamba state starts at zero.
+  if (a.layers[size_t(layer)].is_mamba) mamba_[0].reset_layer(layer);
   std::copy_n(x, n * a.hidden_size, x_.data());
   run_layer(layer, weights ? *weights : w_.layers[size_t(layer)], 0, n, observer);
   std::copy_n(x_.data(), n * a.hidden_size, x);

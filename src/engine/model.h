@@ -6,6 +6,7 @@
 #pragma once
 
 #include "engine/kv_cache.h"
+#include "engine/mamba_cache.h"
 #include "engine/weights.h"
 #include "kernels/ops.h"
 
@@ -84,9 +85,10 @@ class Model {
   int64_t max_seq() const { return max_seq_; }
   KernelMode kernels() const { return kernels_; }
   void set_kernels(KernelMode mode) { kernels_ = mode; }
-  // Bytes the KV cache holds now (it grows with the positions run).
   // Bytes the KV caches of every sequence hold now (they grow with the positions run).
   uint64_t kv_cache_bytes() const;
+  // Bytes of the Mamba layers' recurrent state of every sequence (fixed per sequence).
+  uint64_t mamba_state_bytes() const;
   KvCacheType kv_cache_type() const { return kv_[0].type(); }
   int64_t vocab_size() const { return w_.arch.vocab_size; }
   ThreadPool& pool() { return *pool_; }
@@ -95,7 +97,8 @@ class Model {
   // decoded together) at positions [pos, pos + n): the cache must hold positions [0, pos) from
   // earlier calls (pos == 0 starts the sequence anew). Writes logits [n, vocab] when
   // `all_logits`, else the last token's [vocab], to `logits`. Throws qf::Error if pos + n
-  // exceeds max_seq(), a token id is out of range or sequence < 0.
+  // exceeds max_seq(), a token id is out of range or sequence < 0, and, for a model with Mamba
+  // layers, when pos is neither 0 nor where the sequence stopped (its state cannot be rewound).
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits,
                int64_t sequence = 0);
   // One decode step of several sequences at once: token s of `tokens` is sequence s's next token
@@ -137,6 +140,10 @@ class Model {
   void add_residual(const float* y, int64_t n);
   // One layer over x_ [n, hidden] at positions [pos, pos + n).
   void run_layer(int64_t l, const LayerWeights& L, int64_t pos, int64_t n, LayerObserver* obs);
+  // The attention block of layer l over x_ (pre-norm, q/k/v, RoPE, cache, attention, o_proj,
+  // residual).
+  void attention_block(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t pos,
+                       int64_t n, LayerObserver* obs);
   void attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t pos, int64_t n);
   // Multi-head latent attention's queries, keys and values (RoPE applied) into q_, k_, v_
   // from xb_ [n, hidden] (normed).
@@ -152,6 +159,12 @@ class Model {
   // The MoE block over xb_ [n, hidden] (normed) into xb_: routing, each routed expert once
   // over the rows routed to it, the shared expert.
   void moe(const LayerSpec& spec, const LayerWeights& L, int64_t n, LayerObserver* obs);
+  // The Mamba2 mixer of layer l over xb_ [n, hidden] (normed) into xb_ (engine/mamba_mixer.cpp):
+  // rows of one sequence from its state, or during decode_batch row t of sequence t.
+  void mamba_mixer(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t n,
+                   LayerObserver* obs);
+  // A Mamba model's sequence starts anew at 0 or continues where it stopped.
+  void check_mamba_position(int64_t sequence, int64_t pos);
 
   ModelWeights w_;
   int64_t max_seq_ = 0;
@@ -159,6 +172,7 @@ class Model {
   bool llama_cpp_attention_ = false;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<KvCache> kv_;  // per sequence (forward's `sequence`, decode_batch's rows)
+  std::vector<MambaCache> mamba_;  // per sequence, beside kv_ (empty states without Mamba)
   // Where the rows of the current call go: rows t = 0..n-1 are positions pos + t of sequence
   // seq_, or, during decode_batch, row t is sequence t at batch_pos_[t].
   int64_t seq_ = 0;
@@ -182,6 +196,9 @@ class Model {
   std::vector<int64_t> route_start_, route_next_, route_token_;
   // MLA: the q latent, kv_a_proj_with_mqa's output, the kv latent, kv_b_proj's output.
   std::vector<float> q_latent_, kv_a_, kv_latent_, kv_b_;
+  // Mamba: in_proj's output [n, z | xBC | dt], dt after softplus [n, heads], the SSM output
+  // [n, inner]. Latent MoE: the experts' input [n, latent] and the routed part [n, hidden].
+  std::vector<float> zxbcdt_, dt_, ssm_y_, moe_latent_in_, moe_routed_;
 };
 
 }  // namespace qf

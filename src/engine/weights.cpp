@@ -412,6 +412,17 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
         L.score_bias = ld.vector(spec.moe.score_bias, spec.moe.num_experts);
     }
     if (!spec.sinks.empty()) L.sinks = ld.vector(spec.sinks, a.num_heads);
+    if (spec.is_mamba) {
+      const MambaSpec& m = a.mamba;
+      const MambaTensors& t = spec.mamba;
+      L.mamba.conv_weight = ld.vector(t.conv_weight, m.conv_dim() * m.conv_kernel);
+      if (!t.conv_bias.empty()) L.mamba.conv_bias = ld.vector(t.conv_bias, m.conv_dim());
+      L.mamba.dt_bias = ld.vector(t.dt_bias, m.heads);
+      L.mamba.a = ld.vector(t.a_log, m.heads);
+      for (float& v : L.mamba.a) v = -std::exp(v);  // vLLM's loader stores A the same way
+      L.mamba.d = ld.vector(t.d, m.heads);
+      L.mamba.norm = ld.vector(t.norm, m.inner());
+    }
     if (scheme.kv_fp8 && spec.slot_of(LinearRole::k_proj) >= 0) {
       // Named after the projections the exporter writes them with, wherever the target puts them.
       const std::string kn =

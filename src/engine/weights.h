@@ -45,6 +45,12 @@ struct LayerWeights {
   // score bias [num_experts] (sigmoid_grouped routing).
   EngineLinear router, shared_gate;
   std::vector<float> score_bias;
+  // Mamba2 layers (LayerSpec::is_mamba): conv1d [conv_dim, K] and its bias [conv_dim] (empty
+  // without one), dt_bias [heads], A = -exp(A_log) [heads] (float32, as the kernels take it), D
+  // [heads], the gated norm's weight [inner].
+  struct Mamba {
+    std::vector<float> conv_weight, conv_bias, dt_bias, a, d, norm;
+  } mamba;
 
   const std::vector<float>& norm(NormSlot s) const { return norms[size_t(s)]; }
   // The Linear of `role`, which the spec must have.

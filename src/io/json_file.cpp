@@ -55,10 +55,15 @@ std::optional<std::string> quote_python_floats(std::string_view text) {
 template <typename Json>
 std::optional<double> number_of(const Json& v) {
   if (v.is_number()) return v.template get<double>();
-  if (!v.is_string()) return std::nullopt;
-  const std::string& s = v.template get_ref<const std::string&>();
-  if (!s.starts_with(kPythonFloatPrefix)) return std::nullopt;
-  const std::string_view w = std::string_view(s).substr(kPythonFloatPrefix.size());
+  std::string_view w;
+  if (v.is_object() && v.size() == 1 && v.contains("__float__") && v["__float__"].is_string()) {
+    // transformers 5 writes a non-finite config float as {"__float__": "Infinity"}.
+    w = v["__float__"].template get_ref<const std::string&>();
+  } else if (v.is_string() && v.template get_ref<const std::string&>().starts_with(kPythonFloatPrefix)) {
+    w = std::string_view(v.template get_ref<const std::string&>()).substr(kPythonFloatPrefix.size());
+  } else {
+    return std::nullopt;
+  }
   if (w == "Infinity") return std::numeric_limits<double>::infinity();
   if (w == "-Infinity") return -std::numeric_limits<double>::infinity();
   if (w == "NaN") return std::numeric_limits<double>::quiet_NaN();

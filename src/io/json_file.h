@@ -22,7 +22,8 @@ inline constexpr int kJsonMaxDepth = 64;
 // turns one into a double and write_json_file writes it back as the bare word.
 inline constexpr std::string_view kPythonFloatPrefix = "\x01python-float:";
 
-// The number a JSON value holds, the Python words included (nullopt: not a number).
+// The number a JSON value holds, the Python words included, and transformers 5's
+// {"__float__": "Infinity"} (nullopt: not a number).
 std::optional<double> json_number(const nlohmann::json& v);
 std::optional<double> json_number(const nlohmann::ordered_json& v);
 

@@ -5,6 +5,8 @@
 #include "model/architecture.h"
 
 #include "core/error.h"
+#include "model/config_reader.h"
+#include "model/nemotron_h.h"
 
 #include <fmt/format.h>
 
@@ -101,54 +103,6 @@ constexpr FamilyRow kFamilies[] = {
      MlpKind::gpt_oss, false, true},
 };
 
-class ConfigReader {
- public:
-  ConfigReader(const nlohmann::json& c, const std::string& label) : c_(c), label_(label) {}
-
-  bool has(const char* key) const { return c_.contains(key) && !c_[key].is_null(); }
-  // Present with the value null: where the family's config class has a default that a null
-  // does not take, transformers fails on it, so a caller refuses it.
-  bool is_null(const char* key) const { return c_.contains(key) && c_[key].is_null(); }
-  void refuse_null(const char* key) const {
-    if (is_null(key)) fail("{}: '{}' is null", label_, key);
-  }
-
-  // A positive integer no larger than `limit` (shape arithmetic stays far from overflow).
-  int64_t positive(const char* key, int64_t limit = int64_t(1) << 24) const {
-    if (!has(key) || !c_[key].is_number_integer() || c_[key].get<int64_t>() <= 0)
-      fail("{}: '{}' missing or not a positive integer", label_, key);
-    const int64_t v = c_[key].get<int64_t>();
-    if (v > limit) fail("{}: '{}' is {}, larger than the supported {}", label_, key, v, limit);
-    return v;
-  }
-  int64_t positive_or(const char* key, int64_t fallback, int64_t limit = int64_t(1) << 24) const {
-    return has(key) ? positive(key, limit) : fallback;
-  }
-  double number_or(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    if (!c_[key].is_number()) fail("{}: '{}' is not a number", label_, key);
-    const double v = c_[key].get<double>();
-    if (!std::isfinite(v)) fail("{}: '{}' is not finite", label_, key);
-    return v;
-  }
-  bool flag_or(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!c_[key].is_boolean()) fail("{}: '{}' is not true or false", label_, key);
-    return c_[key].get<bool>();
-  }
-  std::string string_or(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    if (!c_[key].is_string()) fail("{}: '{}' is not a string", label_, key);
-    return c_[key].get<std::string>();
-  }
-  const nlohmann::json& operator[](const char* key) const { return c_[key]; }
-  const std::string& label() const { return label_; }
-
- private:
-  const nlohmann::json& c_;
-  const std::string& label_;
-};
-
 // The fields of the MoE block of a family that the engine reads, and the rule for which layers
 // hold one (transformers' modeling code of each family).
 struct MoeConfig {
@@ -192,17 +146,7 @@ MoeConfig read_deepseek_moe(const ConfigReader& c, int64_t num_layers) {
   const double scaling = c.number_or("routed_scaling_factor", 2.5);
   if (!(scaling > 0)) fail("{}: 'routed_scaling_factor' {} is not positive", label, scaling);
   s.routed_scaling = float(scaling);
-  if (s.num_experts % s.n_group != 0)
-    fail("{}: 'n_group' {} does not divide 'n_routed_experts' {}", label, s.n_group, s.num_experts);
-  const int64_t per_group = s.num_experts / s.n_group;
-  if (per_group < 2)
-    fail("{}: 'n_group' {} leaves {} expert per group of 'n_routed_experts' {}; a group scores "
-         "its two best experts", label, s.n_group, per_group, s.num_experts);
-  if (s.topk_group > s.n_group)
-    fail("{}: 'topk_group' {} is larger than 'n_group' {}", label, s.topk_group, s.n_group);
-  if (s.top_k > s.topk_group * per_group)
-    fail("{}: 'num_experts_per_tok' {} is more than the {} experts of 'topk_group' {} groups", label,
-         s.top_k, s.topk_group * per_group, s.topk_group);
+  check_group_routing(s, label);
   int64_t dense = 3;
   if (c.has("first_k_dense_replace")) {
     const auto& v = c["first_k_dense_replace"];
@@ -353,14 +297,15 @@ double mla_softmax_scale(const nlohmann::json& rope, int64_t qk_head_dim, const 
 std::string_view linear_role_name(LinearRole role) {
   static constexpr std::string_view names[kLinearRoles] = {
       "q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj", "gate_up_proj",
-      "down_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
+      "down_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "in_proj",
+      "out_proj", "fc1_latent_proj", "fc2_latent_proj"};
   return names[size_t(role)];
 }
 
 std::string supported_model_types() {
   std::string s;
   for (const auto& f : kFamilies) s += (s.empty() ? "" : ", ") + std::string(f.model_type);
-  return s;
+  return s + ", " + std::string(kNemotronHModelType);
 }
 
 Architecture Architecture::from_config(const nlohmann::json& config, const std::string& label,
@@ -373,6 +318,8 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
   if (c.has("architectures") && config["architectures"].is_array() &&
       !config["architectures"].empty() && config["architectures"][0].is_string())
     arch_name = config["architectures"][0].get<std::string>();
+  if (model_type == kNemotronHModelType || (model_type.empty() && arch_name == kNemotronHArchitecture))
+    return nemotron_h_architecture(config, label);
   const FamilyRow* family = nullptr;
   for (const auto& f : kFamilies)
     if (f.model_type == model_type || (model_type.empty() && f.architecture == arch_name)) family = &f;
@@ -761,7 +708,7 @@ Architecture Architecture::from_config(const nlohmann::json& config, const std::
 }
 
 std::vector<std::string> Architecture::never_quantized_modules() const {
-  std::vector<std::string> out = {head_module, "model.embed_tokens"};
+  std::vector<std::string> out = {head_module, embed_module()};
   for (const auto& l : layers) {
     if (!l.is_moe) continue;
     out.push_back(l.moe.router);
@@ -786,6 +733,16 @@ double Architecture::norm_eps(NormSlot slot) const {
   return slot == NormSlot::q_a || slot == NormSlot::kv_a ? mla.latent_norm_eps : rms_norm_eps;
 }
 
+std::string Architecture::embed_module() const {
+  constexpr std::string_view suffix = ".weight";
+  return embed_name.ends_with(suffix) ? embed_name.substr(0, embed_name.size() - suffix.size())
+                                      : embed_name;
+}
+
+bool Architecture::has_attention() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.has_attention; });
+}
+
 bool Architecture::has_moe() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_moe; });
 }
@@ -797,9 +754,20 @@ std::string Architecture::describe() const {
                      "{} + {} rope, v {})", num_heads,
                      mla.q_lora_rank > 0 ? std::to_string(mla.q_lora_rank) : std::string("none"),
                      mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, v_head_dim);
-  else
+  else if (has_attention())
     s += fmt::format("{} heads / {} KV heads of {}", num_heads, num_kv_heads, head_dim);
-  s += fmt::format(", RoPE {}", ropes[0].describe());
+  if (has_mamba()) {
+    const auto n = std::count_if(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_mamba; });
+    const auto attn = std::count_if(layers.begin(), layers.end(),
+                                    [](const LayerSpec& l) { return l.has_attention; });
+    s = fmt::format("{}: {} layers ({} Mamba2, {} attention), hidden {}, Mamba2 {} heads of {}, "
+                    "state {}, {} groups, conv {}, chunk {}", model_type, num_layers, n, attn,
+                    hidden_size, mamba.heads, mamba.head_dim, mamba.state, mamba.groups,
+                    mamba.conv_kernel, mamba.chunk_size);
+    if (attn > 0)
+      s += fmt::format(", attention {} heads / {} KV heads of {}", num_heads, num_kv_heads, head_dim);
+  }
+  s += ropes.empty() ? std::string(", no RoPE") : fmt::format(", RoPE {}", ropes[0].describe());
   int64_t window = 0;
   for (const auto& l : layers) window = std::max(window, l.sliding_window);
   if (window > 0) s += fmt::format(", sliding window {}", window);

@@ -21,24 +21,32 @@ namespace qf {
 // Multi-head latent attention (DeepSeek-V3) has q_a_proj (hidden -> q latent) and q_b_proj
 // (q latent -> queries) where q_lora_rank is set, else q_proj; kv_a_proj_with_mqa (hidden ->
 // kv latent and the shared rope key) and kv_b_proj (kv latent -> per-head k_nope and v).
+// A Mamba2 mixer (Nemotron-H) has in_proj (hidden -> [z | xBC | dt]) and out_proj (inner ->
+// hidden); Nemotron-H's latent MoE has fc1_latent_proj (hidden -> latent, the experts' input)
+// and fc2_latent_proj (latent -> hidden, on the experts' weighted sum).
 enum class LinearRole : uint8_t {
   q_proj, k_proj, v_proj, qkv_proj, o_proj, gate_proj, up_proj, gate_up_proj, down_proj,
-  q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj
+  q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, in_proj, out_proj, fc1_latent_proj,
+  fc2_latent_proj
 };
-inline constexpr int kLinearRoles = 13;
+inline constexpr int kLinearRoles = 17;
 std::string_view linear_role_name(LinearRole role);
 
 // The distinct Linear inputs of a decoder layer: four in every family, two more with
-// multi-head latent attention.
+// multi-head latent attention, two more in Nemotron-H's Mamba and latent-MoE layers.
 enum class LayerInput : uint8_t {
-  attn_norm,  // q/k/v: the attention block's input (after its pre-norm, where it has one)
+  // q/k/v: the attention block's input (after its pre-norm, where it has one); a Mamba
+  // layer's in_proj reads it too (its mixer's normed input)
+  attn_norm,
   attn_out,   // o_proj: the attention output
   ffn_norm,   // gate/up: the MLP block's input (after its pre-norm, where it has one)
   mlp_act,    // down_proj: act(gate) * up
   q_latent,   // q_b_proj: q_a_layernorm(q_a_proj(x)) [q_lora_rank]
   kv_latent,  // kv_b_proj: kv_a_layernorm(the latent part of kv_a_proj_with_mqa(x)) [kv_lora_rank]
+  ssm_out,    // out_proj: the gated, group-normed SSM output [mamba inner]
+  moe_latent, // fc2_latent_proj: the routed experts' weighted sum in the latent space
 };
-inline constexpr int kLayerInputs = 6;
+inline constexpr int kLayerInputs = 8;
 
 // The norms a layer may hold, by position.
 enum class NormSlot : uint8_t {
@@ -58,7 +66,8 @@ enum class QkNorm : uint8_t { none, per_head, whole };
 // The gated MLP's activation act(gate) * up. clamped_swiglu is gpt-oss's experts:
 // g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) * g * sigmoid(alpha * g)
 // (Architecture::swiglu_limit / swiglu_alpha); the config's hidden_act is not read for it.
-enum class Activation : uint8_t { silu, gelu_tanh, gelu, clamped_swiglu };
+// relu2 (relu(x)^2) is Nemotron-H's, whose MLPs are not gated: down(relu(up(x))^2).
+enum class Activation : uint8_t { silu, gelu_tanh, gelu, clamped_swiglu, relu2 };
 
 // Which expert of a mixture-of-experts block a Linear belongs to: a routed expert's index, or
 // one of these.
@@ -121,19 +130,53 @@ struct MoeSpec {
   int64_t shared_intermediate = 0;
   std::string shared_gate;
   // Positions in LayerSpec::linears of gate, up, down: per routed expert, and of the shared
-  // expert (-1 when absent). With gate_up_interleaved: {-1, gate_up_proj, down_proj}.
+  // expert (-1 when absent). With gate_up_interleaved: {-1, gate_up_proj, down_proj}; not
+  // gated (Architecture::gated_mlp false): {-1, up_proj, down_proj}.
   std::vector<std::array<int, 3>> experts;
   std::array<int, 3> shared{-1, -1, -1};
+  // Nemotron-H's latent MoE: the routed experts run in a smaller space, entered through
+  // fc1_latent_proj and left through fc2_latent_proj (their slots; -1: no latent, the experts
+  // read and write the hidden state). The router and the shared expert read the hidden state.
+  int64_t latent = 0;
+  int fc1_latent = -1, fc2_latent = -1;
 };
 
+// A Mamba2 mixer's tensors other than its Linears (never quantized: conv1d [conv_dim, 1, K]
+// and bias [conv_dim], dt_bias / A_log / D [heads], the gated norm's weight [inner]).
+struct MambaTensors {
+  std::string conv_weight, conv_bias, dt_bias, a_log, d, norm;
+};
+
+// Mamba2 (SSD) mixer settings shared by every Mamba layer (Nemotron-H). Per token:
+// [z | xBC | dt] = in_proj(x); xBC = silu(causal depthwise conv1d(xBC)); x, B, C = split(xBC);
+// dt = clamp(softplus(dt + dt_bias), dt_min, dt_max); the state of each head [head_dim, state]
+// decays by exp(dt * -exp(A_log)) and takes dt * x ⊗ B; y = state · C + D * x; out_proj of the
+// gated norm of y (y * silu(z), normalised per group of inner / groups channels).
+struct MambaSpec {
+  int64_t heads = 0, head_dim = 0, groups = 0, state = 0, conv_kernel = 0, chunk_size = 0;
+  bool conv_bias = true;
+  double dt_min = 0, dt_max = 0;  // time_step_limit
+  int64_t inner() const { return heads * head_dim; }
+  int64_t conv_dim() const { return inner() + 2 * groups * state; }
+  // in_proj's output rows: z [inner], xBC [conv_dim], dt [heads].
+  int64_t in_proj_rows() const { return inner() + conv_dim() + heads; }
+};
+
+// The blocks of a layer in order: attention (or a Mamba mixer), then the MLP or MoE. Every
+// layer of the dense and MoE families holds attention and an MLP; a Nemotron-H layer holds one
+// of the four (its one norm sits in attn_in before attention or Mamba, in mlp_in before an MLP).
 struct LayerSpec {
+  bool has_attention = true;
+  bool has_mlp = true;          // a dense MLP, or the MoE block when is_moe
+  bool is_mamba = false;        // a Mamba2 mixer in attention's place (Architecture::mamba)
+  MambaTensors mamba;
   std::vector<size_t> linears;  // indices into Architecture::linears, in compute order
   // For each LinearRole, the position in `linears` of the layer's attention or dense MLP
   // Linear of that role, or -1 (an MoE layer's experts are in `moe`).
   std::array<int, kLinearRoles> slot{};
   // Tensor names of the norms present (empty: absent).
   std::array<std::string, kNormSlots> norms;
-  int rope = 0;                // index into Architecture::ropes
+  int rope = 0;                // index into Architecture::ropes; -1: no positional encoding
   int64_t sliding_window = 0;  // tokens a query sees, itself included; 0: all earlier tokens
   bool is_moe = false;         // the MLP is `moe`
   // Tensor name of the per-head attention sinks [num_heads] (gpt-oss: one extra logit per
@@ -202,7 +245,11 @@ struct Architecture {
   float swiglu_limit = 0.f;      // Activation::clamped_swiglu (gpt-oss swiglu_limit)
   float swiglu_alpha = 0.f;      // Activation::clamped_swiglu (gpt-oss swiglu_alpha)
 
+  // The MLP multiplies act(gate) by up; false: act(up) alone (Nemotron-H, MLPs and experts).
+  bool gated_mlp = true;
+
   MlaSpec mla;                   // kv_lora_rank 0: not MLA
+  MambaSpec mamba;               // heads 0: no Mamba layers
   std::vector<RopeSpec> ropes;   // one per distinct layer type (Gemma 3: local and global)
   std::vector<LayerSpec> layers;
   std::vector<LinearModule> linears;              // layer by layer, in compute order
@@ -210,6 +257,7 @@ struct Architecture {
 
   // Tensor names outside the layers.
   std::string embed_name = "model.embed_tokens.weight";
+  std::string embed_module() const;  // embed_name without ".weight"
   std::string final_norm_name = "model.norm.weight";
   std::string head_module = "lm_head";
   std::string head_name = "lm_head.weight";
@@ -220,6 +268,8 @@ struct Architecture {
   std::vector<std::string> never_quantized_modules() const;
   bool has_moe() const;
   bool is_mla() const { return mla.kv_lora_rank > 0; }
+  bool has_mamba() const { return mamba.heads > 0; }
+  bool has_attention() const;  // any layer attends (needs a KV cache)
   // Elements of the weight of norm `slot` (hidden; per-head or whole q/k norms; MLA latents).
   int64_t norm_size(NormSlot slot) const;
   // The epsilon of norm `slot` (rms_norm_eps, except MLA's latent norms).

@@ -47,6 +47,7 @@ struct SynthTensor {
   TensorSpec spec;
   float scale;   // typical magnitude
   bool is_norm;  // RMSNorm weights: around 1
+  float offset = 0.f;  // added to every value (Mamba's dt_bias and A_log sit away from 0)
 };
 
 // Fills `out` (n floats) for one chunk of a tensor. Weights are Laplace-distributed (heavier
@@ -61,7 +62,7 @@ void fill_chunk(const SynthTensor& t, uint64_t seed, int64_t chunk, float* out, 
     const float u = rng.uniform();
     const float laplace = u < 0.5f ? std::log(2 * u) : -std::log(2 * (1 - u));
     const bool outlier = (rng.next() & 4095) == 0;
-    out[i] = t.scale * laplace * (outlier ? 8.f : 1.f);
+    out[i] = t.offset + t.scale * laplace * (outlier ? 8.f : 1.f);
   }
 }
 
@@ -88,6 +89,24 @@ const std::vector<NamedShape>& named_shapes() {
        1, 3, 2.5, 40.0},
       {"gpt-oss-20b", "gpt-oss-20b (32 experts, top 4; the BF16 hub layout)", 2880, 2880, 24, 64, 8,
        201088, false, 150000.0, "gpt_oss", 32, 4, 2880, 64, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1.0, 32.0},
+      {.name = "tiny-nemotron-h",
+       .description = "a small Nemotron-H (Mamba2, attention, MLP and MoE layers) for demos and tests",
+       .hidden = 256, .intermediate = 512, .layers = 6, .heads = 4, .kv_heads = 2, .vocab = 1024,
+       .tie_word_embeddings = false, .rope_theta = 0, .model_type = "nemotron_h", .experts = 8,
+       .top_k = 2, .expert_intermediate = 128, .head_dim = 64, .routed_scaling_factor = 2.5,
+       .hybrid_pattern = "M*M-ME", .mamba_heads = 8, .mamba_head_dim = 32, .ssm_state = 32,
+       .mamba_groups = 2, .chunk_size = 64, .shared_intermediate = 256},
+      // 52 layers, 23 Mamba2 / 23 MoE / 6 attention (the model card); the exact order of the
+      // released pattern is not in ../shared/specs, this one spreads the attention layers.
+      {.name = "nemotron-3-nano",
+       .description = "Nemotron-3-Nano-30B-A3B (hybrid Mamba2/MoE, 128 experts, top 6)",
+       .hidden = 2688, .intermediate = 1856, .layers = 52, .heads = 32, .kv_heads = 2,
+       .vocab = 131072, .tie_word_embeddings = false, .rope_theta = 0, .model_type = "nemotron_h",
+       .experts = 128, .top_k = 6, .expert_intermediate = 1856, .head_dim = 128,
+       .routed_scaling_factor = 2.5,
+       .hybrid_pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", .mamba_heads = 64,
+       .mamba_head_dim = 64, .ssm_state = 128, .mamba_groups = 8, .chunk_size = 128,
+       .shared_intermediate = 3712},
   };
   return shapes;
 }
@@ -109,6 +128,9 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
   const std::string& family = shape.model_type;
   const bool deepseek = family == "deepseek_v3";
   const bool gpt_oss = family == "gpt_oss";
+  const bool nemotron = family == "nemotron_h";
+  if (nemotron && layers > int64_t(shape.hybrid_pattern.size()))
+    fail("--layers {}: the {} pattern has {} layers", layers, shape.name, shape.hybrid_pattern.size());
   // DeepSeek-V3's config.json says head_dim = qk_rope_head_dim (transformers derives it so).
   const int64_t head_dim = deepseek             ? shape.qk_rope_head_dim
                            : shape.head_dim > 0 ? shape.head_dim
@@ -119,6 +141,7 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
                              : family == "mixtral"   ? "MixtralForCausalLM"
                              : deepseek              ? "DeepseekV3ForCausalLM"
                              : gpt_oss               ? "GptOssForCausalLM"
+                             : nemotron              ? "NemotronHForCausalLM"
                                                      : "LlamaForCausalLM"};
   config["model_type"] = family;
   config["hidden_size"] = shape.hidden;
@@ -186,6 +209,36 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
     config["layer_types"] = types;
     config["swiglu_limit"] = 7.0;
   }
+  if (nemotron) {
+    // NemotronHConfig's keys (transformers 5.24); the Llama keys above that it does not read
+    // are removed.
+    for (const char* key : {"rms_norm_eps", "rope_theta", "hidden_act", "attention_bias"})
+      config.erase(key);
+    config["hybrid_override_pattern"] = shape.hybrid_pattern.substr(0, size_t(layers));
+    config["max_position_embeddings"] = 262144;
+    config["layer_norm_epsilon"] = 1e-5;
+    config["mlp_hidden_act"] = "relu2";
+    config["mlp_bias"] = false;
+    config["use_bias"] = false;
+    config["mamba_num_heads"] = shape.mamba_heads;
+    config["mamba_head_dim"] = shape.mamba_head_dim;
+    config["ssm_state_size"] = shape.ssm_state;
+    config["n_groups"] = shape.mamba_groups;
+    config["conv_kernel"] = shape.conv_kernel;
+    config["use_conv_bias"] = true;
+    config["chunk_size"] = shape.chunk_size;
+    config["mamba_hidden_act"] = "silu";
+    config["n_routed_experts"] = shape.experts;
+    config["num_experts_per_tok"] = shape.top_k;
+    config["moe_intermediate_size"] = shape.expert_intermediate;
+    config["moe_shared_expert_intermediate_size"] = shape.shared_intermediate;
+    config["n_shared_experts"] = 1;
+    config["n_group"] = shape.n_group;
+    config["topk_group"] = shape.topk_group;
+    config["norm_topk_prob"] = true;
+    config["routed_scaling_factor"] = shape.routed_scaling_factor;
+    if (shape.moe_latent > 0) config["moe_latent_size"] = shape.moe_latent;
+  }
   config["bos_token_id"] = 1;
   config["eos_token_id"] = 2;
   config["torch_dtype"] = o.dtype == DType::BF16 ? "bfloat16" : o.dtype == DType::F16 ? "float16" : "float32";
@@ -212,7 +265,8 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
         const bool in_attention = m.input == LayerInput::attn_norm ||
                                   m.input == LayerInput::attn_out ||
                                   m.input == LayerInput::q_latent ||
-                                  m.input == LayerInput::kv_latent;
+                                  m.input == LayerInput::kv_latent ||
+                                  m.input == LayerInput::ssm_out;
         if (in_attention != attention) continue;
         add(m.weight_name(), {m.out_features, m.in_features});
         if (m.bias) add(m.name + ".bias", {m.out_features});
@@ -220,6 +274,25 @@ SynthReport write_synthetic_checkpoint(const fs::path& out_dir, const SynthOptio
     };
     norm(NormSlot::attn_in);
     linears(true);
+    if (layer.is_mamba) {
+      // Values of the ranges Mamba's initialisation gives: dt = softplus(dt_bias) around 0.01,
+      // A = -exp(A_log) around -e, D around 1.
+      const MambaSpec& m = arch.mamba;
+      const MambaTensors& t = layer.mamba;
+      add(t.conv_weight, {m.conv_dim(), 1, m.conv_kernel});
+      if (!t.conv_bias.empty()) {
+        add(t.conv_bias, {m.conv_dim()});
+        tensors.back().scale = 0.05f;
+      }
+      add(t.dt_bias, {m.heads});
+      tensors.back().scale = 0.5f;
+      tensors.back().offset = -4.6f;
+      add(t.a_log, {m.heads});
+      tensors.back().scale = 0.5f;
+      tensors.back().offset = 1.f;
+      add(t.d, {m.heads}, true);
+      add(t.norm, {m.inner()}, true);
+    }
     norm(NormSlot::q);
     norm(NormSlot::k);
     norm(NormSlot::q_a);

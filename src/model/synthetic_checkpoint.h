@@ -29,6 +29,12 @@ struct NamedShape {
           v_head_dim = 0;
   int64_t n_group = 1, topk_group = 1, shared_experts = 0, first_k_dense = 0;
   double routed_scaling_factor = 1.0, yarn_factor = 1.0;
+  // Nemotron-H: the layer pattern (M Mamba2, * attention, - MLP, E MoE; --layers N keeps its
+  // first N), the Mamba2 mixer's heads, head size, state, groups, convolution and chunk, the
+  // shared expert's width and the MoE latent size (0: none).
+  std::string hybrid_pattern;
+  int64_t mamba_heads = 0, mamba_head_dim = 0, ssm_state = 0, mamba_groups = 0, conv_kernel = 4,
+          chunk_size = 128, shared_intermediate = 0, moe_latent = 0;
 };
 
 const std::vector<NamedShape>& named_shapes();

@@ -26,6 +26,13 @@ TEST(JsonPythonFloats, WordsReadAsNumbers) {
   EXPECT_EQ(*json_number(j["n"]), 2.0);
 }
 
+TEST(JsonPythonFloats, TransformersFloatObject) {
+  const auto j = parse_json_text(R"({"l": [0.0, {"__float__": "Infinity"}], "o": {"__float__": "x"}})",
+                                 "c.json");
+  EXPECT_TRUE(std::isinf(*json_number(j["l"][1])));
+  EXPECT_FALSE(json_number(j["o"]).has_value());
+}
+
 TEST(JsonPythonFloats, OtherBareWordsStillFail) {
   EXPECT_THROW(parse_json_text("[Inf]", "c.json"), Error);
   EXPECT_THROW(parse_json_text("[nan]", "c.json"), Error);
