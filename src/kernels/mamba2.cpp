@@ -228,8 +228,8 @@ inline int64_t ScoreSpan(int64_t l, int64_t len, int64_t lanes) {
 
 // G[l, s] = C_l . B_s for one (group, chunk): rows l < len, columns [0, ScoreSpan(l)).
 struct ScoresOp {
-  const float* C;    // the chunk's first row, at the group
-  int64_t bc;        // row stride of C
+  const float* C;    // the chunk's C rows of the group, packed [len, N]
+  int64_t bc;        // row stride of C (N)
   const float* BT;   // B transposed [N, Lp], zero past len
   int64_t N, Lp, len;
   float* G;          // [len, Lp]
@@ -251,7 +251,7 @@ struct ScoresOp {
 
 // Y[l, :] = exp(cum_l) (C_l . S^T) + M[l, :] X + D x_l for one (head, chunk), written to y.
 struct OutputOp {
-  const float* C;      // the chunk's first row, at the group
+  const float* C;      // the chunk's C rows of the group, packed [len, bc]
   int64_t bc;
   const float* ST;     // state transposed [N, Pp]
   const float* M;      // [len, Lp], zero past the diagonal within the tiles' spans
@@ -294,7 +294,7 @@ struct OutputOp {
 
 // S^T[i, :] = total * S^T[i, :] + sum_s B_s[i] Xw[s, :] for one (head, chunk).
 struct StateOp {
-  const float* B;   // the chunk's first row, at the group
+  const float* B;   // the chunk's B rows of the group, packed [len, bc]
   int64_t bc;
   const float* Xw;  // [len, Pp] exp(cum_L-1 - cum_s) dt_s x_s
   float* ST;        // [N, Pp]
@@ -327,31 +327,40 @@ void ScanChunked(const Mamba2Dims& dm, const Mamba2ScanArgs& a, int64_t chunk_si
   const int64_t H = dm.heads, P = dm.head_dim, N = dm.state, G = dm.groups, per_group = H / G;
   const int64_t n = a.n, L = std::min(chunk_size, n), Lp = round_up(L, NL), Pp = round_up(P, NL);
   const int64_t chunks = (n + chunk_size - 1) / chunk_size;
-  const int64_t score_floats = L * Lp;  // one (group, chunk)
-  const int64_t window = std::max<int64_t>(1, kScoreWindowBytes / (G * score_floats * 4));
+  // Per (group, chunk): the scores [L, Lp], then the chunk's B and C rows packed [L, N] each.
+  // The heads read B and C from the packed copies: in place they lie one in_proj row apart
+  // (tens of KB), a TLB miss per row.
+  const int64_t score_floats = L * Lp, unit_floats = score_floats + 2 * L * N;
+  const int64_t window = std::max<int64_t>(1, kScoreWindowBytes / (G * unit_floats * 4));
   // Reused by the calling thread across calls (no page faults or zeroing per call); every
-  // element read is written first.
-  // (A thread_local is not captured: the workers see the calling thread's buffer through
-  // this pointer.)
-  thread_local std::vector<float> score_buffer;
-  score_buffer.resize(size_t(std::min(window, chunks) * G * score_floats));
-  float* const scores = score_buffer.data();
+  // element read is written first. (A thread_local is not captured: the workers see the
+  // calling thread's buffer through this pointer.)
+  thread_local std::vector<float> window_buffer;
+  window_buffer.resize(size_t(std::min(window, chunks) * G * unit_floats));
+  float* const units = window_buffer.data();
 
   for (int64_t w0 = 0; w0 < chunks; w0 += window) {
     const int64_t wn = std::min(window, chunks - w0);
-    // 1. The C.B scores of every (group, chunk) of the window.
+    // 1. Per (group, chunk) of the window: B and C packed, the C.B scores.
     pool.parallel_for(G * wn, [&](int64_t task) {
       const int64_t g = task / wn, c = w0 + task % wn;
       const int64_t c0 = c * chunk_size, len = std::min(chunk_size, n - c0);
+      float* unit = units + task * unit_floats;
+      float* Bp = unit + score_floats;
+      float* Cp = Bp + L * N;
+      for (int64_t s = 0; s < len; ++s) {
+        const float* B = a.B + (c0 + s) * a.bc_stride + g * N;
+        const float* C = a.C + (c0 + s) * a.bc_stride + g * N;
+        std::copy(B, B + N, Bp + s * N);
+        std::copy(C, C + N, Cp + s * N);
+      }
       thread_local std::vector<float> bt;
       bt.resize(size_t(N * Lp));
-      const float* B = a.B + c0 * a.bc_stride + g * N;
       for (int64_t i = 0; i < N; ++i) {
-        for (int64_t s = 0; s < len; ++s) bt[size_t(i * Lp + s)] = B[s * a.bc_stride + i];
+        for (int64_t s = 0; s < len; ++s) bt[size_t(i * Lp + s)] = Bp[s * N + i];
         for (int64_t s = len; s < Lp; ++s) bt[size_t(i * Lp + s)] = 0.f;
       }
-      const ScoresOp op{a.C + c0 * a.bc_stride + g * N, a.bc_stride, bt.data(), N, Lp, len,
-                        scores + task * score_floats};
+      const ScoresOp op{Cp, N, bt.data(), N, Lp, len, unit};
       ForTiles(DF(), op, len);
     });
     // 2. Per head, the window's chunks in order, the state carried in registers' reach.
@@ -379,7 +388,9 @@ void ScanChunked(const Mamba2Dims& dm, const Mamba2ScanArgs& a, int64_t chunk_si
       }
       for (int64_t c = w0; c < w0 + wn; ++c) {
         const int64_t c0 = c * chunk_size, len = std::min(chunk_size, n - c0);
-        const float* Gc = scores + (g * wn + (c - w0)) * score_floats;
+        const float* Gc = units + (g * wn + (c - w0)) * unit_floats;
+        const float* Bc = Gc + score_floats;
+        const float* Cc = Bc + L * N;
         // Decays from the cumulative sum in double (differences of long sums would lose bits).
         double run = 0;
         for (int64_t l = 0; l < len; ++l) {
@@ -395,15 +406,30 @@ void ScanChunked(const Mamba2Dims& dm, const Mamba2ScanArgs& a, int64_t chunk_si
         ExpInPlace(dd, decay, Lp);
         ExpInPlace(dd, wdec, Lp);
         const float total = float(std::exp(run));
-        // The chunk's x, and x weighted by its decay to the chunk's end.
+        // The chunk's x, and x weighted by its decay to the chunk's end. The rows lie one
+        // in_proj row apart: prefetched a few rows ahead (the hardware prefetcher does not
+        // follow such strides).
+        constexpr int64_t kAhead = 6;
         for (int64_t s = 0; s < len; ++s) {
-          const float* xs = a.x + (c0 + s) * a.x_stride + h * P;
-          const float ws = wdec[s] * dts[s];
-          for (int64_t p = 0; p < P; ++p) {
-            X[s * Pp + p] = xs[p];
-            Xw[s * Pp + p] = ws * xs[p];
+          if (s + kAhead < len) {
+            const char* next = reinterpret_cast<const char*>(a.x + (c0 + s + kAhead) * a.x_stride + h * P);
+            for (int64_t b = 0; b < P * 4; b += 64) __builtin_prefetch(next + b);
           }
-          for (int64_t p = P; p < Pp; ++p) X[s * Pp + p] = Xw[s * Pp + p] = 0.f;
+          const float* xs = a.x + (c0 + s) * a.x_stride + h * P;
+          const VF ws = hn::Set(dd, wdec[s] * dts[s]);
+          float* xr = X + s * Pp;
+          float* wr = Xw + s * Pp;
+          int64_t p = 0;
+          for (; p + NL <= P; p += NL) {
+            const VF v = hn::LoadU(dd, xs + p);
+            hn::StoreU(v, dd, xr + p);
+            hn::StoreU(hn::Mul(ws, v), dd, wr + p);
+          }
+          for (; p < P; ++p) {
+            xr[p] = xs[p];
+            wr[p] = wdec[s] * dts[s] * xs[p];
+          }
+          for (; p < Pp; ++p) xr[p] = wr[p] = 0.f;
         }
         // M[l, s] = G[l, s] exp(cum_l - cum_s) dt_s for s <= l, zero past l.
         for (int64_t l = 0; l < len; ++l) {
@@ -418,12 +444,10 @@ void ScanChunked(const Mamba2Dims& dm, const Mamba2ScanArgs& a, int64_t chunk_si
             hn::StoreU(hn::IfThenElseZero(keep, m), dd, M + l * Lp + s);
           }
         }
-        const float* Cc = a.C + c0 * a.bc_stride + g * N;
-        const float* Bc = a.B + c0 * a.bc_stride + g * N;
-        const OutputOp out{Cc, a.bc_stride, ST, M, X, decay, Dh, N, Pp, Lp, len, P,
+        const OutputOp out{Cc, N, ST, M, X, decay, Dh, N, Pp, Lp, len, P,
                            a.y + c0 * a.y_stride + h * P, a.y_stride};
         ForTiles(dd, out, len);
-        const StateOp st{Bc, a.bc_stride, Xw, ST, total, Pp, len};
+        const StateOp st{Bc, N, Xw, ST, total, Pp, len};
         ForTiles(dd, st, N);
       }
       for (int64_t p = 0; p < P; ++p)
