@@ -37,7 +37,7 @@ inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // Channels per conv task: a few vectors wide, so 6144 channels (Nemotron-H Nano) make 24 tasks.
 constexpr int64_t kConvBlock = 256;
 // Rows of the matrix-product tiles (the vector columns per tile are per target: kTileVectors).
-constexpr int kTileRows = 4;
+constexpr int kTileRows = 6;
 // The chunked scan keeps the C.B scores of a window of chunks (all groups) at most this large,
 // then runs the heads over that window: bounded memory whatever the prompt length.
 constexpr int64_t kScoreWindowBytes = int64_t(8) << 20;
@@ -578,6 +578,12 @@ void mamba2_scan_chunked(const Mamba2Dims& d, const Mamba2ScanArgs& a, int64_t c
   check_scan_args("mamba2_scan_chunked", d, a);
   if (a.n == 0) return;
   HWY_DYNAMIC_DISPATCH(ScanChunked)(d, a, chunk_size, pool);
+}
+
+void mamba2_scan(const Mamba2Dims& d, const Mamba2ScanArgs& a, int64_t chunk_size, ThreadPool& pool) {
+  if (chunk_size <= 0) fail("mamba2_scan: chunk_size {} must be positive", chunk_size);
+  if (a.n < kMamba2ChunkedMinTokens) mamba2_scan_recurrent(d, a, pool);
+  else mamba2_scan_chunked(d, a, chunk_size, pool);
 }
 
 void mamba2_gated_rmsnorm(const Mamba2Dims& d, float* y, int64_t y_stride, const float* z,

@@ -231,6 +231,24 @@ TEST(Mamba2Scan, DecodeAfterChunkedPrefillContinuesTheSequence) {
   }
 }
 
+// mamba2_scan takes the recurrence for short calls and the chunks for long ones: a prompt, then
+// decode steps through the one entry point.
+TEST(Mamba2Scan, TheEntryPointTakesEitherPathAndContinuesTheSequence) {
+  ThreadPool pool(2);
+  const Mamba2Dims d = dims(4, 5, 2, 7);
+  const int64_t n = kMamba2ChunkedMinTokens + 40, y_stride = d.inner();
+  const ScanData s(d, n, 350);
+  const Reference r(s);
+  std::vector<float> y(size_t(n * y_stride), kSentinel), state = s.S0;
+  int64_t t = 0;
+  for (int64_t part : {int64_t(3), kMamba2ChunkedMinTokens + 20, int64_t(1), int64_t(16)}) {
+    mamba2_scan(d, s.args(t, part, y.data(), y_stride, state.data()), 16, pool);
+    t += part;
+  }
+  ASSERT_EQ(t, n);
+  expect_matches(s, r, y, y_stride, state, "mamba2_scan");
+}
+
 // Results do not depend on the number of threads (tasks are fixed by the shape).
 TEST(Mamba2Scan, ThreadCountDoesNotChangeTheBytes) {
   const Mamba2Dims d = dims(8, 12, 2, 20);
@@ -547,6 +565,8 @@ TEST(Mamba2, ImpossibleDimsAndArgumentsAreErrorsNamingTheQuantity) {
   const ScanData s(dims(2, 5, 1, 7), 3, 1);
   std::vector<float> y(100), state = s.S0;
   expect_error([&] { mamba2_scan_chunked(s.d, s.args(0, 3, y.data(), 10, state.data()), 0, pool); },
+               "chunk_size");
+  expect_error([&] { mamba2_scan(s.d, s.args(0, 1, y.data(), 10, state.data()), -1, pool); },
                "chunk_size");
   expect_error([&] { mamba2_scan_recurrent(s.d, s.args(0, 3, y.data(), 9, state.data()), pool); },
                "y_stride");
