@@ -147,8 +147,8 @@ BENCHMARK(Mamba2Prefill)->Args({0, 512, 2})->Args({1, 512, 2})->Args({0, 512, 1}
     ->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(Mamba2DecodeScan)->Args({320, 2})->Args({320, 1})->Args({16, 2})->Args({16, 1})->Args({1, 2})->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(Mamba2Conv)->Args({512, 2})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(Mamba2GatedNorm)->Args({512, 2})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Mamba2Conv)->Args({512, 2})->Args({512, 1})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Mamba2GatedNorm)->Args({512, 2})->Args({512, 1})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace qf

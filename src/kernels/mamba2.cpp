@@ -87,11 +87,13 @@ void Conv1dSilu(const Mamba2Dims& dm, float* xbc, int64_t n, int64_t stride, con
     float* wt = buf.data();
     float* bs = wt + K * W;
     float* ring = bs + W;
-    for (int64_t j = 0; j < w; ++j) {
-      for (int64_t k = 0; k < K; ++k) wt[k * W + j] = weight[(c0 + j) * K + k];
-      bs[j] = bias ? bias[c0 + j] : 0.f;
-      for (int64_t k = 0; k < H1; ++k) ring[k * W + j] = state[(c0 + j) * H1 + k];
-    }
+    // Written row by row (rows W floats apart: writing down a column would touch a line per
+    // element), read with the small strides K and K - 1.
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < w; ++j) wt[k * W + j] = weight[(c0 + j) * K + k];
+    for (int64_t j = 0; j < w; ++j) bs[j] = bias ? bias[c0 + j] : 0.f;
+    for (int64_t k = 0; k < H1; ++k)
+      for (int64_t j = 0; j < w; ++j) ring[k * W + j] = state[(c0 + j) * H1 + k];
     int64_t oldest = 0;
     for (int64_t t = 0; t < n; ++t) {
       float* row = xbc + t * stride + c0;
@@ -117,8 +119,9 @@ void Conv1dSilu(const Mamba2Dims& dm, float* xbc, int64_t n, int64_t stride, con
       }
       if (H1 > 0) oldest = (oldest + 1) % H1;
     }
+    for (int64_t k = 0; k < H1; ++k) taps[size_t(k)] = ring + ((oldest + k) % H1) * W;
     for (int64_t j = 0; j < w; ++j)
-      for (int64_t k = 0; k < H1; ++k) state[(c0 + j) * H1 + k] = ring[((oldest + k) % H1) * W + j];
+      for (int64_t k = 0; k < H1; ++k) state[(c0 + j) * H1 + k] = taps[size_t(k)][j];
   });
 }
 
