@@ -580,7 +580,7 @@ void mamba2_scan_chunked(const Mamba2Dims& d, const Mamba2ScanArgs& a, int64_t c
   if (chunk_size <= 0) fail("mamba2_scan_chunked: chunk_size {} must be positive", chunk_size);
   check_scan_args("mamba2_scan_chunked", d, a);
   if (a.n == 0) return;
-  HWY_DYNAMIC_DISPATCH(ScanChunked)(d, a, chunk_size, pool);
+  HWY_DYNAMIC_DISPATCH(ScanChunked)(d, a, std::min(chunk_size, kMamba2MaxChunk), pool);
 }
 
 void mamba2_scan(const Mamba2Dims& d, const Mamba2ScanArgs& a, int64_t chunk_size, ThreadPool& pool) {

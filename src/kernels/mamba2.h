@@ -80,7 +80,10 @@ void mamba2_scan_recurrent(const Mamba2Dims& d, const Mamba2ScanArgs& a, ThreadP
 // mamba_ssm's kernels compute the same). The C·B scores are computed once per (group, chunk)
 // and shared by the group's heads; everything else is register-blocked matrix products per
 // head. Uses up to ~8 MB of scores per call window plus per-thread scratch of a few chunks'
-// rows.
+// rows. Chunks longer than kMamba2MaxChunk run as chunks of kMamba2MaxChunk: the same result to
+// rounding, while the scores (L^2 per chunk) and the intra-chunk work (L/2 per position) grow
+// with L.
+inline constexpr int64_t kMamba2MaxChunk = 256;
 void mamba2_scan_chunked(const Mamba2Dims& d, const Mamba2ScanArgs& a, int64_t chunk_size,
                          ThreadPool& pool);
 

@@ -200,8 +200,8 @@ TEST(Mamba2Scan, ChunkedMatchesTheReferenceAtRealisticSizes) {
     for (int64_t n : {1, 100, 128, 2 * 128 + 37}) check_scan(Scan::chunked, d, n, 128, seed++, pool);
   // A chunk of 48 over 5 chunks and a partial one.
   check_scan(Scan::chunked, dims(4, 64, 4, 128), 5 * 48 + 17, 48, seed++, pool);
-  // Chunks of 1024 over 8 groups: the scores of one chunk fill the 8 MB window, so the call
-  // runs three windows and carries the state from one to the next.
+  // Chunks of 1024, run as chunks of kMamba2MaxChunk = 256, over 8 groups: the 8 MB of scores
+  // hold 3 chunks, so the call runs three windows and carries the state from one to the next.
   check_scan(Scan::chunked, dims(8, 5, 8, 7), 2 * 1024 + 5, 1024, seed++, pool);
 }
 
