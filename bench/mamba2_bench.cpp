@@ -143,7 +143,7 @@ void Mamba2GatedNorm(benchmark::State& state) {
 }
 
 BENCHMARK(Mamba2Prefill)->Args({0, 512, 2})->Args({1, 512, 2})->Args({0, 512, 1})->Args({1, 512, 1})
-    ->Args({0, 64, 1})->Args({1, 64, 1})->Args({0, 32, 1})->Args({1, 32, 1})->Args({0, 16, 1})->Args({1, 16, 1})->Args({0, 4, 1})->Args({1, 4, 1})
+    ->Args({0, 64, 1})->Args({1, 64, 1})->Args({0, 48, 1})->Args({1, 48, 1})->Args({0, 32, 1})->Args({1, 32, 1})->Args({0, 16, 1})->Args({1, 16, 1})->Args({0, 4, 1})->Args({1, 4, 1})
     ->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(Mamba2DecodeScan)->Args({320, 2})->Args({320, 1})->Args({16, 2})->Args({16, 1})->Args({1, 2})->UseRealTime()
     ->Unit(benchmark::kMicrosecond);

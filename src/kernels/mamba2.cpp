@@ -128,40 +128,64 @@ void Conv1dSilu(const Mamba2Dims& dm, float* xbc, int64_t n, int64_t stride, con
 // ---------------------------------------------------------------------------------------------
 // Recurrent scan.
 
-// R rows p of one head's state S [P, N] for one token: S = S * dA + (dt x_p) B, y_p = S . C +
-// D x_p. B and C are loaded once for the R rows.
-template <int R>
-HWY_INLINE void RecurrentRows(DF d, float* HWY_RESTRICT S, int64_t N, const float* HWY_RESTRICT x,
-                              const float* HWY_RESTRICT B, const float* HWY_RESTRICT C, float dt,
-                              float dA, float Dh, float* HWY_RESTRICT y) {
+// One token's operands for the rows of a head (pointers at the head's first row p).
+struct RecurrentToken {
+  const float* x;
+  const float* B;
+  const float* C;
+  float dt, dA;
+  float* y;
+};
+
+// R rows p of one head's state S [P, N] for T consecutive tokens: per token S = S * dA +
+// (dt x_p) B, y_p = S . C + D x_p. The state is loaded and stored once for the T tokens (the
+// loop is bound by those loads and stores), B and C once for the R rows. The arithmetic per
+// token is the same whatever T, so results do not depend on how tokens are grouped.
+template <int R, int T>
+HWY_INLINE void RecurrentRows(DF d, float* HWY_RESTRICT S, int64_t N, const RecurrentToken* tok,
+                              int64_t p, float Dh) {
   const int64_t NL = int64_t(hn::Lanes(d));
-  const VF vdA = hn::Set(d, dA);
-  float us[R];
-  VF u[R], acc[R];
-  for (int r = 0; r < R; ++r) {
-    us[r] = dt * x[r];
-    u[r] = hn::Set(d, us[r]);
-    acc[r] = hn::Zero(d);
+  float us[T][R];
+  VF vdA[T], u[T][R], acc[T][R];
+  for (int t = 0; t < T; ++t) {
+    vdA[t] = hn::Set(d, tok[t].dA);
+    for (int r = 0; r < R; ++r) {
+      us[t][r] = tok[t].dt * tok[t].x[p + r];
+      u[t][r] = hn::Set(d, us[t][r]);
+      acc[t][r] = hn::Zero(d);
+    }
   }
   int64_t i = 0;
   for (; i + NL <= N; i += NL) {
-    const VF b = hn::LoadU(d, B + i), c = hn::LoadU(d, C + i);
+    VF v[R];
+    for (int r = 0; r < R; ++r) v[r] = hn::LoadU(d, S + (p + r) * N + i);
+    for (int t = 0; t < T; ++t) {
+      const VF b = hn::LoadU(d, tok[t].B + i), c = hn::LoadU(d, tok[t].C + i);
+      for (int r = 0; r < R; ++r) {
+        v[r] = hn::MulAdd(v[r], vdA[t], hn::Mul(u[t][r], b));
+        acc[t][r] = hn::MulAdd(v[r], c, acc[t][r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) hn::StoreU(v[r], d, S + (p + r) * N + i);
+  }
+  for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) {
-      float* s = S + r * N + i;
-      const VF v = hn::MulAdd(hn::LoadU(d, s), vdA, hn::Mul(u[r], b));
-      hn::StoreU(v, d, s);
-      acc[r] = hn::MulAdd(v, c, acc[r]);
+      float sum = hn::GetLane(hn::SumOfLanes(d, acc[t][r]));
+      for (int64_t k = i; k < N; ++k) {
+        float& st = S[(p + r) * N + k];
+        st = std::fma(st, tok[t].dA, us[t][r] * tok[t].B[k]);
+        sum = std::fma(st, tok[t].C[k], sum);
+      }
+      tok[t].y[p + r] = std::fma(Dh, tok[t].x[p + r], sum);
     }
-  }
-  for (int r = 0; r < R; ++r) {
-    float sum = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-    for (int64_t k = i; k < N; ++k) {
-      float& s = S[r * N + k];
-      s = std::fma(s, dA, us[r] * B[k]);
-      sum = std::fma(s, C[k], sum);
-    }
-    y[r] = std::fma(Dh, x[r], sum);
-  }
+}
+
+template <int T>
+HWY_INLINE void RecurrentTokens(DF d, float* S, int64_t P, int64_t N, const RecurrentToken* tok,
+                                float Dh) {
+  int64_t p = 0;
+  for (; p + 4 <= P; p += 4) RecurrentRows<4, T>(d, S, N, tok, p, Dh);
+  for (; p < P; ++p) RecurrentRows<1, T>(d, S, N, tok, p, Dh);
 }
 
 void ScanRecurrent(const Mamba2Dims& dm, const Mamba2ScanArgs& a, ThreadPool& pool) {
@@ -171,16 +195,20 @@ void ScanRecurrent(const Mamba2Dims& dm, const Mamba2ScanArgs& a, ThreadPool& po
     const int64_t g = h / per_group;
     float* S = a.ssm_state + h * P * N;
     const float Ah = a.A[h], Dh = a.D[h];
-    for (int64_t t = 0; t < a.n; ++t) {
+    auto token = [&](int64_t t) {
       const float dt = a.dt[t * H + h];
-      const float dA = std::exp(dt * Ah);
-      const float* x = a.x + t * a.x_stride + h * P;
-      const float* B = a.B + t * a.bc_stride + g * N;
-      const float* C = a.C + t * a.bc_stride + g * N;
-      float* y = a.y + t * a.y_stride + h * P;
-      int64_t p = 0;
-      for (; p + 4 <= P; p += 4) RecurrentRows<4>(d, S + p * N, N, x + p, B, C, dt, dA, Dh, y + p);
-      for (; p < P; ++p) RecurrentRows<1>(d, S + p * N, N, x + p, B, C, dt, dA, Dh, y + p);
+      return RecurrentToken{a.x + t * a.x_stride + h * P, a.B + t * a.bc_stride + g * N,
+                            a.C + t * a.bc_stride + g * N, dt, std::exp(dt * Ah),
+                            a.y + t * a.y_stride + h * P};
+    };
+    int64_t t = 0;
+    for (; t + 2 <= a.n; t += 2) {
+      const RecurrentToken tok[2] = {token(t), token(t + 1)};
+      RecurrentTokens<2>(d, S, P, N, tok, Dh);
+    }
+    if (t < a.n) {
+      const RecurrentToken tok[1] = {token(t)};
+      RecurrentTokens<1>(d, S, P, N, tok, Dh);
     }
   });
 }

@@ -89,8 +89,9 @@ void mamba2_scan_chunked(const Mamba2Dims& d, const Mamba2ScanArgs& a, int64_t c
 
 // Below this many tokens the recurrence is faster than the chunked algorithm (whose fixed costs
 // per call are the state transposed in and out and a chunk's scores); measured on the
-// Nemotron-H Nano shape, the two cross between 16 and 64 tokens (bench/mamba2_bench.cpp).
-inline constexpr int64_t kMamba2ChunkedMinTokens = 32;
+// Nemotron-H Nano shape, one thread, the two cross between 32 and 48 tokens
+// (bench/mamba2_bench.cpp).
+inline constexpr int64_t kMamba2ChunkedMinTokens = 40;
 // mamba2_scan_recurrent when a.n < kMamba2ChunkedMinTokens, else mamba2_scan_chunked (what the
 // engine calls for prefill and decode alike; chunk_size is checked either way).
 void mamba2_scan(const Mamba2Dims& d, const Mamba2ScanArgs& a, int64_t chunk_size, ThreadPool& pool);

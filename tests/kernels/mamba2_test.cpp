@@ -249,6 +249,24 @@ TEST(Mamba2Scan, TheEntryPointTakesEitherPathAndContinuesTheSequence) {
   expect_matches(s, r, y, y_stride, state, "mamba2_scan");
 }
 
+// The recurrence runs tokens in pairs over the state; a sequence in calls of any sizes (decode
+// steps are calls of one) gives the bytes of one call.
+TEST(Mamba2Scan, RecurrentCallsOfAnySizeGiveTheSameBytes) {
+  ThreadPool pool(2);
+  const Mamba2Dims d = dims(4, 6, 2, 19);
+  const int64_t n = 23;
+  const ScanData s(d, n, 360);
+  std::vector<float> y(size_t(n * d.inner())), state = s.S0;
+  mamba2_scan_recurrent(d, s.args(0, n, y.data(), d.inner(), state.data()), pool);
+  for (int64_t part : {1, 2, 3, 5}) {
+    std::vector<float> y2(y.size()), state2 = s.S0;
+    for (int64_t t = 0; t < n; t += part)
+      mamba2_scan_recurrent(d, s.args(t, std::min(part, n - t), y2.data(), d.inner(), state2.data()), pool);
+    EXPECT_EQ(y2, y) << "calls of " << part;
+    EXPECT_EQ(state2, state) << "calls of " << part;
+  }
+}
+
 // Results do not depend on the number of threads (tasks are fixed by the shape).
 TEST(Mamba2Scan, ThreadCountDoesNotChangeTheBytes) {
   const Mamba2Dims d = dims(8, 12, 2, 20);
