@@ -5,9 +5,11 @@
 // states out; decode after a chunked prefill; the conv state across calls of any sizes; dt
 // limits; rows read in place inside in_proj-like rows (strides wider than the rows read).
 // Tolerances are relative to the magnitude of the terms summed (the same sums over absolute
-// values), at 1e-5: float32 accumulation.
+// values), at 1e-5: float32 accumulation. Every SIMD target compiled in and supported by the CPU
+// runs the reference comparisons.
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "formats/formats_test_util.h"
 #include "kernels/mamba2.h"
 
 #include <gtest/gtest.h>
@@ -176,59 +178,71 @@ const Mamba2Dims kSmallShapes[] = {
 };
 
 TEST(Mamba2Scan, RecurrentMatchesTheReference) {
-  ThreadPool pool(2);
-  uint32_t seed = 1;
-  for (const Mamba2Dims& d : kSmallShapes)
-    for (int64_t n : {1, 2, 37}) check_scan(Scan::recurrent, d, n, 0, seed++, pool);
-  check_scan(Scan::recurrent, dims(8, 64, 2, 128), 40, 0, seed++, pool);
+  test::for_each_simd_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    ThreadPool pool(2);
+    uint32_t seed = 1;
+    for (const Mamba2Dims& d : kSmallShapes)
+      for (int64_t n : {1, 2, 37}) check_scan(Scan::recurrent, d, n, 0, seed++, pool);
+    check_scan(Scan::recurrent, dims(8, 64, 2, 128), 40, 0, seed++, pool);
+  });
 }
 
 TEST(Mamba2Scan, ChunkedMatchesTheReferenceAtEveryLengthAroundTheChunk) {
-  ThreadPool pool(2);
-  uint32_t seed = 100;
-  for (const Mamba2Dims& d : kSmallShapes)
-    for (int64_t chunk : {1, 8, 13})
-      for (int64_t n : {int64_t(1), std::max<int64_t>(1, chunk - 3), chunk, 3 * chunk + 5})
-        check_scan(Scan::chunked, d, n, chunk, seed++, pool);
+  test::for_each_simd_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    ThreadPool pool(2);
+    uint32_t seed = 100;
+    for (const Mamba2Dims& d : kSmallShapes)
+      for (int64_t chunk : {1, 8, 13})
+        for (int64_t n : {int64_t(1), std::max<int64_t>(1, chunk - 3), chunk, 3 * chunk + 5})
+          check_scan(Scan::chunked, d, n, chunk, seed++, pool);
+  });
 }
 
 TEST(Mamba2Scan, ChunkedMatchesTheReferenceAtRealisticSizes) {
-  ThreadPool pool(2);
-  uint32_t seed = 200;
-  // P = 64, N = 128 as Nemotron-H; 4 heads per group, and one group of every head.
-  for (const Mamba2Dims& d : {dims(8, 64, 2, 128), dims(2, 64, 1, 128)})
-    for (int64_t n : {1, 100, 128, 2 * 128 + 37}) check_scan(Scan::chunked, d, n, 128, seed++, pool);
-  // A chunk of 48 over 5 chunks and a partial one.
-  check_scan(Scan::chunked, dims(4, 64, 4, 128), 5 * 48 + 17, 48, seed++, pool);
-  // Chunks of 1024, run as chunks of kMamba2MaxChunk = 256, over 8 groups: the 8 MB of scores
-  // hold 3 chunks, so the call runs three windows and carries the state from one to the next.
-  check_scan(Scan::chunked, dims(8, 5, 8, 7), 2 * 1024 + 5, 1024, seed++, pool);
+  test::for_each_simd_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    ThreadPool pool(2);
+    uint32_t seed = 200;
+    // P = 64, N = 128 as Nemotron-H; 4 heads per group, and one group of every head.
+    for (const Mamba2Dims& d : {dims(8, 64, 2, 128), dims(2, 64, 1, 128)})
+      for (int64_t n : {1, 100, 128, 2 * 128 + 37}) check_scan(Scan::chunked, d, n, 128, seed++, pool);
+    // A chunk of 48 over 5 chunks and a partial one.
+    check_scan(Scan::chunked, dims(4, 64, 4, 128), 5 * 48 + 17, 48, seed++, pool);
+    // Chunks of 1024, run as chunks of kMamba2MaxChunk = 256, over 8 groups: the 8 MB of scores
+    // hold 3 chunks, so the call runs three windows and carries the state from one to the next.
+    check_scan(Scan::chunked, dims(8, 5, 8, 7), 2 * 1024 + 5, 1024, seed++, pool);
+  });
 }
 
 // A prompt run chunked, then decode steps token by token (the engine's use), equals one
 // recurrence over all the tokens; so does a prompt split into chunked calls of odd sizes.
 TEST(Mamba2Scan, DecodeAfterChunkedPrefillContinuesTheSequence) {
-  ThreadPool pool(2);
-  uint32_t seed = 300;
-  for (const Mamba2Dims& d : {dims(4, 5, 2, 7), dims(8, 64, 2, 128)}) {
-    const int64_t n = 150, prompt = 133, y_stride = d.inner() + 2;
-    const ScanData s(d, n, seed++);
-    const Reference r(s);
-    std::vector<float> y(size_t(n * y_stride), kSentinel), state = s.S0;
-    mamba2_scan_chunked(d, s.args(0, prompt, y.data(), y_stride, state.data()), 32, pool);
-    for (int64_t t = prompt; t < n; ++t)
-      mamba2_scan_recurrent(d, s.args(t, 1, y.data(), y_stride, state.data()), pool);
-    expect_matches(s, r, y, y_stride, state, "prefill + decode");
+  test::for_each_simd_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    ThreadPool pool(2);
+    uint32_t seed = 300;
+    for (const Mamba2Dims& d : {dims(4, 5, 2, 7), dims(8, 64, 2, 128)}) {
+      const int64_t n = 150, prompt = 133, y_stride = d.inner() + 2;
+      const ScanData s(d, n, seed++);
+      const Reference r(s);
+      std::vector<float> y(size_t(n * y_stride), kSentinel), state = s.S0;
+      mamba2_scan_chunked(d, s.args(0, prompt, y.data(), y_stride, state.data()), 32, pool);
+      for (int64_t t = prompt; t < n; ++t)
+        mamba2_scan_recurrent(d, s.args(t, 1, y.data(), y_stride, state.data()), pool);
+      expect_matches(s, r, y, y_stride, state, "prefill + decode");
 
-    std::vector<float> y2(size_t(n * y_stride), kSentinel), state2 = s.S0;
-    int64_t t = 0;
-    for (int64_t part : {1, 40, 64, 3, 42}) {
-      mamba2_scan_chunked(d, s.args(t, part, y2.data(), y_stride, state2.data()), 16, pool);
-      t += part;
+      std::vector<float> y2(size_t(n * y_stride), kSentinel), state2 = s.S0;
+      int64_t t = 0;
+      for (int64_t part : {1, 40, 64, 3, 42}) {
+        mamba2_scan_chunked(d, s.args(t, part, y2.data(), y_stride, state2.data()), 16, pool);
+        t += part;
+      }
+      ASSERT_EQ(t, n);
+      expect_matches(s, r, y2, y_stride, state2, "chunked calls");
     }
-    ASSERT_EQ(t, n);
-    expect_matches(s, r, y2, y_stride, state2, "chunked calls");
-  }
+  });
 }
 
 // mamba2_scan takes the recurrence for short calls and the chunks for long ones: a prompt, then
@@ -344,49 +358,55 @@ struct ConvData {
 };
 
 TEST(Mamba2Conv, MatchesTheDirectConvolution) {
-  ThreadPool pool(2);
-  uint32_t seed = 500;
-  // conv_dim from 2 * 7 + 5 = 19 (a vector tail only) to 8 * 64 + 2 * 2 * 128 = 1024 (four
-  // tasks), kernels of 1 to 5 taps; sequences shorter than the kernel too.
-  for (const Mamba2Dims& d : {dims(1, 5, 1, 7, 4), dims(8, 64, 2, 128, 4), dims(4, 3, 2, 17, 1),
-                              dims(6, 9, 3, 20, 2), dims(2, 21, 1, 16, 5)})
-    for (int64_t n : {1, 2, 37})
-      for (bool with_bias : {true, false}) {
-        const ConvData c(d, n, seed++);
-        const float* bias = with_bias ? c.bias.data() : nullptr;
-        const ConvReference r(d, c.in, n, c.stride, c.w, bias, c.state0);
-        std::vector<float> x = c.in, state = c.state0;
-        mamba2_conv1d_silu(d, x.data(), n, c.stride, c.w.data(), bias, state.data(), pool);
-        const int64_t C = d.conv_dim();
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t ch = 0; ch < C; ++ch)
-            ASSERT_NEAR(x[size_t(t * c.stride + ch)], r.out[size_t(t * C + ch)],
-                        kTol * r.mag[size_t(t * C + ch)] + 1e-7)
-                << name(d) << " K " << d.conv_kernel << " n " << n << " token " << t << " channel " << ch;
-          for (int64_t ch = C; ch < c.stride; ++ch)  // the rest of the row is not the conv's
-            ASSERT_EQ(x[size_t(t * c.stride + ch)], c.in[size_t(t * c.stride + ch)]);
+  test::for_each_simd_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    ThreadPool pool(2);
+    uint32_t seed = 500;
+    // conv_dim from 2 * 7 + 5 = 19 (a vector tail only) to 8 * 64 + 2 * 2 * 128 = 1024 (four
+    // tasks), kernels of 1 to 5 taps; sequences shorter than the kernel too.
+    for (const Mamba2Dims& d : {dims(1, 5, 1, 7, 4), dims(8, 64, 2, 128, 4), dims(4, 3, 2, 17, 1),
+                                dims(6, 9, 3, 20, 2), dims(2, 21, 1, 16, 5)})
+      for (int64_t n : {1, 2, 37})
+        for (bool with_bias : {true, false}) {
+          const ConvData c(d, n, seed++);
+          const float* bias = with_bias ? c.bias.data() : nullptr;
+          const ConvReference r(d, c.in, n, c.stride, c.w, bias, c.state0);
+          std::vector<float> x = c.in, state = c.state0;
+          mamba2_conv1d_silu(d, x.data(), n, c.stride, c.w.data(), bias, state.data(), pool);
+          const int64_t C = d.conv_dim();
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t ch = 0; ch < C; ++ch)
+              ASSERT_NEAR(x[size_t(t * c.stride + ch)], r.out[size_t(t * C + ch)],
+                          kTol * r.mag[size_t(t * C + ch)] + 1e-7)
+                  << name(d) << " K " << d.conv_kernel << " n " << n << " token " << t << " channel " << ch;
+            for (int64_t ch = C; ch < c.stride; ++ch)  // the rest of the row is not the conv's
+              ASSERT_EQ(x[size_t(t * c.stride + ch)], c.in[size_t(t * c.stride + ch)]);
+          }
+          for (size_t i = 0; i < state.size(); ++i) ASSERT_EQ(state[i], float(r.state[i])) << i;
         }
-        for (size_t i = 0; i < state.size(); ++i) ASSERT_EQ(state[i], float(r.state[i])) << i;
-      }
+  });
 }
 
 // A sequence run in calls of 1..n tokens (decode is n = 1 calls) gives the bytes of one call.
 TEST(Mamba2Conv, StateCarriesAcrossCallsOfAnySize) {
-  ThreadPool pool(2);
-  const Mamba2Dims d = dims(4, 5, 2, 7, 4);
-  const ConvData c(d, 50, 600);
-  std::vector<float> whole = c.in, state_whole = c.state0;
-  mamba2_conv1d_silu(d, whole.data(), c.n, c.stride, c.w.data(), c.bias.data(), state_whole.data(), pool);
-  for (int64_t part : {1, 2, 3, 7}) {
-    std::vector<float> x = c.in, state = c.state0;
-    for (int64_t t = 0; t < c.n; t += part) {
-      const int64_t len = std::min(part, c.n - t);
-      mamba2_conv1d_silu(d, x.data() + t * c.stride, len, c.stride, c.w.data(), c.bias.data(),
-                         state.data(), pool);
+  test::for_each_simd_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    ThreadPool pool(2);
+    const Mamba2Dims d = dims(4, 5, 2, 7, 4);
+    const ConvData c(d, 50, 600);
+    std::vector<float> whole = c.in, state_whole = c.state0;
+    mamba2_conv1d_silu(d, whole.data(), c.n, c.stride, c.w.data(), c.bias.data(), state_whole.data(), pool);
+    for (int64_t part : {1, 2, 3, 7}) {
+      std::vector<float> x = c.in, state = c.state0;
+      for (int64_t t = 0; t < c.n; t += part) {
+        const int64_t len = std::min(part, c.n - t);
+        mamba2_conv1d_silu(d, x.data() + t * c.stride, len, c.stride, c.w.data(), c.bias.data(),
+                           state.data(), pool);
+      }
+      EXPECT_EQ(x, whole) << "calls of " << part;
+      EXPECT_EQ(state, state_whole) << "calls of " << part;
     }
-    EXPECT_EQ(x, whole) << "calls of " << part;
-    EXPECT_EQ(state, state_whole) << "calls of " << part;
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -420,40 +440,43 @@ TEST(Mamba2Dt, SoftplusWithBiasThenTheLimits) {
 // ---------------------------------------------------------------------------------------------
 
 TEST(Mamba2Norm, GatedGroupedRmsNormMatchesTheFormula) {
-  ThreadPool pool(2);
-  std::mt19937 rng(700);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (const Mamba2Dims& d : {dims(8, 64, 8, 128), dims(8, 64, 1, 128), dims(4, 5, 2, 7), dims(6, 3, 3, 4)})
-    for (int64_t n : {1, 19}) {
-      const int64_t I = d.inner(), ys = I + 3, zs = I + 11, gs = I / d.groups;
-      std::vector<float> y(size_t(n * ys)), z(size_t(n * zs)), w(static_cast<size_t>(I));
-      for (auto& v : y) v = nd(rng);
-      for (auto& v : z) v = 2 * nd(rng);
-      for (auto& v : w) v = 1 + 0.2f * nd(rng);
-      const double eps = 1e-5;
-      std::vector<float> out = y;
-      mamba2_gated_rmsnorm(d, out.data(), ys, z.data(), zs, n, w.data(), eps, pool);
-      for (int64_t t = 0; t < n; ++t) {
-        for (int64_t g = 0; g < d.groups; ++g) {
-          std::vector<double> v(static_cast<size_t>(gs));
-          double ms = 0;
-          for (int64_t i = 0; i < gs; ++i) {
-            const int64_t c = g * gs + i;
-            const double zz = z[size_t(t * zs + c)];
-            v[size_t(i)] = y[size_t(t * ys + c)] * zz / (1 + std::exp(-zz));
-            ms += v[size_t(i)] * v[size_t(i)];
+  test::for_each_simd_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    ThreadPool pool(2);
+    std::mt19937 rng(700);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (const Mamba2Dims& d : {dims(8, 64, 8, 128), dims(8, 64, 1, 128), dims(4, 5, 2, 7), dims(6, 3, 3, 4)})
+      for (int64_t n : {1, 19}) {
+        const int64_t I = d.inner(), ys = I + 3, zs = I + 11, gs = I / d.groups;
+        std::vector<float> y(size_t(n * ys)), z(size_t(n * zs)), w(static_cast<size_t>(I));
+        for (auto& v : y) v = nd(rng);
+        for (auto& v : z) v = 2 * nd(rng);
+        for (auto& v : w) v = 1 + 0.2f * nd(rng);
+        const double eps = 1e-5;
+        std::vector<float> out = y;
+        mamba2_gated_rmsnorm(d, out.data(), ys, z.data(), zs, n, w.data(), eps, pool);
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t g = 0; g < d.groups; ++g) {
+            std::vector<double> v(static_cast<size_t>(gs));
+            double ms = 0;
+            for (int64_t i = 0; i < gs; ++i) {
+              const int64_t c = g * gs + i;
+              const double zz = z[size_t(t * zs + c)];
+              v[size_t(i)] = y[size_t(t * ys + c)] * zz / (1 + std::exp(-zz));
+              ms += v[size_t(i)] * v[size_t(i)];
+            }
+            const double inv = 1 / std::sqrt(ms / double(gs) + eps);
+            for (int64_t i = 0; i < gs; ++i) {
+              const int64_t c = g * gs + i;
+              const double want = w[size_t(c)] * v[size_t(i)] * inv;
+              ASSERT_NEAR(out[size_t(t * ys + c)], want, kTol * (std::fabs(want) + 1e-3))
+                  << name(d) << " token " << t << " channel " << c;
+            }
           }
-          const double inv = 1 / std::sqrt(ms / double(gs) + eps);
-          for (int64_t i = 0; i < gs; ++i) {
-            const int64_t c = g * gs + i;
-            const double want = w[size_t(c)] * v[size_t(i)] * inv;
-            ASSERT_NEAR(out[size_t(t * ys + c)], want, kTol * (std::fabs(want) + 1e-3))
-                << name(d) << " token " << t << " channel " << c;
-          }
+          for (int64_t c = I; c < ys; ++c) ASSERT_EQ(out[size_t(t * ys + c)], y[size_t(t * ys + c)]);
         }
-        for (int64_t c = I; c < ys; ++c) ASSERT_EQ(out[size_t(t * ys + c)], y[size_t(t * ys + c)]);
       }
-    }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
