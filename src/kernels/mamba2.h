@@ -68,8 +68,9 @@ struct Mamba2ScanArgs {
 // The selective state space recurrence, per head h, position t:
 //   S[h] = S[h] * exp(dt[t,h]*A[h]) + dt[t,h] * x[t,h,:] ⊗ B[t,g(h),:]      (S: [P, N])
 //   y[t,h,p] = sum_i S[h,p,i] * C[t,g(h),i] + D[h] * x[t,h,p]
-// Token by token (decode, short n): one task per head, the head's state (P*N*4 bytes) read and
-// written once per call, vectors over N.
+// Token by token (decode, short n): one task per head, vectors over N, the head's state
+// (P*N*4 bytes) read and written once per pair of tokens. The arithmetic per token does not
+// depend on the call's length: a sequence in calls of any sizes gives the same bytes.
 void mamba2_scan_recurrent(const Mamba2Dims& d, const Mamba2ScanArgs& a, ThreadPool& pool);
 
 // The same result by the chunked SSD algorithm (prefill): chunks of `chunk_size` > 0 positions
@@ -79,8 +80,9 @@ void mamba2_scan_recurrent(const Mamba2Dims& d, const Mamba2ScanArgs& a, ThreadP
 // mamba2_scan_recurrent to float32 rounding (transformers' torch `mamba2_chunk_scan` and
 // mamba_ssm's kernels compute the same). The C·B scores are computed once per (group, chunk)
 // and shared by the group's heads; everything else is register-blocked matrix products per
-// head. Uses up to ~8 MB of scores per call window plus per-thread scratch of a few chunks'
-// rows. Chunks longer than kMamba2MaxChunk run as chunks of kMamba2MaxChunk: the same result to
+// head. Memory: the scores and the chunk's B and C rows packed, ~8 MB per window of chunks
+// (more only when one chunk's alone exceed it), kept by the calling thread for its next call,
+// plus per-thread scratch of about a chunk's rows. Chunks longer than kMamba2MaxChunk run as chunks of kMamba2MaxChunk: the same result to
 // rounding, while the scores (L^2 per chunk) and the intra-chunk work (L/2 per position) grow
 // with L.
 inline constexpr int64_t kMamba2MaxChunk = 256;
