@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace qf {
@@ -75,7 +76,7 @@ void set_token_rate(benchmark::State& state, int64_t tokens) {
                                                   benchmark::Counter::kIsRate);
 }
 
-// range(0): 0 chunked, 1 recurrent; range(1): tokens; range(2): threads.
+// range(0): 0 chunked, 1 recurrent; range(1): tokens; range(2): threads; range(3): chunk size.
 void Mamba2Prefill(benchmark::State& state) {
   const bool recurrent = state.range(0) == 1;
   Layer l(state.range(1));
@@ -84,11 +85,11 @@ void Mamba2Prefill(benchmark::State& state) {
   const Mamba2ScanArgs a = l.args(ssm.data());
   for (auto _ : state) {
     if (recurrent) mamba2_scan_recurrent(l.d, a, pool);
-    else mamba2_scan_chunked(l.d, a, 128, pool);
+    else mamba2_scan_chunked(l.d, a, state.range(3), pool);
     benchmark::DoNotOptimize(l.y.data());
   }
   set_token_rate(state, l.n);
-  state.SetLabel(recurrent ? "recurrent" : "chunked 128");
+  state.SetLabel(recurrent ? "recurrent" : "chunked " + std::to_string(state.range(3)));
 }
 
 // Decode: one token, the state of one of `state_layers` layers in rotation. range(0): layers,
@@ -142,8 +143,12 @@ void Mamba2GatedNorm(benchmark::State& state) {
   set_token_rate(state, l.n);
 }
 
-BENCHMARK(Mamba2Prefill)->Args({0, 512, 2})->Args({1, 512, 2})->Args({0, 512, 1})->Args({1, 512, 1})
-    ->Args({0, 64, 1})->Args({1, 64, 1})->Args({0, 48, 1})->Args({1, 48, 1})->Args({0, 32, 1})->Args({1, 32, 1})->Args({0, 16, 1})->Args({1, 16, 1})->Args({0, 4, 1})->Args({1, 4, 1})
+BENCHMARK(Mamba2Prefill)
+    ->Args({0, 512, 2, 128})->Args({1, 512, 2, 0})->Args({0, 512, 1, 128})->Args({1, 512, 1, 0})
+    ->Args({0, 512, 1, 32})->Args({0, 512, 1, 64})->Args({0, 512, 1, 256})
+    ->Args({0, 64, 1, 128})->Args({1, 64, 1, 0})->Args({0, 48, 1, 128})->Args({1, 48, 1, 0})
+    ->Args({0, 32, 1, 128})->Args({1, 32, 1, 0})->Args({0, 16, 1, 128})->Args({1, 16, 1, 0})
+    ->Args({0, 4, 1, 128})->Args({1, 4, 1, 0})
     ->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(Mamba2DecodeScan)->Args({320, 2})->Args({320, 1})->Args({16, 2})->Args({16, 1})->Args({1, 2})->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
