@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <vector>
+
 namespace qf::cli {
 namespace {
 
@@ -89,6 +92,7 @@ void register_inspect(CLI::App& app, Action& run) {
         j["linear_weights"] = r.linear_weights;
         j["linear_bytes"] = r.linear_bytes;
         j["bits_per_linear_weight"] = r.bits_per_linear_weight();
+        j["module_schemes"] = r.module_schemes;
         j["tensors"] = nlohmann::ordered_json::array();
         if (!args->brief)
           for (const auto& t : r.tensors)
@@ -117,6 +121,12 @@ void register_inspect(CLI::App& app, Action& run) {
         fmt::print("{:<28} {}\n", "quantized modules", r.quantized_modules);
         fmt::print("{:<28} {}\n", "quantized weights", r.quantized_weights);
         fmt::print("{:<28} {:.3f}\n", "bits per quantized weight", r.bits_per_quantized_weight());
+        // Mixed checkpoints: how many modules each scheme holds (--json lists every module's).
+        std::map<std::string, std::vector<std::string>> by_scheme;
+        for (const auto& [module, scheme] : r.module_schemes) by_scheme[scheme].push_back(module);
+        if (by_scheme.size() > 1)
+          for (const auto& [scheme, list] : by_scheme)
+            fmt::print("{:<28} {} modules\n", "  " + scheme, list.size());
       }
       return 0;
     };

@@ -1,5 +1,6 @@
 // `qforge quantize`: a Hugging Face checkpoint in, an engine-loadable quantized checkpoint out.
 #include "cli/commands.h"
+#include "plan/presets.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/int4.h"
@@ -143,6 +144,8 @@ void print_quantize_summary(const QuantizeReport& r) {
                r.export_format);
   }
   fmt::print("  {:<28} {}\n", "modules quantized", r.modules_quantized);
+  for (const auto& [scheme, n] : r.module_schemes)
+    fmt::print("  {:<28} {} modules\n", "  " + scheme, n);
   fmt::print("  {:<28} {}\n", "modules left unquantized", r.modules_excluded);
   fmt::print("  {:<28} {}\n", "lm_head",
              r.lm_head_quantized ? fmt::format("quantized ({}; engine support varies, see the "
@@ -209,6 +212,7 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["plan_seconds"] = r.plan_seconds;
   j["write_seconds"] = r.write_seconds;
   j["modules_quantized"] = r.modules_quantized;
+  j["module_schemes"] = r.module_schemes;
   j["modules_excluded"] = r.modules_excluded;
   j["lm_head_quantized"] = r.lm_head_quantized;
   if (!r.lm_head_quantized) j["lm_head_hint"] = kLmHeadKept;
@@ -301,8 +305,8 @@ void register_quantize(CLI::App& app, Action& run) {
       "Quantize the Linear weights of a Hugging Face checkpoint (weight-only by default, round "
       "to nearest with max calibration; with --calib: W4A4 / W8A8 activation scales, FP8 KV "
       "cache scales, AWQ, GPTQ) and write a checkpoint that engines load.");
-  cmd->add_option("model", args->model, "Input model directory (config.json + safetensors)")
-      ->required();
+  // Required, except by `--preset list`.
+  cmd->add_option("model", args->model, "Input model directory (config.json + safetensors)");
   cmd->add_option("-o,--output", args->out, "Output directory (written under a temporary name, "
                                             "renamed when complete); required unless --dry-run");
   std::string format_help = "Weight format: ";
@@ -439,6 +443,11 @@ void register_quantize(CLI::App& app, Action& run) {
                algo_given = algo_opt->count() > 0, group_given = group_opt->count() > 0,
                shard_given = shard_opt->count() > 0;
     run = [=] {
+      if (plan->preset == "list") {
+        fmt::print("{}", preset_listing());
+        return 0;
+      }
+      if (args->model.empty()) fail("quantize: the model directory is required");
       if (!args->qformat.empty())
         apply_qformat(args->qformat, {{"--format", &args->format, format_given},
                                       {"--activations", &args->activations, act_given},
@@ -451,10 +460,10 @@ void register_quantize(CLI::App& app, Action& run) {
         // --calib with --algo imatrix|gptq); nothing else of the safetensors pipeline applies.
         if (act_given || group_given || args->kv_cache != "none" || !args->qformat.empty() ||
             args->dry_run || !args->exclude.empty() || args->quantize_lm_head ||
-            plan->auto_plan || !plan->recipe.empty())
+            plan->auto_plan || !plan->recipe.empty() || !plan->preset.empty())
           fail("quantize --export gguf: --activations, --group-size, --kv-cache, --qformat, "
-               "--dry-run, --exclude, --quantize-lm-head, --auto and --recipe are not supported "
-               "with it");
+               "--dry-run, --exclude, --quantize-lm-head, --auto, --recipe and --preset are not "
+               "supported with it");
         const bool calib = !args->calib_files.empty();
         if (args->calib_quantized_inputs)
           fail("quantize --export gguf: --calib-quantized-inputs is not supported with it (each "

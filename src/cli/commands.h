@@ -80,6 +80,7 @@ std::string free_block_choice_names(std::string_view separator);
 // The planning flags of `quantize` (--recipe, --save-recipe, --auto and its targets).
 struct PlanArgs {
   std::string recipe, save_recipe, formats, target_size, fit_memory;  // formats "": default
+  std::string preset;  // a shipped recipe (plan/presets.h); "list" prints them
   std::string html;  // --auto: write the plan's HTML report here
   bool auto_plan = false;
   bool auto_exact = false;  // score units with the exact KL instead of the proxy

@@ -7,6 +7,7 @@
 #include "io/checkpoint.h"
 #include "pipeline/auto_plan.h"
 #include "pipeline/quantize_checkpoint.h"
+#include "plan/presets.h"
 #include "plan/recipe.h"
 
 #include <fmt/format.h>
@@ -18,9 +19,15 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                   "Per-module formats from a recipe file, JSON or (.yaml / .yml) the same in "
                   "YAML: {\"rules\": [{\"match\": GLOB or "
                   "\"re:REGEX\", \"format\": " + format_names("|", true) +
-                      "|keep, \"algo\": max|four_over_six (optional; NVFP4 rules)}, ...]}; the "
-                      "first matching rule wins, unmatched modules take --format; --algo "
-                      "four_over_six applies to every NVFP4 module");
+                      "|keep, \"algo\": max|four_over_six (optional; NVFP4 rules), "
+                      "\"activations\": nvfp4|fp8 (optional: W4A4 / FP8 W8A8; calibrated)}, "
+                      "...], \"kv_cache\": fp8 (optional)}; the first matching rule wins, "
+                      "unmatched modules take --format; a rule matching lm_head quantizes the "
+                      "output head; --algo four_over_six applies to every NVFP4 module");
+  cmd->add_option("--preset", a.preset,
+                  "A recipe shipped with qforge (NVIDIA's published Nemotron recipes; "
+                  "needs --calib where it quantizes activations or the KV cache); "
+                  "'--preset list' prints them. Presets:\n" + preset_listing());
   cmd->add_option("--save-recipe", a.save_recipe,
                   "Write the per-module choice (of --auto or --recipe) as a recipe file that "
                   "--recipe replays exactly");
@@ -71,18 +78,22 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
                       (a.min_speedup > 0);
   if (!a.auto_plan && (targets > 0 || a.auto_exact))
     fail("--auto-exact / --target-bits / --target-size / --fit-memory / --min-speedup need --auto");
-  if (a.auto_plan && !a.recipe.empty()) fail("--auto and --recipe are exclusive");
+  if (int(a.auto_plan) + !a.recipe.empty() + !a.preset.empty() > 1)
+    fail("--auto, --recipe and --preset are exclusive");
   if (!a.html.empty() && !a.auto_plan) fail("--html needs --auto (sensitivity alone: qforge sensitivity --html)");
-  if (!a.auto_plan && a.recipe.empty()) {
-    if (!a.save_recipe.empty()) fail("--save-recipe needs --auto or --recipe");
+  if (!a.auto_plan && a.recipe.empty() && a.preset.empty()) {
+    if (!a.save_recipe.empty()) fail("--save-recipe needs --auto, --recipe or --preset");
     return false;
   }
   const Checkpoint& ck = *model.checkpoint;
   const Architecture& arch = model.arch;
-  if (!a.recipe.empty()) {
+  if (!a.recipe.empty() || !a.preset.empty()) {
     ModuleChoice def;
     def.format = FormatChoice::of(o.format, o.block);
-    o.assignment = apply_recipe(load_recipe(a.recipe), arch, def);
+    const Recipe recipe = a.preset.empty() ? load_recipe(a.recipe) : load_preset(a.preset);
+    o.assignment = apply_recipe(recipe, arch, def);
+    // A recipe's FP8 KV cache is --kv-cache fp8.
+    o.kv_fp8 = o.kv_fp8 || recipe.kv_fp8;
   } else {
     if (targets != 1)
       fail("--auto needs exactly one of --target-bits, --target-size, --fit-memory, --min-speedup");

@@ -8,10 +8,6 @@
 namespace qf {
 namespace {
 
-// Up to this many tokens of one sequence run the recurrence token by token; longer prefills
-// take the chunked scan (matrix-shaped work, the same result to float32 rounding).
-constexpr int64_t kRecurrentTokens = 4;
-
 Mamba2Dims dims_of(const MambaSpec& m) {
   Mamba2Dims d;
   d.heads = m.heads;
@@ -64,8 +60,9 @@ void Model::mamba_mixer(int64_t l, const LayerSpec& spec, const LayerWeights& L,
   } else {
     MambaCache& c = mamba_[size_t(seq_)];
     mamba2_conv1d_silu(d, xbc, n, rows, mw.conv_weight.data(), conv_bias, c.conv(l), *pool_);
-    if (n <= kRecurrentTokens) mamba2_scan_recurrent(d, scan_args(0, n, c.ssm(l)), *pool_);
-    else mamba2_scan_chunked(d, scan_args(0, n, c.ssm(l)), m.chunk_size, *pool_);
+    // The recurrence for short runs, the chunked scan from kMamba2ChunkedMinTokens on (the same
+    // result to float32 rounding).
+    mamba2_scan(d, scan_args(0, n, c.ssm(l)), m.chunk_size, *pool_);
   }
   mamba2_gated_rmsnorm(d, ssm_y_.data(), inner, zxbcdt_.data(), rows, n, mw.norm.data(),
                        w_.arch.rms_norm_eps, *pool_);

@@ -21,12 +21,20 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
   m.smoothquant = row.smoothquant;
   m.four_over_six = row.four_over_six;
   m.data_algo = row.data();
+  // A plan's modules may quantize their inputs (a recipe's "activations"): calibrated too.
+  std::string planned_act;
+  if (options.assignment)
+    for (const auto& [name, c] : options.assignment->modules)
+      if (c.activations != ActQuant::none && planned_act.empty())
+        planned_act = fmt::format("the plan's activations {} (module '{}')",
+                                  act_quant_name(c.activations), name);
   m.calibrate = options.activations != ActQuant::none || options.kv_fp8 || m.data_algo ||
-                options.calib_quantized_inputs;
+                options.calib_quantized_inputs || !planned_act.empty();
   if (m.calibrate && options.calib.files.empty()) {
     const std::string what =
         options.activations != ActQuant::none
             ? fmt::format("--activations {}", act_quant_name(options.activations))
+        : !planned_act.empty() ? planned_act
         : options.kv_fp8 ? std::string("--kv-cache fp8")
         : m.data_algo    ? fmt::format("--algo {}", weight_algo_name(options.algo))
                          : std::string("--calib-quantized-inputs");
@@ -58,8 +66,8 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
   if (options.assignment &&
       (options.activations != ActQuant::none || m.data_algo || options.calib_quantized_inputs ||
        (options.algo != WeightAlgo::max && options.algo != WeightAlgo::four_over_six)))
-    fail("a per-module plan (--auto / --recipe) is weight-only with --algo max or four_over_six "
-         "for now (--kv-cache fp8 is the one calibrated option it takes)");
+    fail("a per-module plan (--auto / --recipe) takes --algo max or four_over_six and no "
+         "--activations (its modules say their own activations)");
   if (options.assignment)
     for (const auto& [name, c] : options.assignment->modules) {
       if (c.algo != "max" && c.algo != "four_over_six")
@@ -68,6 +76,12 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
       if (c.algo == "four_over_six" && c.format.format != Format::nvfp4)
         fail("module '{}': the plan asks for algo four_over_six with format {}; four_over_six "
              "chooses NVFP4 block scales (format nvfp4)", name, c.format.name());
+      if ((c.activations == ActQuant::nvfp4 && c.format.format != Format::nvfp4) ||
+          (c.activations == ActQuant::fp8 && c.format.format != Format::fp8) ||
+          c.activations == ActQuant::int8)
+        fail("module '{}': the plan asks for activations {} with format {}; a module takes nvfp4 "
+             "activations with format nvfp4 and fp8 with fp8", name,
+             act_quant_name(c.activations), c.format.name());
     }
   if (m.per_tensor && m.awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
   if (m.local_hessian && options.format != Format::nvfp4)
@@ -121,7 +135,7 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   const AlgoModes modes = check_options(options, info);
   if (options.kv_fp8)
     for (const auto& l : arch.layers)
-      if (l.slot_of(LinearRole::k_proj) < 0)
+      if (l.has_attention && l.slot_of(LinearRole::k_proj) < 0)
         fail("{}: --kv-cache fp8 needs separate k_proj / v_proj modules to carry the scales; "
              "this {} checkpoint {}", model_dir.string(), arch.model_type,
              arch.is_mla() ? "has multi-head latent attention (kv_b_proj makes both)"
@@ -197,6 +211,8 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     if (options.assignment && !planned.format.is_keep()) {
       exported[i].format = *planned.format.format;
       exported[i].block = planned.format.block_for(m.in_features);
+      exported[i].act = planned.activations;
+      exported[i].per_tensor = planned.activations == ActQuant::fp8;
     }
     // Each reason comes with what would lift it, so the summary says what to do, not only why.
     if (matches_any(m.name, options.exclude, &pattern)) {
@@ -289,10 +305,14 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   const CheckpointTensor* head_src = nullptr;
   bool head_tied = false;
   ExportedLinear head;
-  if (options.quantize_lm_head) {
-    if (options.assignment || options.activations != ActQuant::none)
+  // A plan quantizes the head where it names it (a recipe rule for lm_head), weight-only.
+  const ModuleChoice head_choice =
+      options.assignment ? options.assignment->at(arch.head_module) : ModuleChoice{};
+  const bool head_planned = !head_choice.format.is_keep();
+  if (options.quantize_lm_head || head_planned) {
+    if (options.quantize_lm_head && (options.assignment || options.activations != ActQuant::none))
       fail("--quantize-lm-head is weight-only and single-format for now (no --activations, "
-           "--auto or --recipe)");
+           "--auto or --recipe; a recipe quantizes the head with a rule for lm_head)");
     head_src = ckpt.find(arch.head_name);
     const CheckpointTensor* embed = ckpt.find(arch.embed_name);
     head_tied = !head_src || ckpt.aliases().count(arch.head_name) > 0;
@@ -308,15 +328,20 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     if (e.shape != Shape{arch.vocab_size, arch.hidden_size} || !is_quantizable_float(e.dtype))
       fail("{}: tensor '{}' ({} {}) cannot be quantized as the output head", model_dir.string(),
            head_src->name, dtype_name(e.dtype), shape_str(e.shape));
-    head = {arch.head_module, options.format, arch.vocab_size, arch.hidden_size, block, e.dtype};
-    std::string why = arch.hidden_size % block != 0
+    const Format head_format = head_planned ? *head_choice.format.format : options.format;
+    const int head_block = head_planned ? head_choice.format.block_for(arch.hidden_size) : block;
+    head = {arch.head_module, head_format, arch.vocab_size, arch.hidden_size, head_block, e.dtype};
+    plan.head_four_over_six = head_planned && head_choice.algo == "four_over_six";
+    std::string why = arch.hidden_size % head_block != 0
                           ? fmt::format("hidden_size {} is not a multiple of the {} block of {}",
-                                        arch.hidden_size, info.name, block)
+                                        arch.hidden_size, format_info(head_format).name, head_block)
                           : exporter.unsupported_reason(head);
-    if (!why.empty()) fail("--quantize-lm-head: lm_head cannot be quantized: {}", why);
+    if (!why.empty())
+      fail("{}: lm_head cannot be quantized: {}",
+           head_planned ? "the plan" : "--quantize-lm-head", why);
     std::erase(excluded_names, arch.head_module);
     plan.warnings.push_back(
-        "lm_head is quantized (--quantize-lm-head): engines may not load it. vLLM loads an "
+        "lm_head is quantized: engines may not load it. vLLM loads an "
         "NVFP4 lm_head from ModelOpt exports only in recent builds (ModelOptNvFp4LMHeadMethod); "
         "SGLang and older vLLM builds do not. llm-compressor also writes quantized heads for "
         "compressed-tensors; other formats' heads have not been checked in any engine");

@@ -43,6 +43,7 @@ struct ModulePlan {
   const CheckpointTensor* head_src = nullptr;
   bool head_tied = false;
   ExportedLinear head;
+  bool head_four_over_six = false;  // a plan's lm_head rule asks for four_over_six
   std::vector<std::string> warnings;
   // gpt-oss experts of a target that writes them fused (Exporter::fuses_experts): per layer and
   // projection, the experts' Linears in expert order, written as one tensor `name`

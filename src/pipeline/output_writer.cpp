@@ -16,6 +16,7 @@
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 namespace qf {
 namespace fs = std::filesystem;
@@ -61,6 +62,10 @@ OutputLayout plan_output(const SourceModel& source, const ModulePlan& plan,
         if (!plan.quantized(i)) split_gate_up.insert(arch.linears[i].weight_name());
       }
   std::set<std::pair<size_t, bool>> stacks_done;
+  // Unquantized k_proj / v_proj that carry the FP8 KV-cache scales: weight name -> Linear.
+  std::map<std::string, size_t> kv_kept;
+  for (size_t i = 0; i < arch.linears.size(); ++i)
+    if (plan.exported[i].kv_scale && !plan.quantized(i)) kv_kept[arch.linears[i].weight_name()] = i;
 
   // The output tensors in input order, then cut into shards.
   std::vector<OutputItem>& items = layout.items;
@@ -115,6 +120,10 @@ OutputLayout plan_output(const SourceModel& source, const ModulePlan& plan,
       item.specs = exporter.linear_specs(plan.head);
     } else {
       item.specs = {{copied_name(t), t.entry->dtype, t.entry->shape}};
+      if (auto kv = kv_kept.find(t.name); kv != kv_kept.end()) {
+        item.kv_linear = int(kv->second);
+        item.specs.push_back(exporter.kv_scale_spec(plan.exported[kv->second]));
+      }
     }
     items.push_back(std::move(item));
     if (head_src && head_tied && t.entry == head_src->entry) {
@@ -169,8 +178,8 @@ bool all_codes_zero(const QuantizedTensor& q) {
 // One stack of gpt-oss experts (OutputItem::stack): quantized with one tensor scale (the scale
 // group's) and handed to the exporter whole, or float in the hub's transposed layout, or biases.
 void write_stack(const OutputItem& item, const ModulePlan& plan, CalibrationOutcome& calibration,
-                 LinearQuantizer& quantizer, const QuantizeOptions& options,
-                 const Exporter& exporter, const Architecture& arch, const fs::path& model_dir,
+                 LinearQuantizer& quantizer, const Exporter& exporter,
+                 const Architecture& arch, const fs::path& model_dir,
                  SafetensorsWriter& writer, QuantizeReport& report) {
   const ModulePlan::ExpertStack& stack = plan.stacks[size_t(item.stack)];
   if (item.stack_quantized) {
@@ -185,7 +194,7 @@ void write_stack(const OutputItem& item, const ModulePlan& plan, CalibrationOutc
     LinearExtras extras;
     if (experts[0].act != ActQuant::none)  // the max over the layer's experts already
       extras.input_scale =
-          calibration.input_scale(stack.linears[0], arch, options.activations, model_dir);
+          calibration.input_scale(stack.linears[0], arch, experts[0].act, model_dir);
     const auto data = exporter.fused_expert_data(experts, qs, extras);
     for (size_t k = 0; k < data.size(); ++k) {
       writer.write(item.specs[k].name, data[k]);
@@ -242,7 +251,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
       const CheckpointTensor& t = *item.source;
       const TensorView view = t.file->view(*t.entry);
       if (item.stack >= 0) {
-        write_stack(item, plan, calibration, quantizer, options, exporter, arch, model_dir, writer,
+        write_stack(item, plan, calibration, quantizer, exporter, arch, model_dir, writer,
                     report);
         for (const CheckpointTensor* p : item.parts) {
           p->file->release(*p->entry);
@@ -277,7 +286,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         const RtnOptions rtn{head.format, head.block, exporter.scale_dtype(head),
                              exporter.numerics()};
         const QuantizedTensor q =
-            plan.modes.four_over_six && head.format == Format::nvfp4
+            (plan.modes.four_over_six || plan.head_four_over_six) && head.format == Format::nvfp4
                 ? quantizer.four_over_six(w, a.amax)
             : options.algo != WeightAlgo::mse ? quantize_rtn(w, rtn, a.amax, pool)
             : head.format == Format::nvfp4
@@ -319,6 +328,14 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
           report.warnings.push_back(what + ", copied as it is (--allow-nonfinite)");
         }
         ++report.tensors_copied;
+        if (item.kv_linear >= 0) {
+          const ExportedLinear& l = plan.exported[size_t(item.kv_linear)];
+          const auto& kv = calibration.kv_amax[size_t(arch.linears[size_t(item.kv_linear)].layer)];
+          writer.write(item.specs[1].name,
+                       exporter.kv_scale_data(l, div_by_constant(l.kv_scale == 'k' ? kv.first
+                                                                                  : kv.second,
+                                                                 448.0f)));
+        }
       } else {
         const size_t li = size_t(item.linear);
         const ExportedLinear& l = plan.exported[li];
@@ -336,7 +353,7 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
               "scales): the layer's output will be zero",
               plan.exported[li].module, format_info(l.format).name));
         if (l.act != ActQuant::none)
-          extras.input_scale = calibration.input_scale(li, arch, options.activations, model_dir);
+          extras.input_scale = calibration.input_scale(li, arch, l.act, model_dir);
         if (l.pre_quant_scale && extras.pre_quant_scale.empty())
           extras.pre_quant_scale.assign(size_t(l.cols), 1.f);  // AWQ fell back to max
         if (l.kv_scale) {
@@ -373,20 +390,25 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
   if (options.assignment || plan.int4_channel) {
     // One format: the single-format config as usual; several: the mixed-precision config.
     // INT4 per channel counts as one format even where in_features (its block) differ.
-    std::set<std::pair<Format, int>> used;
+    // A module's scheme is its format, block and input quantization (a recipe's W4A16 and
+    // W4A4 NVFP4 modules are two schemes).
+    std::set<std::tuple<Format, int, ActQuant>> used;
     bool all_channel = true;
+    auto add = [&](const ExportedLinear& l) {
+      used.insert({l.format, l.block, l.act});
+      summary.mixed.push_back({l.module, l.format, l.block, l.cols, l.act, l.per_tensor});
+      all_channel = all_channel && l.format == Format::int4 && l.block == l.cols;
+    };
     for (size_t i = 0; i < arch.linears.size(); ++i)
-      if (plan.quantized(i)) {
-        const ExportedLinear& l = plan.exported[i];
-        used.insert({l.format, l.block});
-        summary.mixed.push_back({arch.linears[i].name, l.format, l.block, l.cols});
-        all_channel = all_channel && l.format == Format::int4 && l.block == l.cols;
-      }
+      if (plan.quantized(i)) add(plan.exported[i]);
+    if (head_src && options.assignment) add(head);
     summary.channel = !used.empty() && all_channel;
     if (used.size() <= 1) summary.mixed.clear();
     if (used.size() == 1) {
-      summary.format = used.begin()->first;
-      summary.block = used.begin()->second;
+      summary.format = std::get<0>(*used.begin());
+      summary.block = std::get<1>(*used.begin());
+      summary.act = std::get<2>(*used.begin());
+      summary.per_tensor = summary.act == ActQuant::fp8;
     }
     if (options.assignment)
       report.format = used.size() > 1 && !summary.channel ? "mixed"

@@ -32,6 +32,9 @@ struct OutputItem {
   // A gpt-oss expert's gate_up bias (or float weight) written as gate_proj / up_proj, the even
   // and odd rows (targets that write experts one Linear each, as llm-compressor does).
   bool deinterleave = false;
+  // A k_proj / v_proj kept in its dtype that carries the layer's FP8 KV-cache scale: the
+  // Linear's index (its weight is copied, then the scale written as specs[1]); -1 otherwise.
+  int kv_linear = -1;
   std::vector<TensorSpec> specs;
   uint64_t nbytes() const;
 };

@@ -66,6 +66,13 @@ bool excluded_by_patterns(const std::string& name, const std::vector<std::string
 namespace {
 
 // The report's fields that follow from the plan alone (shared by the run and the dry run).
+std::string stored_format_name(const ExportedLinear& l) {
+  const FormatInfo& info = format_info(l.format);
+  if (info.block_rule != BlockRule::free) return std::string(info.name);
+  if (l.block == l.cols && l.block != info.block) return std::string(info.name) + ":channel";
+  return fmt::format("{}:{}", info.name, l.block);
+}
+
 QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& options,
                               const fs::path& out_dir) {
   QuantizeReport report;
@@ -78,6 +85,21 @@ QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& opt
     if (four_over_six) report.algo = other ? "max, four_over_six (per module)" : "four_over_six";
   }
   report.activations = std::string(act_quant_name(options.activations));
+  if (options.assignment) {
+    std::set<ActQuant> acts;
+    auto scheme = [&](const ExportedLinear& l, bool four_over_six) {
+      std::string s = stored_format_name(l);
+      if (four_over_six) s += " four_over_six";
+      if (l.act != ActQuant::none) s += fmt::format(" + {} activations", act_quant_name(l.act));
+      ++report.module_schemes[s];
+      acts.insert(l.act);
+    };
+    for (size_t i = 0; i < plan.exported.size(); ++i)
+      if (plan.quantized(i)) scheme(plan.exported[i], plan.four_over_six[i]);
+    if (plan.head_src) scheme(plan.head, plan.head_four_over_six);
+    if (acts.size() > 1) report.activations = "per module";
+    else if (acts.size() == 1) report.activations = std::string(act_quant_name(*acts.begin()));
+  }
   report.kv_cache = options.kv_fp8 ? "fp8" : "none";
   report.output = out_dir;
   report.format = std::string(format_info(options.format).name);
@@ -100,6 +122,7 @@ QuantizeReport planned_report(const ModulePlan& plan, const QuantizeOptions& opt
     if (info.block_rule == BlockRule::free && l.block == l.cols && l.block != info.block)
       q.int4_channel = true;
     q.pre_quant_scale = q.pre_quant_scale || l.pre_quant_scale;
+    q.fp8_per_channel = q.fp8_per_channel || (l.format == Format::fp8 && !l.per_tensor);
   };
   for (size_t i = 0; i < plan.exported.size(); ++i)
     if (plan.quantized(i)) add(plan.exported[i]);
@@ -117,12 +140,6 @@ void warn_unfit_modules(QuantizeReport& report) {
       report.warnings.push_back(fmt::format("{} left unquantized: {}", e.name, e.reason));
 }
 
-std::string stored_format_name(const ExportedLinear& l) {
-  const FormatInfo& info = format_info(l.format);
-  if (info.block_rule != BlockRule::free) return std::string(info.name);
-  if (l.block == l.cols && l.block != info.block) return std::string(info.name) + ":channel";
-  return fmt::format("{}:{}", info.name, l.block);
-}
 
 ModuleDecision quantized_module(const std::string& name, const ExportedLinear& l,
                                 const Exporter& exporter) {

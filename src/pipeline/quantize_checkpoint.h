@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -134,6 +135,9 @@ struct QuantizeReport {
   uint64_t bytes_out = 0;  // sizes of the output safetensors files
   double seconds = 0;
   int modules_quantized = 0;
+  // A per-module plan: how many modules (the head included) each scheme took ("nvfp4",
+  // "nvfp4 four_over_six", "fp8 W8A8", ...); empty without a plan.
+  std::map<std::string, int> module_schemes;
   int modules_excluded = 0;  // Linear modules of the decoder left unquantized
   bool lm_head_quantized = false;  // --quantize-lm-head (not counted in modules_quantized)
   int tensors_copied = 0;

@@ -3,6 +3,7 @@
 // assignment the planner hands to the quantization pipeline.
 #pragma once
 
+#include "core/act_quant.h"
 #include "core/dtype.h"
 #include "formats/registry.h"
 #include "model/architecture.h"
@@ -122,8 +123,12 @@ struct ModuleChoice {
   FormatChoice format;                               // keep = leave unquantized
   std::string algo = "max";  // max | mse | awq | gptq | smoothquant | four_over_six
   nlohmann::ordered_json options = nlohmann::ordered_json::object();  // algorithm options, passed through
+  // The module's input quantization: nvfp4 with format nvfp4 (W4A4), fp8 with format fp8 (FP8
+  // W8A8, per-tensor weights); none: weight-only.
+  ActQuant activations = ActQuant::none;
   friend bool operator==(const ModuleChoice& a, const ModuleChoice& b) {
-    return a.format == b.format && a.algo == b.algo && a.options == b.options;
+    return a.format == b.format && a.algo == b.algo && a.options == b.options &&
+           a.activations == b.activations;
   }
 };
 

@@ -38,8 +38,18 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
                           : fmt::format("{}: rule {}", source, i);
   };
   if (!json.is_object()) fail("{}: a recipe is a JSON object with a \"rules\" list", source);
-  for (const auto& [key, value] : json.items())
-    if (key != "rules") fail("{}: unknown key \"{}\" (a recipe has only \"rules\")", source, key);
+  for (const auto& [key, value] : json.items()) {
+    if (key == "description") {
+      if (!value.is_string()) fail("{}: \"description\" must be a string", source);
+      recipe.description = value.get<std::string>();
+    } else if (key == "kv_cache") {
+      if (!value.is_string() || (value != "fp8" && value != "none"))
+        fail("{}: \"kv_cache\" is {}; a recipe says fp8 or none", source, value.dump());
+      recipe.kv_fp8 = value == "fp8";
+    } else if (key != "rules") {
+      fail("{}: unknown key \"{}\" (a recipe has rules, description, kv_cache)", source, key);
+    }
+  }
   const auto rules = json.find("rules");
   if (rules == json.end() || !rules->is_array())
     fail("{}: a recipe needs a \"rules\" list", source);
@@ -71,8 +81,14 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
       } else if (key == "options") {
         if (!value.is_object()) fail("{}: \"options\" must be an object", at(i));
         rule.options = value;
+      } else if (key == "activations") {
+        const std::string v = value.is_string() ? value.get<std::string>() : value.dump();
+        if (v == "nvfp4") rule.activations = ActQuant::nvfp4;
+        else if (v == "fp8") rule.activations = ActQuant::fp8;
+        else if (v != "none")
+          fail("{}: {}", at(i), unknown_name_message("activations", v, std::vector<std::string>{"none", "nvfp4", "fp8"}));
       } else {
-        fail("{}: unknown key \"{}\" (match, format, algo, options)", at(i), key);
+        fail("{}: unknown key \"{}\" (match, format, algo, activations, options)", at(i), key);
       }
     }
     if (rule.match.empty()) fail("{}: missing \"match\"", at(i));
@@ -84,6 +100,10 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
       rule.format.four_over_six = false;
       rule.algo = "four_over_six";
     }
+    if (rule.activations == ActQuant::nvfp4 && rule.format.format != Format::nvfp4)
+      fail("{}: activations nvfp4 (W4A4) needs format nvfp4, not {}", at(i), rule.format.name());
+    if (rule.activations == ActQuant::fp8 && rule.format.format != Format::fp8)
+      fail("{}: activations fp8 (FP8 W8A8) needs format fp8, not {}", at(i), rule.format.name());
     if (rule.algo == "four_over_six" && rule.format.format != Format::nvfp4)
       fail("{}: algo four_over_six chooses NVFP4 block scales; it needs format nvfp4, not {}",
            at(i), rule.format.name());
@@ -105,19 +125,21 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
   return recipe;
 }
 
+Recipe parse_recipe_yaml(const std::string& text, const std::string& source) {
+  const YamlDocument doc = parse_yaml(text, source);
+  std::vector<int> rule_lines;
+  for (size_t i = 0;; ++i) {
+    const auto it = doc.lines.find("/rules/" + std::to_string(i));
+    if (it == doc.lines.end()) break;
+    rule_lines.push_back(it->second);
+  }
+  return parse_recipe(doc.json, source, rule_lines);
+}
+
 Recipe load_recipe(const std::filesystem::path& path) {
   const std::string text = read_regular_file(path, "the recipe", uint64_t(16) << 20);
   const std::string ext = path.extension().string();
-  if (ext == ".yaml" || ext == ".yml") {
-    const YamlDocument doc = parse_yaml(text, path.string());
-    std::vector<int> rule_lines;
-    for (size_t i = 0;; ++i) {
-      const auto it = doc.lines.find("/rules/" + std::to_string(i));
-      if (it == doc.lines.end()) break;
-      rule_lines.push_back(it->second);
-    }
-    return parse_recipe(doc.json, path.string(), rule_lines);
-  }
+  if (ext == ".yaml" || ext == ".yml") return parse_recipe_yaml(text, path.string());
   return parse_recipe(parse_ordered_json_text(text, path.string()), path.string());
 }
 
@@ -130,18 +152,36 @@ Assignment apply_recipe(const Recipe& recipe, const Architecture& arch,
                         const ModuleChoice& default_choice) {
   Assignment a;
   std::vector<int> rule_of(arch.linears.size(), -1);
-  for (size_t m = 0; m < arch.linears.size(); ++m) {
-    const LinearModule& lm = arch.linears[m];
-    ModuleChoice mc = default_choice;
+  auto resolve = [&](const std::string& name, ModuleChoice mc, int& rule) {
     for (size_t i = 0; i < recipe.rules.size(); ++i) {
       const RecipeRule& r = recipe.rules[i];
-      if (!r.matches(lm.name)) continue;
-      rule_of[m] = int(i);
+      if (!r.matches(name)) continue;
+      rule = int(i);
       mc.format = r.format;
       mc.algo = r.algo.value_or(default_choice.algo);
       mc.options = r.options;
+      mc.activations = r.activations;
       break;
     }
+    return mc;
+  };
+  // The head only where a rule names it (matching "*" alone does not quantize it, as
+  // --quantize-lm-head is needed without a recipe).
+  int head_rule = -1;
+  const ModuleChoice head = resolve(arch.head_module, ModuleChoice{}, head_rule);
+  if (head_rule >= 0 && recipe.rules[size_t(head_rule)].match != "*" && !head.format.is_keep()) {
+    if (head.activations != ActQuant::none)
+      fail("{}: {} gives {} activations {}; the output head is quantized weight-only", recipe.source,
+           recipe.rule_label(size_t(head_rule)), arch.head_module, act_quant_name(head.activations));
+    if (!choice_fits(head.format, arch.hidden_size))
+      fail("{}: {} gives {} {}, whose block of {} does not divide its {} inputs", recipe.source,
+           recipe.rule_label(size_t(head_rule)), arch.head_module, head.format.name(),
+           head.format.effective_block(), arch.hidden_size);
+    a.modules[arch.head_module] = head;
+  }
+  for (size_t m = 0; m < arch.linears.size(); ++m) {
+    const LinearModule& lm = arch.linears[m];
+    const ModuleChoice mc = resolve(lm.name, default_choice, rule_of[m]);
     if (!choice_fits(mc.format, lm.in_features)) {
       const std::string by = rule_of[m] >= 0 ? recipe.rule_label(size_t(rule_of[m])) : "the default";
       fail("{}: {} gives {} {}, whose block of {} does not divide its {} inputs", recipe.source, by,
@@ -176,9 +216,12 @@ nlohmann::ordered_json recipe_json(const Assignment& assignment, const Architect
     r["match"] = lm.name;
     r["format"] = mc.format.name();
     r["algo"] = mc.algo;
+    if (mc.activations != ActQuant::none) r["activations"] = act_quant_name(mc.activations);
     if (!mc.options.empty()) r["options"] = mc.options;
     rules.push_back(std::move(r));
   }
+  if (const ModuleChoice head = assignment.at(arch.head_module); !head.format.is_keep())
+    rules.push_back({{"match", arch.head_module}, {"format", head.format.name()}, {"algo", head.algo}});
   nlohmann::ordered_json j;
   j["rules"] = std::move(rules);
   return j;

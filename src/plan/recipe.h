@@ -9,8 +9,12 @@
 //   ("model.layers.3.self_attn.q_proj"), or "re:" + a Perl-syntax regex (PCRE2) that must match
 //   the whole name. format: nvfp4 | mxfp4 | fp8 | int4 | keep (int4's group size: "int4:64" or
 //   options.group_size; "nvfp4:4o6" = nvfp4 with algo four_over_six). algo (optional): max |
-//   mse | awq | gptq | smoothquant | four_over_six (NVFP4 only). options (optional): an object
-//   passed to the algorithm unchanged. The first matching rule wins.
+//   mse | awq | gptq | smoothquant | four_over_six (NVFP4 only). activations (optional): none |
+//   nvfp4 (with format nvfp4: W4A4) | fp8 (with format fp8: FP8 W8A8, per-tensor weights and a
+//   static input scale); calibrated. options (optional): an object passed to the algorithm
+//   unchanged. The first matching rule wins; the output head is a module named "lm_head" (a
+//   rule naming it quantizes it, weight-only). Top-level keys besides "rules" (optional):
+//   "description" (a line for listings), "kv_cache" (fp8: FP8 KV-cache scales, calibrated).
 // YAML:
 //   rules:
 //     - {match: "*.mlp.down_proj", format: fp8}
@@ -36,6 +40,7 @@ struct RecipeRule {
   FormatChoice format;
   std::optional<std::string> algo;  // absent: the caller's default algorithm
   nlohmann::ordered_json options = nlohmann::ordered_json::object();
+  ActQuant activations = ActQuant::none;
   // Throws qf::Error when a regex exceeds its backtracking budget (core/name_pattern.h).
   bool matches(const std::string& module_name) const;
 
@@ -45,6 +50,8 @@ struct RecipeRule {
 
 struct Recipe {
   std::string source;  // file name (or a label) for messages
+  std::string description;
+  bool kv_fp8 = false;  // "kv_cache": "fp8"
   std::vector<RecipeRule> rules;
   // "rule N", with " (line L)" when the rule's line is known, for messages.
   std::string rule_label(size_t i) const;
@@ -55,13 +62,16 @@ struct Recipe {
 // an unknown format / algorithm (with the closest known name), an unknown key or a bad regex.
 Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& source,
                     const std::vector<int>& rule_lines = {});
+// Parses a YAML recipe held in `text` (errors as parse_recipe's, with the rule's line).
+Recipe parse_recipe_yaml(const std::string& text, const std::string& source);
 // Reads and parses a recipe file: YAML when the name ends in .yaml or .yml, else JSON; both
 // give the same Recipe. Throws qf::Error naming the file (and the line: JSON and YAML syntax
 // errors, and a YAML rule's own errors).
 Recipe load_recipe(const std::filesystem::path& path);
 
-// Resolves every Linear of `arch`: the first matching rule's format / algo / options (algo
-// absent: default_choice.algo), else default_choice. Throws qf::Error naming the source and the
+// Resolves every Linear of `arch`, and the output head as "lm_head": the first matching rule's
+// format / algo / options / activations (algo absent: default_choice.algo), else
+// default_choice (the head: keep, unless a rule names it). Throws qf::Error naming the source and the
 // rules when members of a fused group resolve to different formats, or a format does not fit a
 // module (in_features not a multiple of its block).
 Assignment apply_recipe(const Recipe& recipe, const Architecture& arch,

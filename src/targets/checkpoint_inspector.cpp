@@ -3,6 +3,7 @@
 #include "targets/checkpoint_inspector.h"
 
 #include "core/error.h"
+#include "formats/registry.h"
 #include "io/checkpoint.h"
 #include "model/architecture.h"
 #include "model/expert_tensors.h"
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -78,6 +80,14 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
     modules[module][leaf] = &t;
   }
 
+  // The declared scheme, for each module's format (none: the checkpoint's config is not one
+  // qforge reads; the tensors are still counted).
+  std::optional<QuantScheme> scheme;
+  try {
+    if (DetectedTarget t = detect_target(ckpt, dir.string()); t.reader && t.scheme.quantizes())
+      scheme = std::move(t.scheme);
+  } catch (const Error&) {
+  }
   const std::vector<std::string> packed = packed_weight_leaves();
   const std::vector<std::string> companions = companion_leaves();
   // Markers beside a plain "weight" (a packed leaf is a weight of its own).
@@ -127,6 +137,16 @@ InspectReport inspect_checkpoint(const fs::path& dir) {
       continue;  // a float weight with a scale beside it is not a quantized weight
     }
     ++r.quantized_modules;
+    if (scheme) {
+      const QuantScheme one = scheme->for_module(module);
+      if (one.format) {
+        std::string label(format_info(*one.format).name);
+        if (one.act == ActQuant::nvfp4) label += " W4A4";
+        else if (one.act == ActQuant::fp8) label += " W8A8";
+        else if (one.act == ActQuant::int8) label += " W8A8 (int8)";
+        r.module_schemes[module] = label;
+      }
+    }
     r.quantized_weights += elements;
     const uint64_t before = r.quantized_bytes;
     r.quantized_bytes += e.end - e.begin;

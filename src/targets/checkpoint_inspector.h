@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct InspectReport {
   int64_t linear_weights = 0;
   uint64_t linear_bytes = 0;
   std::vector<InspectedTensor> tensors;  // in file order
+  // Each quantized module's scheme as its config declares it ("nvfp4", "nvfp4 W4A4", "fp8 W8A8",
+  // ...: the format, then the activations where they are quantized), by module name; empty when
+  // the config names no scheme qforge reads.
+  std::map<std::string, std::string> module_schemes;
 
   double bits_per_linear_weight() const {
     return linear_weights ? double(linear_bytes) * 8.0 / double(linear_weights) : 0.0;

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 #include <iterator>
 #include <cstring>
 
@@ -142,8 +143,15 @@ class CompressedTensorsExporter final : public Exporter {
     const std::string input = m + "." + input_scale_leaf(l.act);
     if (l.act == ActQuant::nvfp4) specs.push_back({input, DType::F32, {1}});
     else if (l.act != ActQuant::none) specs.push_back({input, sd, {1}});
-    if (l.kv_scale) specs.push_back({kv_scale_tensor(m, l.kv_scale), sd, {1}});
+    if (l.kv_scale) specs.push_back(kv_scale_spec(l));
     return specs;
+  }
+
+  TensorSpec kv_scale_spec(const ExportedLinear& l) const override {
+    return {kv_scale_tensor(l.module, l.kv_scale), float_scale_dtype(l.model_dtype), {1}};
+  }
+  std::vector<std::byte> kv_scale_data(const ExportedLinear& l, float scale) const override {
+    return scales_to_bytes({scale}, float_scale_dtype(l.model_dtype));
   }
 
   std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l, const QuantizedTensor& q,
@@ -163,7 +171,7 @@ class CompressedTensorsExporter final : public Exporter {
     } else if (l.act != ActQuant::none) {
       out.push_back(scales_to_bytes({x.input_scale}, sd));
     }
-    if (l.kv_scale) out.push_back(scales_to_bytes({x.kv_scale}, sd));
+    if (l.kv_scale) out.push_back(kv_scale_data(l, x.kv_scale));
     return out;
   }
 
@@ -346,10 +354,11 @@ class CompressedTensorsExporter final : public Exporter {
   // channel (block == in_features) share one "channel" group whatever their in_features; if
   // that leaves a single group, the single-format config is written.
   nlohmann::ordered_json mixed_quantization_config(const QuantizationSummary& s) const {
-    std::vector<std::pair<std::pair<Format, int>, std::vector<std::string>>> groups;
+    using Key = std::tuple<Format, int, ActQuant>;
+    std::vector<std::pair<Key, std::vector<std::string>>> groups;
     for (const auto& l : s.mixed) {
       const bool channel = l.format == Format::int4 && l.block == l.cols;
-      const std::pair<Format, int> key{l.format, channel ? kInt4ChannelGroup : l.block};
+      const Key key{l.format, channel ? kInt4ChannelGroup : l.block, l.act};
       auto it = std::find_if(groups.begin(), groups.end(),
                              [&](const auto& g) { return g.first == key; });
       if (it == groups.end()) {
@@ -358,21 +367,20 @@ class CompressedTensorsExporter final : public Exporter {
       }
       it->second.push_back(l.module);
     }
-    if (groups.size() == 1) {
+    auto group_summary = [&](const Key& key) {
       QuantizationSummary one = s;
-      one.format = groups[0].first.first;
-      one.channel = groups[0].first.second == kInt4ChannelGroup;
-      one.block = one.channel ? 0 : groups[0].first.second;
+      one.format = std::get<0>(key);
+      one.channel = std::get<1>(key) == kInt4ChannelGroup;
+      one.block = one.channel ? 0 : std::get<1>(key);
+      one.act = std::get<2>(key);
+      one.per_tensor = one.act == ActQuant::fp8;
       one.mixed.clear();
-      return quantization_config(one);
-    }
+      return one;
+    };
+    if (groups.size() == 1) return quantization_config(group_summary(groups[0].first));
     nlohmann::json c;
     for (size_t i = 0; i < groups.size(); ++i) {
-      QuantizationSummary one = s;
-      one.format = groups[i].first.first;
-      one.channel = groups[i].first.second == kInt4ChannelGroup;
-      one.block = one.channel ? 0 : groups[i].first.second;
-      one.mixed.clear();
+      const QuantizationSummary one = group_summary(groups[i].first);
       nlohmann::json single = quantization_config(one);
       if (i == 0) c = single;
       nlohmann::json group = single["config_groups"]["group_0"];
@@ -389,6 +397,20 @@ class CompressedTensorsExporter final : public Exporter {
 // Reading: config.json's quantization_config (quant_method "compressed-tensors") and the tensor
 // names written above.
 class CompressedTensorsReader final : public TargetReader {
+  // A config group's input quantization (none without input_activations).
+  static ActQuant input_activations(const nlohmann::json& g, const std::string& where_group,
+                                    const std::string& label) {
+    if (!g.contains("input_activations") || !g["input_activations"].is_object())
+      return ActQuant::none;
+    const auto& ia = g["input_activations"];
+    const int bits = json_int_member(ia, "num_bits", where_group + ".input_activations").value_or(0);
+    const std::string type = json_string_member(ia, "type", where_group + ".input_activations");
+    if (bits == 4 && type == "float") return ActQuant::nvfp4;
+    if (bits == 8 && type == "float") return ActQuant::fp8;
+    if (bits == 8 && type == "int") return ActQuant::int8;
+    fail("{}: config.json: unsupported compressed-tensors input_activations", label);
+  }
+
  public:
   std::string_view name() const override { return "compressed-tensors"; }
   std::string_view display_name() const override { return "compressed-tensors"; }
@@ -411,15 +433,13 @@ class CompressedTensorsReader final : public TargetReader {
         const std::string where_group = fmt::format("{}.config_groups['{}']", where, name);
         const auto f = format_of(json_string_member(g, "format", where_group));
         if (!f) fail("{}: config.json: config group '{}': unsupported format", label, name);
-        if (g.contains("input_activations") && !g["input_activations"].is_null())
-          fail("{}: config.json: config group '{}': mixed precision with activation "
-               "quantization is not supported", label, name);
+        const ActQuant act = input_activations(g, where_group, label);
         const int group = g.contains("weights")
                               ? json_int_member(g["weights"], "group_size", where_group + ".weights")
                                     .value_or(0)
                               : 0;
         for (const auto& t : json_string_list(g.contains("targets") ? g["targets"] : nlohmann::json()))
-          s.layers[t] = {*f, group};
+          s.layers[t] = {*f, group, act, ""};
         if (!s.format) s.format = f;
       }
       s.mixed = true;
@@ -436,17 +456,8 @@ class CompressedTensorsReader final : public TargetReader {
         if (g.contains("weights"))
           if (const auto gs = json_int_member(g["weights"], "group_size", where_group + ".weights"))
             s.group = *gs;
-        if (g.contains("input_activations") && g["input_activations"].is_object()) {
-          const auto& ia = g["input_activations"];
-          const int bits = json_int_member(ia, "num_bits", where_group + ".input_activations")
-                               .value_or(0);
-          const std::string type =
-              json_string_member(ia, "type", where_group + ".input_activations");
-          if (bits == 4 && type == "float") s.act = ActQuant::nvfp4;
-          else if (bits == 8 && type == "float") s.act = ActQuant::fp8;
-          else if (bits == 8 && type == "int") s.act = ActQuant::int8;
-          else fail("{}: config.json: unsupported compressed-tensors input_activations", label);
-        }
+        if (const ActQuant act = input_activations(g, where_group, label); act != ActQuant::none)
+          s.act = act;
       }
     if (qc.contains("kv_cache_scheme") && qc["kv_cache_scheme"].is_object()) s.kv_fp8 = true;
     return s;

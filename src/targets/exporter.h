@@ -67,14 +67,17 @@ struct QuantizationSummary {
   // int4 with one scale per output channel (every layer's block is its own in_features):
   // compressed-tensors strategy "channel" (group_size null); ModelOpt group_size = in_features.
   bool channel = false;
-  // Mixed precision: every quantized Linear with its own format and block, in architecture
-  // order. Empty: every quantized Linear is `format` / `block`. Only filled when at least two
-  // distinct (format, block) pairs are used; then excluded_modules still lists the rest.
+  // Mixed precision: every quantized Linear with its own format, block and input quantization,
+  // in architecture order (the head last when a plan quantizes it). Empty: every quantized
+  // Linear is `format` / `block` / `act`. Only filled when at least two distinct schemes are
+  // used; then excluded_modules still lists the rest.
   struct Layer {
     std::string module;
     Format format = Format::nvfp4;
     int block = 0;
     int64_t cols = 0;  // in_features (an int4 block equal to it is one scale per channel)
+    ActQuant act = ActQuant::none;  // this layer's input quantization (a plan's per module)
+    bool per_tensor = false;        // fp8 per-tensor weights (FP8 W8A8)
   };
   std::vector<Layer> mixed;
 };
@@ -100,6 +103,12 @@ class Exporter {
   virtual ExportNumerics numerics() const;
   // The tensors that replace `<module>.weight`, in the order linear_data returns them.
   virtual std::vector<TensorSpec> linear_specs(const ExportedLinear& linear) const = 0;
+  // The FP8 KV-cache scale a k_proj / v_proj carries (linear.kv_scale 'k' / 'v'): its tensor,
+  // and the bytes of `scale` (amax / 448) as stored. linear_specs / linear_data include it for
+  // a quantized projection; a projection kept in its dtype (a recipe's BF16 attention) is
+  // copied with this tensor after it.
+  virtual TensorSpec kv_scale_spec(const ExportedLinear& linear) const = 0;
+  virtual std::vector<std::byte> kv_scale_data(const ExportedLinear& linear, float scale) const = 0;
   virtual std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& linear,
                                                           const QuantizedTensor& q,
                                                           const LinearExtras& extras = {}) const = 0;

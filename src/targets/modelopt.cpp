@@ -154,8 +154,15 @@ class ModelOptExporter final : public Exporter {
     if (l.act != ActQuant::none) specs.push_back({m + ".input_scale", DType::F32, {}});
     if (l.pre_quant_scale)
       specs.push_back({m + ".pre_quant_scale", pre_quant_scale_dtype(l), {l.cols}});
-    if (l.kv_scale) specs.push_back({kv_scale_tensor(m, l.kv_scale), DType::F32, {}});
+    if (l.kv_scale) specs.push_back(kv_scale_spec(l));
     return specs;
+  }
+
+  TensorSpec kv_scale_spec(const ExportedLinear& l) const override {
+    return {kv_scale_tensor(l.module, l.kv_scale), DType::F32, {}};
+  }
+  std::vector<std::byte> kv_scale_data(const ExportedLinear&, float scale) const override {
+    return copy_bytes(&scale, sizeof(float));
   }
 
   std::vector<std::vector<std::byte>> linear_data(const ExportedLinear& l, const QuantizedTensor& q,
@@ -164,7 +171,7 @@ class ModelOptExporter final : public Exporter {
     if (l.act != ActQuant::none) out.push_back(copy_bytes(&x.input_scale, sizeof(float)));
     if (l.pre_quant_scale)
       out.push_back(scales_to_bytes(x.pre_quant_scale, pre_quant_scale_dtype(l)));
-    if (l.kv_scale) out.push_back(copy_bytes(&x.kv_scale, sizeof(float)));
+    if (l.kv_scale) out.push_back(kv_scale_data(l, x.kv_scale));
     return out;
   }
 
@@ -300,6 +307,8 @@ class ModelOptExporter final : public Exporter {
     QuantizationSummary one = s;
     one.format = l.format;
     one.block = l.block;
+    one.act = l.act;
+    one.per_tensor = l.per_tensor;
     one.mixed.clear();
     return one;
   }
@@ -339,6 +348,8 @@ class ModelOptExporter final : public Exporter {
       auto targets = groups[i].second;
       std::sort(targets.begin(), targets.end());
       nlohmann::ordered_json g;
+      // W4A4 NVFP4 and FP8 W8A8 layers: their inputs as the single-format config says them.
+      if (algo == "NVFP4" || algo == "FP8") g["input_activations"] = w;
       g["weights"] = w;
       g["targets"] = targets;
       c["config_groups"][fmt::format("group_{}", i)] = g;
@@ -403,13 +414,15 @@ class ModelOptReader final : public TargetReader {
         const std::string where_layer = fmt::format("{}.quantized_layers['{}']", where, module);
         const std::string algo = json_string_member(lc, "quant_algo", where_layer);
         const auto f = format_of(algo);
-        // Mixed checkpoints are weight-only here: activation-quantized algos are refused.
-        if (!f || algo == "NVFP4" || algo == "FP8" || algo == "NVFP4_AWQ" ||
-            algo == "W8A8_SQ_PER_CHANNEL")
+        // NVFP4 (W4A4) and FP8 (W8A8 per tensor) layers quantize their inputs too; AWQ and
+        // SmoothQuant layers are not written mixed.
+        if (!f || algo == "NVFP4_AWQ" || algo == "W8A8_SQ_PER_CHANNEL")
           fail("{}: config.json: quantized_layers['{}']: unsupported quant_algo '{}'", label, module,
                algo);
         const int group = json_int_member(lc, "group_size", where_layer).value_or(0);
-        s.layers[module] = {*f, group};
+        const ActQuant act = algo == "NVFP4" ? ActQuant::nvfp4
+                             : algo == "FP8" ? ActQuant::fp8 : ActQuant::none;
+        s.layers[module] = {*f, group, act, algo};
         if (!s.format) s.format = f;
       }
       s.mixed = true;

@@ -17,8 +17,10 @@ QuantScheme QuantScheme::for_module(const std::string& module) const {
   if (it == layers.end()) {
     one.format.reset();
   } else {
-    one.format = it->second.first;
-    one.group = it->second.second;
+    one.format = it->second.format;
+    one.group = it->second.group;
+    one.act = it->second.act;
+    if (!it->second.algo.empty()) one.algo = it->second.algo;
   }
   return one;
 }

@@ -32,10 +32,17 @@ struct QuantScheme {
   ActQuant act = ActQuant::none;   // what the config says about Linear inputs
   bool kv_fp8 = false;             // FP8 KV cache with per-layer k/v scales
 
-  // Mixed precision (each listed module with its own format and group; unlisted modules stay
-  // float). `format` then holds the first listed format, so quantizes() is true.
+  // Mixed precision (each listed module with its own format, group and input quantization;
+  // unlisted modules stay float). `format` then holds the first listed format, so quantizes()
+  // is true.
+  struct Layer {
+    Format format = Format::nvfp4;
+    int group = 0;
+    ActQuant act = ActQuant::none;
+    std::string algo;  // the target's name for the layer's scheme
+  };
   bool mixed = false;
-  std::map<std::string, std::pair<Format, int>> layers;
+  std::map<std::string, Layer> layers;
 
   bool quantizes() const { return format.has_value(); }
 

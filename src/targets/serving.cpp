@@ -81,7 +81,7 @@ Verdict vllm(const ServeQuery& q) {
   if (mixed(q)) {
     if (!only(q.formats, {Format::nvfp4, Format::fp8}))
       return no("vLLM's ModelOpt MIXED_PRECISION takes FP8 and NVFP4 layers only; " + redirect);
-    if (q.formats.count(Format::fp8))
+    if (q.formats.count(Format::fp8) && q.fp8_per_channel)
       return unverified("--quantization modelopt_mixed",
                         "vLLM's MIXED_PRECISION lists per-tensor FP8 layers; these are per "
                         "channel (FP8_PER_CHANNEL_PER_TOKEN), not covered by our notes");

@@ -19,6 +19,7 @@ struct ServeQuery {
   ExportFormat target = ExportFormat::modelopt;
   std::set<Format> formats;          // of the quantized Linears (more than one: mixed precision)
   bool int4_channel = false;         // some INT4 module has one scale per output channel
+  bool fp8_per_channel = false;      // some FP8 module has one weight scale per row (weight-only)
   ActQuant activations = ActQuant::none;
   bool pre_quant_scale = false;      // AWQ / SmoothQuant scales stored as tensors (ModelOpt)
   bool kv_fp8 = false;

@@ -89,6 +89,88 @@ TEST_P(NemotronHE2E, QuantizeEveryLinearKindAndEval) {
   EXPECT_GT(kl_of["w4a4"], kl_of["nvfp4-modelopt"]);
 }
 
+
+// NVIDIA's published recipes as presets: each module lands in the recipe's scheme (inspect reads
+// it back from the export's config), the FP8 KV scales ride on the BF16 k_proj / v_proj, the
+// engine runs each export, and Four Over Six W4A16 stays closer to the original than W4A4.
+TEST_P(NemotronHE2E, PresetsPutEachModuleInTheRecipesScheme) {
+  QF_REQUIRE_FIXTURES();
+  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / GetParam();
+  if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
+  test::ScratchDir dir;
+  fs::copy(src, dir / "model");
+  test::write_file(dir / "model" / "tokenizer.json", test::byte_level_tokenizer());
+  const fs::path fx = test::fixtures_dir() / "corpora";
+  const std::string text = " --text " + quote(fx / "tinystories_valid_subset.txt") +
+                           " --max-chars 3000 --ctx 128 --json";
+  const std::string calib = " --calib " + quote(fx / "tinyshakespeare.txt") +
+                            " --calib-samples 4 --calib-seq 64";
+  // The scheme inspect reports for a module of each kind, per preset ("" = kept in BF16).
+  struct Expect {
+    std::string preset, exported, expert, shared, mamba, attention, head;
+  };
+  std::map<std::string, double> kl_of;
+  for (const Expect& e :
+       {Expect{"nemotron-3.5-lightning-w4a16-nvfp4-4o6", "", "nvfp4", "nvfp4", "fp8 W8A8", "",
+               "nvfp4"},
+        Expect{"nemotron-3.5-lightning-w4a16-nvfp4-4o6", "--export compressed-tensors", "nvfp4",
+               "nvfp4", "fp8 W8A8", "", "nvfp4"},
+        Expect{"nemotron-3-super-nvfp4", "", "nvfp4 W4A4", "fp8 W8A8", "fp8 W8A8", "", ""},
+        Expect{"nemotron-3-ultra-nvfp4-4o6", "--export compressed-tensors", "nvfp4 W4A4",
+               "fp8 W8A8", "fp8 W8A8", "", ""}}) {
+    const std::string name = e.preset + (e.exported.empty() ? "" : "-ct");
+    SCOPED_TRACE(name);
+    const fs::path out = dir / name;
+    const auto q = run_qforge("quantize " + quote(dir / "model") + " -o " + quote(out) +
+                              " --preset " + e.preset + " " + e.exported + calib + " --json -q");
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto summary = nlohmann::json::parse(q.out);
+    EXPECT_EQ(summary["kv_cache"], "fp8") << q.out;
+    const auto info = test::inspect_json(out);
+    const auto& schemes = info["module_schemes"];
+    auto scheme_of = [&](const std::string& module) {
+      return schemes.contains(module) ? schemes[module].get<std::string>() : std::string();
+    };
+    const std::string moe = GetParam() == "nemotron_h" ? "backbone.layers.5.mixer."
+                                                        : "backbone.layers.1.mixer.";
+    const std::string attn = GetParam() == "nemotron_h" ? "backbone.layers.1.mixer."
+                                                         : "backbone.layers.2.mixer.";
+    EXPECT_EQ(scheme_of(moe + "experts.3.up_proj"), e.expert);
+    EXPECT_EQ(scheme_of(moe + "experts.3.down_proj"), e.expert);
+    EXPECT_EQ(scheme_of(moe + "shared_experts.up_proj"), e.shared);
+    EXPECT_EQ(scheme_of("backbone.layers.0.mixer.in_proj"), e.mamba);
+    EXPECT_EQ(scheme_of("backbone.layers.0.mixer.out_proj"), e.mamba);
+    EXPECT_EQ(scheme_of(attn + "q_proj"), e.attention);
+    EXPECT_EQ(scheme_of("lm_head"), e.head);
+    if (GetParam() == "nemotron_h_latent") {
+      EXPECT_EQ(scheme_of(moe + "fc1_latent_proj"), "");  // latent projections stay BF16
+    }
+    // The FP8 KV-cache scales of the BF16 attention.
+    const SafetensorsFile written = SafetensorsFile::open(out / "model.safetensors");
+    const bool ct = !e.exported.empty();
+    EXPECT_NE(written.find(ct ? attn + "k_scale" : attn + "k_proj.k_scale"), nullptr);
+    EXPECT_NE(written.find(ct ? attn + "v_scale" : attn + "v_proj.v_scale"), nullptr);
+    const auto kl = run_qforge("eval kl " + quote(dir / "model") + " " + quote(out) + text);
+    ASSERT_EQ(kl.exit_code, 0) << kl.err;
+    const auto j = nlohmann::json::parse(kl.out);
+    kl_of[name] = j["kl_mean"].get<double>();
+    std::printf("[nemotron_h preset] %-18s %-44s kl %.4f top1 %.3f\n", GetParam().c_str(),
+                name.c_str(), kl_of[name], j["top1"].get<double>());
+    EXPECT_TRUE(std::isfinite(kl_of[name]) && kl_of[name] > 0 && kl_of[name] < 0.3) << kl.out;
+  }
+  // Keeping attention in BF16 and the Mamba projections in FP8 beats uniform NVFP4.
+  const fs::path uniform = dir / "uniform-nvfp4";
+  ASSERT_EQ(run_qforge("quantize " + quote(dir / "model") + " -o " + quote(uniform) + " -q").exit_code,
+            0);
+  const auto kl = run_qforge("eval kl " + quote(dir / "model") + " " + quote(uniform) + text);
+  ASSERT_EQ(kl.exit_code, 0) << kl.err;
+  const double uniform_kl = nlohmann::json::parse(kl.out)["kl_mean"].get<double>();
+  std::printf("[nemotron_h preset] %-18s %-44s kl %.4f top1 %.3f\n", GetParam().c_str(),
+              "uniform nvfp4 (W4A16, max)", uniform_kl,
+              nlohmann::json::parse(kl.out)["top1"].get<double>());
+  EXPECT_LT(kl_of["nemotron-3.5-lightning-w4a16-nvfp4-4o6"], uniform_kl);
+}
+
 INSTANTIATE_TEST_SUITE_P(Conformance, NemotronHE2E,
                          ::testing::Values("nemotron_h", "nemotron_h_latent"),
                          [](const auto& param_info) { return param_info.param; });

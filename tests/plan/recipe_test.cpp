@@ -113,14 +113,14 @@ TEST(Recipe, ErrorsNameTheFileAndRule) {
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "nvfp4:4o6", "algo": "mse"}]})"); }),
             "r.json: rule 0: format nvfp4:4o6 is Four Over Six's; it takes no algo \"mse\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "colour": 1}]})"); }),
-            "r.json: rule 0: unknown key \"colour\" (match, format, algo, options)");
+            "r.json: rule 0: unknown key \"colour\" (match, format, algo, activations, options)");
   EXPECT_NE(error_of([] { parse(R"({"rules": [{"match": "re:(", "format": "fp8"}]})"); })
                 .find("r.json: rule 0: invalid regex \"(\""),
             std::string::npos);
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "options": {"group_size": 64}}]})"); }),
             "r.json: rule 0: options.group_size applies to int4 only");
   EXPECT_EQ(error_of([] { parse(R"({"rule": []})"); }),
-            "r.json: unknown key \"rule\" (a recipe has only \"rules\")");
+            "r.json: unknown key \"rule\" (a recipe has rules, description, kv_cache)");
   // A block that does not divide the inputs.
   const Architecture arch = test::tiny_llama(1);
   EXPECT_EQ(error_of([&] { apply_recipe(parse(R"({"rules": [{"match": "*", "format": "int4"}]})"), arch, ModuleChoice{}); }),
@@ -242,7 +242,7 @@ TEST(RecipeYaml, ErrorsNameTheFileAndLine) {
   EXPECT_EQ(syntax.find('\n'), std::string::npos);
   test::write_file(dir / "r.yaml", "rules:\n  - match: '*'\n    colour: red\n    format: fp8\n");
   EXPECT_EQ(error_of([&] { load_recipe(dir / "r.yaml"); }),
-            f + ":2: rule 0: unknown key \"colour\" (match, format, algo, options)");
+            f + ":2: rule 0: unknown key \"colour\" (match, format, algo, activations, options)");
   test::write_file(dir / "r.yaml", "- a\n- b\n");
   EXPECT_EQ(error_of([&] { load_recipe(dir / "r.yaml"); }),
             f + ": a recipe is a JSON object with a \"rules\" list");
@@ -252,6 +252,57 @@ TEST(RecipeYaml, ErrorsNameTheFileAndLine) {
   const std::string fused =
       error_of([&] { apply_recipe(load_recipe(dir / "r.yaml"), test::tiny_llama(1), ModuleChoice{}); });
   EXPECT_NE(fused.find("nvfp4 by rule 1 (line 3), fp8 by rule 0 (line 2)"), std::string::npos) << fused;
+}
+
+}  // namespace
+}  // namespace qf
+
+namespace qf {
+namespace {
+
+// Per-module activations, the recipe's KV cache and description, and a rule for the head.
+TEST(Recipe, ActivationsKvCacheAndTheHead) {
+  const Architecture arch = test::tiny_llama(2, 64, 128);
+  const Recipe r = parse(R"({"description": "d", "kv_cache": "fp8", "rules": [
+      {"match": "*.mlp.*", "format": "nvfp4", "activations": "nvfp4"},
+      {"match": "*.self_attn.*", "format": "fp8", "activations": "fp8"},
+      {"match": "lm_head", "format": "nvfp4:4o6"},
+      {"match": "*", "format": "keep"}]})");
+  EXPECT_EQ(r.description, "d");
+  EXPECT_TRUE(r.kv_fp8);
+  const Assignment a = apply_recipe(r, arch, ModuleChoice{});
+  EXPECT_EQ(a.at("model.layers.1.mlp.up_proj").activations, ActQuant::nvfp4);
+  EXPECT_EQ(a.at("model.layers.1.self_attn.k_proj").activations, ActQuant::fp8);
+  EXPECT_EQ(a.at("lm_head").format, FormatChoice::of(Format::nvfp4));
+  EXPECT_EQ(a.at("lm_head").algo, "four_over_six");
+  // The saved form replays the same assignment, activations and head included.
+  EXPECT_EQ(apply_recipe(parse_recipe(recipe_json(a, arch), "saved"), arch, ModuleChoice{}).modules,
+            a.modules);
+  // "*" alone does not quantize the head (as without a recipe, it needs naming).
+  const Assignment b =
+      apply_recipe(parse(R"({"rules": [{"match": "*", "format": "fp8"}]})"), arch, ModuleChoice{});
+  EXPECT_TRUE(b.at("lm_head").format.is_keep());
+}
+
+TEST(Recipe, ActivationErrorsNameTheRule) {
+  EXPECT_EQ(error_of([] {
+              parse(R"({"rules": [{"match": "*", "format": "fp8", "activations": "nvfp4"}]})");
+            }),
+            "r.json: rule 0: activations nvfp4 (W4A4) needs format nvfp4, not fp8");
+  EXPECT_EQ(error_of([] {
+              parse(R"({"rules": [{"match": "*", "format": "nvfp4", "activations": "fp4"}]})");
+            }).rfind("r.json: rule 0: unknown activations 'fp4'", 0),
+            0u);
+  EXPECT_EQ(error_of([] { parse(R"({"kv_cache": "int8", "rules": []})"); }),
+            "r.json: \"kv_cache\" is \"int8\"; a recipe says fp8 or none");
+  const Architecture arch = test::tiny_llama(2, 64, 128);
+  EXPECT_EQ(error_of([&] {
+              apply_recipe(parse(R"({"rules": [{"match": "lm_head", "format": "fp8",
+                                                "activations": "fp8"}]})"),
+                           arch, ModuleChoice{});
+            }),
+            "r.json: rule 0 gives lm_head activations fp8; the output head is quantized "
+            "weight-only");
 }
 
 }  // namespace
