@@ -142,6 +142,10 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
       for (const TensorSpec& t : exporter->linear_specs(exported(m, f))) bytes += t.nbytes();
       return bytes;
     };
+    // --kv-cache fp8: one F32 scalar each for k and v per attention layer, with its header entry.
+    if (o.kv_fp8)
+      for (const LayerSpec& l : arch.layers)
+        if (l.has_attention) ao.added_fixed_bytes += 2 * (4 + 128);
     ao.sensitivity.threads = o.threads;
     ao.sensitivity.kernels = o.kernels;
     ao.sensitivity.progress = o.progress;

@@ -111,6 +111,7 @@ Reach formats_reach(const SourceModel& model, const AutoPlanOptions& o,
   const std::vector<DecisionUnit> units = decision_units(arch, co);
   Reach r;
   r.info = checkpoint_budget_info(ck, arch, units);
+  r.info.fixed_bytes += o.added_fixed_bytes;
   const auto allowed = allowed_candidates(arch, units, o);
   for (size_t u = 0; u < units.size(); ++u) {
     uint64_t m = UINT64_MAX;
@@ -143,6 +144,7 @@ AutoPlan plan_auto(const SourceModel& model, const AutoPlanOptions& options) {
   p.units = s.units;
   p.formats = o.sensitivity.formats;
   p.info = checkpoint_budget_info(*model.checkpoint, s.arch, s.units);
+  p.info.fixed_bytes += o.added_fixed_bytes;
   const auto allowed = allowed_candidates(s.arch, s.units, o);
   std::vector<KnapsackUnit> ku(s.units.size());
   for (size_t u = 0; u < s.units.size(); ++u)

@@ -29,6 +29,9 @@ struct AutoPlanOptions {
   // Whether a module may take a candidate (keep is always allowed): false for modules the user
   // excluded and for formats the exporter cannot write for that module. Empty: all allowed.
   std::function<bool(const LinearModule&, const FormatChoice&)> allowed;
+  // Bytes the export adds whatever the plan (the FP8 KV-cache scales of --kv-cache fp8, on
+  // every attention layer's k_proj / v_proj, kept or quantized): counted as fixed.
+  uint64_t added_fixed_bytes = 0;
 };
 
 struct AutoPlan {
