@@ -248,10 +248,12 @@ LayerCalibrationReport calibrate_layers(Model& model,
       for (size_t w = 0; w < windows.size(); ++w)
         model.forward_layer(l, hidden.data() + int64_t(w) * per, seq, nullptr, replaced);
     // Drop the layer's mapped pages: resident memory stays one layer plus the activations.
+    // (Every family's names hold ".layers.N.": model.layers.N for most, backbone.layers.N for
+    // Nemotron-H.)
     if (const auto& ck = model.weights().checkpoint) {
-      const std::string prefix = fmt::format("model.layers.{}.", l);
+      const std::string infix = fmt::format(".layers.{}.", l);
       for (const auto& t : ck->tensors())
-        if (t.name.rfind(prefix, 0) == 0) t.file->release(*t.entry);
+        if (t.name.find(infix) != std::string::npos) t.file->release(*t.entry);
     }
   }
   progress.finish();

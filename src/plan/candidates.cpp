@@ -129,9 +129,14 @@ std::vector<DecisionUnit> decision_units(const Architecture& arch, const Candida
     }
     std::sort(members.begin(), members.end());
     DecisionUnit u;
-    u.name = layer_experts ? fmt::format("model.layers.{}.experts (all {} routed)", lm.layer,
-                                         arch.layers[size_t(lm.layer)].moe.num_experts)
-                           : unit_name(arch, members);
+    // The layer's experts under the router's block ("model.layers.3.mlp.", Nemotron-H's
+    // "backbone.layers.3.mixer.").
+    const MoeSpec& layer_moe = arch.layers[size_t(lm.layer)].moe;
+    u.name = layer_experts
+                 ? fmt::format("{}experts (all {} routed)",
+                               layer_moe.router.substr(0, layer_moe.router.rfind('.') + 1),
+                               layer_moe.num_experts)
+                 : unit_name(arch, members);
     if (lm.expert >= 0) {
       const MoeSpec& moe = arch.layers[size_t(lm.layer)].moe;
       u.read_fraction = double(moe.top_k) / double(moe.num_experts);
