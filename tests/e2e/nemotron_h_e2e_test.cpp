@@ -22,18 +22,30 @@ using test::run_qforge;
 
 class NemotronHE2E : public ::testing::TestWithParam<std::string> {};
 
+fs::path case_dir(const std::string& name) {
+  return fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / name;
+}
+// The case with a byte-level tokenizer beside it (calibration and eval need text).
+void copy_case(const fs::path& src, const fs::path& model) {
+  fs::copy(src, model);
+  test::write_file(model / "tokenizer.json", test::byte_level_tokenizer());
+}
+std::string text_flags() {
+  return " --text " + quote(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
+         " --max-chars 3000 --ctx 128 --json";
+}
+std::string calib_flags() {
+  return " --calib " + quote(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+         " --calib-samples 4 --calib-seq 64";
+}
+
 TEST_P(NemotronHE2E, QuantizeEveryLinearKindAndEval) {
   QF_REQUIRE_FIXTURES();
-  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / GetParam();
+  const fs::path src = case_dir(GetParam());
   if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
   test::ScratchDir dir;
-  fs::copy(src, dir / "model");
-  test::write_file(dir / "model" / "tokenizer.json", test::byte_level_tokenizer());
-  const fs::path fx = test::fixtures_dir() / "corpora";
-  const std::string text = " --text " + quote(fx / "tinystories_valid_subset.txt") +
-                           " --max-chars 3000 --ctx 128 --json";
-  const std::string calib = " --calib " + quote(fx / "tinyshakespeare.txt") +
-                            " --calib-samples 4 --calib-seq 64";
+  copy_case(src, dir / "model");
+  const std::string text = text_flags(), calib = calib_flags();
   const SafetensorsFile orig = SafetensorsFile::open(src / "model.safetensors");
   const std::string mamba = "backbone.layers.0.mixer.";
   struct Run {
@@ -95,16 +107,11 @@ TEST_P(NemotronHE2E, QuantizeEveryLinearKindAndEval) {
 // engine runs each export, and Four Over Six W4A16 stays closer to the original than W4A4.
 TEST_P(NemotronHE2E, PresetsPutEachModuleInTheRecipesScheme) {
   QF_REQUIRE_FIXTURES();
-  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / GetParam();
+  const fs::path src = case_dir(GetParam());
   if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
   test::ScratchDir dir;
-  fs::copy(src, dir / "model");
-  test::write_file(dir / "model" / "tokenizer.json", test::byte_level_tokenizer());
-  const fs::path fx = test::fixtures_dir() / "corpora";
-  const std::string text = " --text " + quote(fx / "tinystories_valid_subset.txt") +
-                           " --max-chars 3000 --ctx 128 --json";
-  const std::string calib = " --calib " + quote(fx / "tinyshakespeare.txt") +
-                            " --calib-samples 4 --calib-seq 64";
+  copy_case(src, dir / "model");
+  const std::string text = text_flags(), calib = calib_flags();
   // The scheme inspect reports for a module of each kind, per preset ("" = kept in BF16).
   struct Expect {
     std::string preset, exported, expert, shared, mamba, attention, head;
