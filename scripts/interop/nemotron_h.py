@@ -58,7 +58,25 @@ RUNS = [
     ("fp8_w8a8_modelopt", ["--format", "fp8", "--activations", "fp8", *CALIB], ("modelopt", "fp8")),
     ("4o6_ct", ["--algo", "four_over_six", "--export", "compressed-tensors"], None),
     ("4o6_modelopt", ["--algo", "four_over_six"], ("modelopt", "nvfp4_4o6")),
+    # NVIDIA's recipes as qforge presets: mixed NVFP4 W4A16 (Four Over Six) / FP8 W8A8 / BF16
+    # with FP8 KV scales; compressed-tensors exports are loaded by transformers as above.
+    ("lightning_ct", ["--preset", "nemotron-3.5-lightning-w4a16-nvfp4-4o6", *CALIB,
+                      "--export", "compressed-tensors"], None),
+    ("lightning_modelopt", ["--preset", "nemotron-3.5-lightning-w4a16-nvfp4-4o6", *CALIB], None),
+    ("super_ct", ["--preset", "nemotron-3-super-nvfp4", *CALIB, "--export", "compressed-tensors"],
+     None),
+    # Lightning's mix without Four Over Six (which llm-compressor lacks), against llm-compressor's
+    # config_groups of the same schemes: bytes, names, config.
+    ("mixed_ct", ["--recipe", os.path.join(WORK, "mixed.yaml"), *CALIB, "--export",
+                  "compressed-tensors"], ("llmc", "mixed")),
 ]
+MIXED_RECIPE = """rules:
+  - {match: "*.mixer.experts.*", format: nvfp4}
+  - {match: "*.mixer.shared_experts.*", format: nvfp4}
+  - {match: "*.mixer.in_proj", format: fp8, activations: fp8}
+  - {match: "*.mixer.out_proj", format: fp8, activations: fp8}
+  - {match: "*", format: keep}
+"""
 # Tensors whose values come from calibration (compared as relative differences, not bytes).
 CALIBRATED = (".input_scale", ".input_global_scale", ".k_scale", ".v_scale")
 
@@ -74,6 +92,14 @@ def llmc_modifier(scheme):
         return QuantizationModifier(targets="Linear", scheme="NVFP4A16", ignore=ignore)
     if scheme == "fp8":  # static per-tensor W8A8, as qforge --format fp8 --activations fp8
         return QuantizationModifier(targets="Linear", scheme="FP8", ignore=ignore)
+    if scheme == "mixed":  # the Lightning preset's mix, less Four Over Six: llm-compressor has none
+        from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
+        return QuantizationModifier(
+            config_groups={
+                "group_0": preset_name_to_scheme("FP8", ["re:.*mixer\\.(in|out)_proj$"]),
+                "group_1": preset_name_to_scheme("NVFP4A16", ["re:.*mixer\\.(shared_)?experts\\..*"]),
+            },
+            ignore=ignore)
     raise ValueError(scheme)
 
 
@@ -405,6 +431,8 @@ def run(qforge, llmc_python, modelopt_python):
     unpack = ct_nvfp4.unpack_fp4_from_uint8
     ct_nvfp4.unpack_fp4_from_uint8 = lambda a, m, n, dtype=None: unpack(a, m, n, torch.float32)
     os.makedirs(WORK, exist_ok=True)
+    with open(os.path.join(WORK, "mixed.yaml"), "w") as f:
+        f.write(MIXED_RECIPE)
     md = [f"# Nemotron-H exports against the real tools\n\ntransformers {transformers.__version__}, torch {torch.__version__}; "
           f"qforge `{qforge}`; eval text: first 3000 characters of `{CORPUS}`, windows of 128 "
           f"(qforge's ids and windows); calibration: `{' '.join(CALIB[2:])}` on the same file.\n"]

@@ -27,18 +27,35 @@ constexpr const char* kCompressedTensorsVersion = "0.12.2";
 // never a target and never named there).
 // A gpt-oss expert's gate_up_proj is written as gate_proj and up_proj (gpt_oss_gate_and_up), so
 // an unquantized one is two ignored Linears.
+// A module name in `ignore` / `targets`. transformers loads Nemotron-H with its hub prefix
+// `backbone.` renamed to `model.` and matches these lists against its own names (a plain name it
+// cannot find is looked up as a submodule and the load fails); vLLM renames backbone. to model.
+// too. A regex accepting either prefix (matched as Python's re.match) serves every reader.
+std::string ct_module_name(const std::string& m) {
+  constexpr std::string_view hub = "backbone.";
+  if (!m.starts_with(hub)) return m;
+  std::string rx = "re:(backbone|model)\\.";
+  for (char c : std::string_view(m).substr(hub.size())) {
+    if (c == '.') rx += '\\';
+    rx += c;
+  }
+  return rx + "$";
+}
+
 std::vector<std::string> ct_ignore(std::vector<std::string> modules) {
+  // The embedding is not a Linear: llm-compressor does not list it.
   std::erase(modules, std::string("model.embed_tokens"));
+  std::erase(modules, std::string("backbone.embeddings"));
   std::vector<std::string> out;
   const std::string gate_up = ".gate_up_proj";
   for (std::string& m : modules) {
     if (m.find(".experts.") != std::string::npos && m.size() > gate_up.size() &&
         m.compare(m.size() - gate_up.size(), gate_up.size(), gate_up) == 0) {
       const std::string prefix = m.substr(0, m.size() - gate_up.size() + 1);
-      out.push_back(prefix + "gate_proj");
-      out.push_back(prefix + "up_proj");
+      out.push_back(ct_module_name(prefix + "gate_proj"));
+      out.push_back(ct_module_name(prefix + "up_proj"));
     } else {
-      out.push_back(std::move(m));
+      out.push_back(ct_module_name(m));
     }
   }
   return out;
@@ -386,6 +403,7 @@ class CompressedTensorsExporter final : public Exporter {
       nlohmann::json group = single["config_groups"]["group_0"];
       auto targets = groups[i].second;
       std::sort(targets.begin(), targets.end());
+      for (std::string& t : targets) t = ct_module_name(t);
       group["targets"] = targets;
       c["config_groups"][fmt::format("group_{}", i)] = group;
     }
@@ -438,8 +456,13 @@ class CompressedTensorsReader final : public TargetReader {
                               ? json_int_member(g["weights"], "group_size", where_group + ".weights")
                                     .value_or(0)
                               : 0;
-        for (const auto& t : json_string_list(g.contains("targets") ? g["targets"] : nlohmann::json()))
-          s.layers[t] = {*f, group, act, ""};
+        for (const auto& t : json_string_list(g.contains("targets") ? g["targets"] : nlohmann::json())) {
+          if (t.starts_with("re:"))
+            s.layer_patterns.emplace_back(NamePattern(t, NamePattern::Anchor::prefix, where_group),
+                                          QuantScheme::Layer{*f, group, act, ""});
+          else
+            s.layers[t] = {*f, group, act, ""};
+        }
         if (!s.format) s.format = f;
       }
       s.mixed = true;

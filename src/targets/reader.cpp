@@ -13,14 +13,18 @@ QuantScheme QuantScheme::for_module(const std::string& module) const {
   QuantScheme one = *this;
   one.mixed = false;
   one.layers.clear();
-  auto it = layers.find(module);
-  if (it == layers.end()) {
+  one.layer_patterns.clear();
+  const Layer* layer = nullptr;
+  if (auto it = layers.find(module); it != layers.end()) layer = &it->second;
+  for (const auto& [pattern, l] : layer_patterns)
+    if (!layer && pattern.matches(module)) layer = &l;
+  if (!layer) {
     one.format.reset();
   } else {
-    one.format = it->second.format;
-    one.group = it->second.group;
-    one.act = it->second.act;
-    if (!it->second.algo.empty()) one.algo = it->second.algo;
+    one.format = layer->format;
+    one.group = layer->group;
+    one.act = layer->act;
+    if (!layer->algo.empty()) one.algo = layer->algo;
   }
   return one;
 }

@@ -43,6 +43,8 @@ struct QuantScheme {
   };
   bool mixed = false;
   std::map<std::string, Layer> layers;
+  // Targets given as "re:" patterns (compressed-tensors), tried in order after `layers`.
+  std::vector<std::pair<NamePattern, Layer>> layer_patterns;
 
   bool quantizes() const { return format.has_value(); }
 
