@@ -470,7 +470,10 @@ def run(qforge, llmc_python, modelopt_python):
                 continue
             eval_ids = ([bos] if kl["tokens"] == len(ids) and bos is not None else []) + ids
             windows = eval_windows(eval_ids, 128)
-            acts = "--activations" in flags and flags[flags.index("--activations") + 1] != "none"
+            # Calibrated runs (activations, or a recipe / preset that quantizes them) hand their
+            # windows to the reference tool too.
+            acts = ("--activations" in flags and flags[flags.index("--activations") + 1] != "none") \
+                or "--recipe" in flags or "--preset" in flags
             if kind == "ct":
                 try:
                     info, rawkl, fixed, dev = transformers_check(base, out, windows)
