@@ -623,13 +623,12 @@ void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, in
                       bool interleaved) {
   bool gated = false;  // hb_ already holds act(gate) * up
   if (!w_.arch.gated_mlp) {
-    // Nemotron-H: down(act(up(x))), no gate.
+    // Nemotron-H: down(relu(up(x))^2), no gate (the only ungated family: its activation is
+    // relu2, set by model/nemotron_h).
     linear(L.linears[size_t(slots[1])], x, n, hb_.data());
     for_token_rows(*pool_, n, inter, [&](int64_t t0, int64_t t1) {
       float* u = hb_.data() + t0 * inter;
       const int64_t m = (t1 - t0) * inter;
-      if (w_.arch.activation != Activation::relu2)
-        fail("an MLP without a gate is computed with relu2 only");
       for (int64_t i = 0; i < m; ++i) {
         const float r = std::max(u[i], 0.f);
         u[i] = r * r;

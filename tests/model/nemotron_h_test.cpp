@@ -190,3 +190,46 @@ TEST(NemotronH, MissingMambaTensorIsNamed) {
 
 }  // namespace
 }  // namespace qf
+
+namespace qf {
+namespace {
+
+// Several sequences decoded together (each row from its own Mamba state and KV cache) give what
+// each gives alone; a sequence cannot be rewound.
+TEST(NemotronH, BatchedDecodeKeepsEachSequencesState) {
+  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/nemotron_h";
+  if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
+  ModelOptions mo;
+  mo.threads = 2;
+  auto batched = Model::load(src, mo);
+  auto alone = Model::load(src, mo);
+  const int64_t V = batched->vocab_size();
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 200}, {3, 3}, {7, 100, 2, 8, 50, 60}};
+  std::vector<float> logits(static_cast<size_t>(V));
+  for (size_t s = 0; s < prompts.size(); ++s)
+    batched->forward(prompts[s], 0, logits.data(), false, int64_t(s));
+  const std::vector<int32_t> next = {11, 12, 13};
+  std::vector<int64_t> pos;
+  for (const auto& p : prompts) pos.push_back(int64_t(p.size()));
+  std::vector<float> got(size_t(3 * V));
+  batched->decode_batch(next, pos, got.data());
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    std::vector<int32_t> seq = prompts[s];
+    seq.push_back(next[s]);
+    std::vector<float> want(static_cast<size_t>(V));
+    alone->forward(seq, 0, want.data(), false);
+    for (int64_t v = 0; v < V; ++v)
+      EXPECT_NEAR(got[s * size_t(V) + size_t(v)], want[size_t(v)], 1e-4) << "sequence " << s;
+  }
+  try {
+    alone->forward(std::vector<int32_t>{4}, 2, logits.data(), false);
+    ADD_FAILURE() << "rewound a Mamba state";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "sequence 0 stopped at position 7; a model with Mamba layers cannot run from "
+              "position 2 (its state cannot be rewound: start again at 0)");
+  }
+}
+
+}  // namespace
+}  // namespace qf
