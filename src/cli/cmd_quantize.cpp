@@ -173,6 +173,9 @@ void print_quantize_summary(const QuantizeReport& r) {
     fmt::print("  {:<28} {} of {} blocks ({:.1f}%) map their max to 4, the rest to 6\n",
                "four over six", r.four_over_six_m4_blocks, r.four_over_six_blocks,
                100.0 * double(r.four_over_six_m4_blocks) / double(r.four_over_six_blocks));
+  if (r.fp8_four_over_six_tensors > 0)
+    fmt::print("  {:<28} {} of {} FP8 tensors take 1.5x their max as amax, the rest 1.0x\n",
+               "four over six (fp8)", r.fp8_four_over_six_wide, r.fp8_four_over_six_tensors);
   if (r.dry_run) {
     fmt::print("  {:<28} {} / kv cache {}\n", "activations", r.activations, r.kv_cache);
     print_summary_tail(r);
@@ -212,6 +215,8 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["plan_seconds"] = r.plan_seconds;
   j["write_seconds"] = r.write_seconds;
   j["modules_quantized"] = r.modules_quantized;
+  j["fp8_four_over_six_tensors"] = r.fp8_four_over_six_tensors;
+  j["fp8_four_over_six_wide"] = r.fp8_four_over_six_wide;
   j["module_schemes"] = r.module_schemes;
   j["modules_excluded"] = r.modules_excluded;
   j["lm_head_quantized"] = r.lm_head_quantized;

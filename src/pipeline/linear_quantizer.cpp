@@ -102,33 +102,56 @@ QuantizedTensor LinearQuantizer::data_free(size_t i) {
     // FP8 W8A8: one scale from the tensor's own amax (FP8 per-tensor is not group-unified),
     // or from all experts of a fused tensor (one quantizer per tensor).
     const bool fused = l.fused_expert != FusedExpert::none && exporter_.fuses_experts();
-    const float amax = fused ? amax_for(i) : tensor_amax(i);
-    std::vector<float> amaxes(size_t(l.rows), amax);
-    QuantizedTensor q = scales_from_amax(Format::fp8, l.rows, l.cols, 0, amaxes.data(), 0.f,
-                                         rtn.scale_dtype);
-    if (rtn.numerics == ExportNumerics::llm_compressor) {
-      // llm-compressor: T(amax / 448) by exact division, T the weight dtype (zero -> T's eps).
-      float s = round_through(w.dtype, amax / 448.0f);
-      if (s == 0.f) s = llm_compressor_zero_scale(w.dtype);
-      q.scales.assign(size_t(l.rows), s);
-    }
-    // Both tools divide the weight by the 0-dim scale in the weight's dtype (ModelOpt
-    // quant_utils.py, llm-compressor forward_helpers.py), so x / s is rounded to that dtype
-    // before the E4M3 cast; for F32 weights this is the plain float32 quotient.
-    const float s = q.scales[0];
-    q.codes.resize(size_t(w.rows * w.cols));
-    pool_.parallel_for(w.rows, [&](int64_t r) {
-      std::vector<float> f(size_t(w.cols));
-      convert_to_f32(w.dtype, static_cast<const std::byte*>(w.data) + r * w.cols * int64_t(dtype_size(w.dtype)),
-                     f.data(), f.size());
-      for (int64_t c = 0; c < w.cols; ++c) {
-        // ModelOpt's fused gpt-oss experts keep the float32 quotient (ModelOpt 0.47's export
-        // of _QuantGptOssExperts, compared byte for byte).
-        const float v = fused ? f[size_t(c)] / s : round_through(w.dtype, f[size_t(c)] / s);
-        q.codes[size_t(r * w.cols + c)] = f32_to_e4m3(std::clamp(v, -448.f, 448.f));
+    const float max = fused ? amax_for(i) : tensor_amax(i);
+    auto encode = [&](float amax) {
+      std::vector<float> amaxes(size_t(l.rows), amax);
+      QuantizedTensor q = scales_from_amax(Format::fp8, l.rows, l.cols, 0, amaxes.data(), 0.f,
+                                           rtn.scale_dtype);
+      if (rtn.numerics == ExportNumerics::llm_compressor) {
+        // llm-compressor: T(amax / 448) by exact division, T the weight dtype (zero -> T's eps).
+        float s = round_through(w.dtype, amax / 448.0f);
+        if (s == 0.f) s = llm_compressor_zero_scale(w.dtype);
+        q.scales.assign(size_t(l.rows), s);
       }
-    });
-    return q;
+      // Both tools divide the weight by the 0-dim scale in the weight's dtype (ModelOpt
+      // quant_utils.py, llm-compressor forward_helpers.py), so x / s is rounded to that dtype
+      // before the E4M3 cast; for F32 weights this is the plain float32 quotient.
+      const float s = q.scales[0];
+      q.codes.resize(size_t(w.rows * w.cols));
+      std::vector<double> row_error(size_t(w.rows));
+      pool_.parallel_for(w.rows, [&](int64_t r) {
+        std::vector<float> f(size_t(w.cols));
+        convert_to_f32(w.dtype, static_cast<const std::byte*>(w.data) + r * w.cols * int64_t(dtype_size(w.dtype)),
+                       f.data(), f.size());
+        float err = 0.f;
+        for (int64_t c = 0; c < w.cols; ++c) {
+          // ModelOpt's fused gpt-oss experts keep the float32 quotient (ModelOpt 0.47's export
+          // of _QuantGptOssExperts, compared byte for byte).
+          const float v = fused ? f[size_t(c)] / s : round_through(w.dtype, f[size_t(c)] / s);
+          const uint8_t code = f32_to_e4m3(std::clamp(v, -448.f, 448.f));
+          q.codes[size_t(r * w.cols + c)] = code;
+          const float d = f[size_t(c)] - e4m3_to_f32(code) * s;
+          err += d * d;
+        }
+        row_error[size_t(r)] = err;
+      });
+      double total = 0;
+      for (double e : row_error) total += e;
+      return std::pair{std::move(q), total};
+    };
+    // Four Over Six on an FP8 per-tensor weight (ModelOpt's MSE multiplier search in the same
+    // recipes, ../shared/specs/moe-hybrid.md §1.6): the amax is 1.0x or 1.5x the max, whichever
+    // gives the lower whole-tensor squared error (ties: 1.0).
+    auto [q, error] = encode(max);
+    if (plan_.four_over_six[i]) {
+      auto [q15, error15] = encode(1.5f * max);
+      ++fp8_four_over_six_tensors_;
+      if (error15 < error) {
+        ++fp8_four_over_six_wide_;
+        return std::move(q15);
+      }
+    }
+    return std::move(q);
   }
   if (plan_.four_over_six[i]) return four_over_six(w, amax_for(i));
   if (options_.algo == WeightAlgo::mse) {

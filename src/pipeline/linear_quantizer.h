@@ -50,6 +50,9 @@ class LinearQuantizer {
   const Mxfp4CastStats& cast_stats() const { return cast_stats_; }
   // Blocks Four Over Six chose for so far, and those that took M=4.
   const FourOverSixCounts& four_over_six_counts() const { return four_over_six_counts_; }
+  // FP8 per-tensor weights whose amax Four Over Six chose, and how many took 1.5x the max.
+  int fp8_four_over_six_tensors() const { return fp8_four_over_six_tensors_; }
+  int fp8_four_over_six_wide() const { return fp8_four_over_six_wide_; }
 
  private:
   const SourceModel& model_;
@@ -61,6 +64,7 @@ class LinearQuantizer {
   std::map<int, int> group_cast_exponent_;           // by scale group
   Mxfp4CastStats cast_stats_;
   FourOverSixCounts four_over_six_counts_;
+  int fp8_four_over_six_tensors_ = 0, fp8_four_over_six_wide_ = 0;
 
   // The MXFP4 codes and E8M0 scales of expert `i` of the MXFP4 release.
   std::pair<TensorView, TensorView> mxfp4_parts(size_t i) const;

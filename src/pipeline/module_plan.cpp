@@ -73,9 +73,11 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
       if (c.algo != "max" && c.algo != "four_over_six")
         fail("module '{}': the plan asks for algo '{}'; per-module plans support max and "
              "four_over_six only", name, c.algo);
-      if (c.algo == "four_over_six" && c.format.format != Format::nvfp4)
+      if (c.algo == "four_over_six" && c.format.format != Format::nvfp4 &&
+          !(c.format.format == Format::fp8 && c.activations == ActQuant::fp8))
         fail("module '{}': the plan asks for algo four_over_six with format {}; four_over_six "
-             "chooses NVFP4 block scales (format nvfp4)", name, c.format.name());
+             "chooses NVFP4 block scales (format nvfp4) or an FP8 W8A8 tensor's amax (format "
+             "fp8 with activations fp8)", name, c.format.name());
       if ((c.activations == ActQuant::nvfp4 && c.format.format != Format::nvfp4) ||
           (c.activations == ActQuant::fp8 && c.format.format != Format::fp8) ||
           c.activations == ActQuant::int8)
@@ -356,11 +358,15 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
   }
   plan.stacks = std::move(stacks);
   plan.four_over_six.assign(arch.linears.size(), 0);
-  for (size_t i = 0; i < arch.linears.size(); ++i)
+  for (size_t i = 0; i < arch.linears.size(); ++i) {
+    const bool planned =
+        options.assignment && options.assignment->at(arch.linears[i].name).algo == "four_over_six";
+    // NVFP4: each block's scale maps its max to 6 or 4; FP8 per tensor (a plan's W8A8 module):
+    // the tensor's amax is 1.0x or 1.5x its max (ModelOpt's search in the same recipes).
     plan.four_over_six[i] =
-        exported[i].format == Format::nvfp4 &&
-        (modes.four_over_six ||
-         (options.assignment && options.assignment->at(arch.linears[i].name).algo == "four_over_six"));
+        (exported[i].format == Format::nvfp4 && (modes.four_over_six || planned)) ||
+        (exported[i].format == Format::fp8 && exported[i].per_tensor && planned);
+  }
   for (const auto& group : units)
     for (size_t i : group)
       if (plan.four_over_six[i] != plan.four_over_six[group[0]])

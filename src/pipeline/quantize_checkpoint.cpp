@@ -245,6 +245,8 @@ QuantizeReport quantize_checkpoint(const SourceModel& source, const fs::path& ou
   report.mxfp4_inexact_blocks = quantizer.cast_stats().inexact;
   report.four_over_six_blocks = quantizer.four_over_six_counts().blocks;
   report.four_over_six_m4_blocks = quantizer.four_over_six_counts().m4_blocks;
+  report.fp8_four_over_six_tensors = quantizer.fp8_four_over_six_tensors();
+  report.fp8_four_over_six_wide = quantizer.fp8_four_over_six_wide();
   if (report.mxfp4_inexact_blocks > 0)
     report.warnings.push_back(fmt::format(
         "MXFP4 -> NVFP4: {} of {} expert blocks lie more than 17 binades below their tensor's "

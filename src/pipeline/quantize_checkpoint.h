@@ -135,6 +135,8 @@ struct QuantizeReport {
   uint64_t bytes_out = 0;  // sizes of the output safetensors files
   double seconds = 0;
   int modules_quantized = 0;
+  // FP8 W8A8 tensors whose amax Four Over Six chose (a plan's), and how many took 1.5x the max.
+  int fp8_four_over_six_tensors = 0, fp8_four_over_six_wide = 0;
   // A per-module plan: how many modules (the head included) each scheme took ("nvfp4",
   // "nvfp4 four_over_six", "fp8 W8A8", ...); empty without a plan.
   std::map<std::string, int> module_schemes;

@@ -104,9 +104,10 @@ Recipe parse_recipe(const nlohmann::ordered_json& json, const std::string& sourc
       fail("{}: activations nvfp4 (W4A4) needs format nvfp4, not {}", at(i), rule.format.name());
     if (rule.activations == ActQuant::fp8 && rule.format.format != Format::fp8)
       fail("{}: activations fp8 (FP8 W8A8) needs format fp8, not {}", at(i), rule.format.name());
-    if (rule.algo == "four_over_six" && rule.format.format != Format::nvfp4)
-      fail("{}: algo four_over_six chooses NVFP4 block scales; it needs format nvfp4, not {}",
-           at(i), rule.format.name());
+    if (rule.algo == "four_over_six" && rule.format.format != Format::nvfp4 &&
+        !(rule.format.format == Format::fp8 && rule.activations == ActQuant::fp8))
+      fail("{}: algo four_over_six chooses NVFP4 block scales or an FP8 W8A8 tensor's amax; it "
+           "needs format nvfp4, or fp8 with activations fp8, not {}", at(i), rule.format.name());
     if (const auto g = rule.options.find("group_size"); g != rule.options.end()) {
       if (!rule.format.format || format_info(*rule.format.format).block_rule != BlockRule::free)
         fail("{}: options.group_size applies to int4 only", at(i));

@@ -3,11 +3,14 @@
 // Linear kind quantized in both exports and by the calibrated algorithms (the Mamba in/out
 // projections with their own input statistics), the Mamba tensors, routers and norms copied
 // unchanged, the engine loading each export, and `eval kl` against the original.
+#include "core/convert.h"
+#include "core/numeric.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +24,40 @@ using test::quote;
 using test::run_qforge;
 
 class NemotronHE2E : public ::testing::TestWithParam<std::string> {};
+
+// The squared error of `w` (BF16) stored as E4M3 codes of w / s, as ModelOpt rounds it.
+double fp8_error(const std::vector<float>& w, float s) {
+  double e = 0;
+  for (float v : w) {
+    const float r = e4m3_to_f32(f32_to_e4m3(std::clamp(round_through(DType::BF16, v / s), -448.f, 448.f))) * s;
+    e += double(v - r) * double(v - r);
+  }
+  return e;
+}
+
+// A ModelOpt FP8 per-tensor weight of the export: its scale is amax / 448 with amax 1.0x or
+// 1.5x the original weight's max, the one with the lower error (ties: 1.0x).
+void expect_fp8_amax_choice(const SafetensorsFile& orig, const SafetensorsFile& written,
+                            const std::string& module) {
+  SCOPED_TRACE(module);
+  const SafetensorsEntry* w = orig.find(module + ".weight");
+  const SafetensorsEntry* sc = written.find(module + ".weight_scale");
+  ASSERT_TRUE(w && sc);
+  const TensorView v = orig.view(*w);
+  std::vector<float> f(size_t(v.numel()));
+  float max = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, v.data + 2 * i, 2);
+    f[i] = bf16_to_f32(h);
+    max = std::max(max, std::fabs(f[i]));
+  }
+  float s;
+  std::memcpy(&s, written.view(*sc).data, 4);
+  const float s1 = max / 448.f, s15 = 1.5f * max / 448.f;
+  const double e1 = fp8_error(f, s1), e15 = fp8_error(f, s15);
+  EXPECT_FLOAT_EQ(s, e15 < e1 ? s15 : s1) << "errors " << e1 << " (1.0x) " << e15 << " (1.5x)";
+}
 
 fs::path case_dir(const std::string& name) {
   return fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / name;
@@ -117,6 +154,9 @@ TEST_P(NemotronHE2E, PresetsPutEachModuleInTheRecipesScheme) {
     std::string preset, exported, expert, shared, mamba, attention, head;
   };
   std::map<std::string, double> kl_of;
+  const SafetensorsFile orig = SafetensorsFile::open(src / "model.safetensors");
+  const int mamba_layers = GetParam() == "nemotron_h" ? 3 : 2;
+  const int moe_layers = GetParam() == "nemotron_h" ? 1 : 2;
   for (const Expect& e :
        {Expect{"nemotron-3.5-lightning-w4a16-nvfp4-4o6", "", "nvfp4", "nvfp4", "fp8 W8A8", "",
                "nvfp4"},
@@ -157,6 +197,16 @@ TEST_P(NemotronHE2E, PresetsPutEachModuleInTheRecipesScheme) {
     const bool ct = !e.exported.empty();
     EXPECT_NE(written.find(ct ? attn + "k_scale" : attn + "k_proj.k_scale"), nullptr);
     EXPECT_NE(written.find(ct ? attn + "v_scale" : attn + "v_proj.v_scale"), nullptr);
+    // Four Over Six on the FP8 W8A8 Mamba projections (Lightning, Ultra): each amax is 1.0x or
+    // 1.5x the weight's max, whichever reconstructs the weight with the lower squared error.
+    if (e.preset != "nemotron-3-super-nvfp4") {
+      // Ultra's FP8 shared experts (up and down per MoE layer) take it too.
+      const int shared = e.preset == "nemotron-3-ultra-nvfp4-4o6" ? 2 * moe_layers : 0;
+      EXPECT_EQ(summary["fp8_four_over_six_tensors"], 2 * mamba_layers + shared) << q.out;
+      if (!ct)
+        for (const std::string proj : {"in_proj", "out_proj"})
+          expect_fp8_amax_choice(orig, written, "backbone.layers.0.mixer." + proj);
+    }
     const auto kl = run_qforge("eval kl " + quote(dir / "model") + " " + quote(out) + text);
     ASSERT_EQ(kl.exit_code, 0) << kl.err;
     const auto j = nlohmann::json::parse(kl.out);

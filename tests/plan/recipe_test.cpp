@@ -108,8 +108,8 @@ TEST(Recipe, ErrorsNameTheFileAndRule) {
             "r.json: rule 0: unknown algo 'gtpq'; did you mean 'gptq'? (choices: max, mse, awq, "
             "gptq, smoothquant, four_over_six)");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "algo": "four_over_six"}]})"); }),
-            "r.json: rule 0: algo four_over_six chooses NVFP4 block scales; it needs format nvfp4, "
-            "not fp8");
+            "r.json: rule 0: algo four_over_six chooses NVFP4 block scales or an FP8 W8A8 tensor's "
+            "amax; it needs format nvfp4, or fp8 with activations fp8, not fp8");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "nvfp4:4o6", "algo": "mse"}]})"); }),
             "r.json: rule 0: format nvfp4:4o6 is Four Over Six's; it takes no algo \"mse\"");
   EXPECT_EQ(error_of([] { parse(R"({"rules": [{"match": "*", "format": "fp8", "colour": 1}]})"); }),
