@@ -6,11 +6,14 @@
 #include "engine/model.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "kernels/linear.h"
 #include "train/block_grad.h"
+#include "train/head_grad.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -104,6 +107,47 @@ TEST(TrainBlock, ForwardMatchesEngineLayer) {
     EXPECT_LE(ud, 1e-5);
     x = engine;  // the next layer reads what the engine's layer wrote
   }
+}
+
+// The head loss against the cross-entropy of the engine's own logits (Model::head) on the
+// hidden states after the last layer.
+TEST(TrainBlock, HeadLossMatchesEngineLogits) {
+  const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/llama_v5";
+  test::ScratchDir scratch;
+  write_f32_copy(src, scratch.path());
+  ModelOptions mo;
+  mo.threads = 2;
+  auto model = Model::load(scratch.path(), mo);
+  const Architecture& a = model->arch();
+  const int64_t T = 16, H = a.hidden_size, V = a.vocab_size;
+  std::mt19937 rng(8);
+  std::vector<int32_t> tokens(size_t(T + 1));
+  for (int32_t& t : tokens) t = int32_t(rng() % uint32_t(V));
+  std::vector<float> x(size_t(T * H));
+  model->embed(std::span(tokens).first(size_t(T)), x.data());
+  for (int64_t l = 0; l < a.num_layers; ++l) model->forward_layer(l, x.data(), T);
+
+  std::vector<float> logits(size_t(T * V));
+  model->head(x.data(), T, logits.data());
+  double want = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = logits.data() + t * V;
+    const double mx = *std::max_element(row, row + V);
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+    want += mx + std::log(sum) - double(row[tokens[size_t(t + 1)]]);
+  }
+  want /= double(T);
+
+  const ModelWeights& mw = model->weights();
+  std::vector<float> head_w(size_t(V * H));
+  dequantize_weight_rows(mw.lm_head.w, 0, V, head_w.data());
+  const HeadShape hs{T, H, V, a.rms_norm_eps};
+  const float got = head_cross_entropy<float>(hs, x.data(), mw.final_norm.data(), head_w.data(),
+                                              tokens.data() + 1, {});
+  std::printf("[engine] llama_v5 head: cross-entropy %.7f, from the engine's logits %.7f\n",
+              double(got), want);
+  EXPECT_NEAR(got, want, 1e-5 * want);
 }
 
 TEST(TrainBlock, RefusesWhatItDoesNotDifferentiate) {
