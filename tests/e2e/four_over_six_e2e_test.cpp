@@ -243,7 +243,8 @@ TEST(FourOverSixE2EErrors, RefusalsAreOneLine) {
   test::write_file(tmp / "bad.json", R"({"rules": [{"match": "*", "format": "mxfp4", "algo": "four_over_six"}]})");
   const auto r = test::run_qforge(q + " --recipe " + quote(tmp / "bad.json"));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("algo four_over_six chooses NVFP4 block scales; it needs format nvfp4, not mxfp4"),
+  EXPECT_NE(r.err.find("algo four_over_six chooses NVFP4 block scales or an FP8 W8A8 tensor's "
+                       "amax; it needs format nvfp4, or fp8 with activations fp8, not mxfp4"),
             std::string::npos) << r.err;
 }
 
