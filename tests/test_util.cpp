@@ -1,5 +1,9 @@
 #include "test_util.h"
 
+#include "core/numeric.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -129,6 +133,26 @@ std::vector<float> ggml_golden_floats(const std::string& name) {
   std::vector<float> v(bytes.size() / 4);
   std::memcpy(v.data(), bytes.data(), v.size() * 4);
   return v;
+}
+
+void write_f32_copy(const std::filesystem::path& src, const std::filesystem::path& dst) {
+  std::filesystem::create_directories(dst);
+  std::filesystem::copy_file(src / "config.json", dst / "config.json");
+  const SafetensorsFile in = SafetensorsFile::open(src / "model.safetensors");
+  std::vector<TensorSpec> specs;
+  for (const auto& e : in.tensors()) specs.push_back({e.name, DType::F32, e.shape});
+  SafetensorsWriter out(dst / "model.safetensors", specs);
+  for (const auto& e : in.tensors()) {
+    const TensorView v = in.view(e);
+    std::vector<float> f(size_t(v.numel()));
+    for (size_t i = 0; i < f.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, v.data + 2 * i, 2);
+      f[i] = bf16_to_f32(h);
+    }
+    out.write(e.name, std::as_bytes(std::span(f)));
+  }
+  out.finish();
 }
 
 }  // namespace qf::test

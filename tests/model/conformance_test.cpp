@@ -45,27 +45,6 @@ std::vector<T> tensor(const SafetensorsFile& f, const std::string& name) {
   return out;
 }
 
-// A copy of the case with every BF16 tensor widened to F32.
-void write_f32_copy(const fs::path& src, const fs::path& dst) {
-  fs::create_directories(dst);
-  fs::copy_file(src / "config.json", dst / "config.json");
-  const SafetensorsFile in = SafetensorsFile::open(src / "model.safetensors");
-  std::vector<TensorSpec> specs;
-  for (const auto& e : in.tensors()) specs.push_back({e.name, DType::F32, e.shape});
-  SafetensorsWriter out(dst / "model.safetensors", specs);
-  for (const auto& e : in.tensors()) {
-    const TensorView v = in.view(e);
-    std::vector<float> f(size_t(v.numel()));
-    for (size_t i = 0; i < f.size(); ++i) {
-      uint16_t h;
-      std::memcpy(&h, v.data + 2 * i, 2);
-      f[i] = bf16_to_f32(h);
-    }
-    out.write(e.name, std::as_bytes(std::span(f)));
-  }
-  out.finish();
-}
-
 struct Result {
   double ppl = 0;
   double max_logit_diff = 0;
@@ -167,7 +146,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {};
 TEST_P(Conformance, F32MatchesTransformers) {
   const fs::path dir = conformance_dir() / GetParam();
   test::ScratchDir scratch;
-  write_f32_copy(dir, scratch.path());
+  test::write_f32_copy(dir, scratch.path());
   const Result r = run_case(scratch.path(), dir, KernelMode::exact);
   const double want = reference_ppl(dir);
   RecordProperty("ppl_rel_diff", fmt::format("{:.3g}", std::fabs(r.ppl / want - 1)));
@@ -205,7 +184,7 @@ TEST_P(Conformance, DecodeMatchesTransformersAndPrefill) {
                         "LongRoPE): decode rotates early keys differently, as transformers does";
   }
   const test::ScratchDir f32_dir;
-  write_f32_copy(dir, f32_dir.path());
+  test::write_f32_copy(dir, f32_dir.path());
   const Result prefill = run_case(f32_dir.path(), dir, KernelMode::exact);
   const Result decode = run_case(f32_dir.path(), dir, KernelMode::exact, /*decode=*/true);
   const double want = reference_ppl(dir);

@@ -24,27 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A copy of the checkpoint at `src` with every BF16 tensor widened to F32.
-void write_f32_copy(const fs::path& src, const fs::path& dst) {
-  fs::create_directories(dst);
-  fs::copy_file(src / "config.json", dst / "config.json");
-  const SafetensorsFile in = SafetensorsFile::open(src / "model.safetensors");
-  std::vector<TensorSpec> specs;
-  for (const auto& e : in.tensors()) specs.push_back({e.name, DType::F32, e.shape});
-  SafetensorsWriter out(dst / "model.safetensors", specs);
-  for (const auto& e : in.tensors()) {
-    const TensorView v = in.view(e);
-    std::vector<float> f(size_t(v.numel()));
-    for (size_t i = 0; i < f.size(); ++i) {
-      uint16_t h;
-      std::memcpy(&h, v.data + 2 * i, 2);
-      f[i] = bf16_to_f32(h);
-    }
-    out.write(e.name, std::as_bytes(std::span(f)));
-  }
-  out.finish();
-}
-
 // max |a − b| / max |b|.
 template <typename T>
 double relative_diff(const std::vector<T>& a, const std::vector<float>& b) {
@@ -59,7 +38,7 @@ double relative_diff(const std::vector<T>& a, const std::vector<float>& b) {
 TEST(TrainBlock, ForwardMatchesEngineLayer) {
   const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/llama_v5";
   test::ScratchDir scratch;
-  write_f32_copy(src, scratch.path());
+  test::write_f32_copy(src, scratch.path());
   ModelOptions mo;
   mo.threads = 2;
   mo.kernels = KernelMode::exact;
@@ -114,7 +93,7 @@ TEST(TrainBlock, ForwardMatchesEngineLayer) {
 TEST(TrainBlock, HeadLossMatchesEngineLogits) {
   const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/llama_v5";
   test::ScratchDir scratch;
-  write_f32_copy(src, scratch.path());
+  test::write_f32_copy(src, scratch.path());
   ModelOptions mo;
   mo.threads = 2;
   auto model = Model::load(scratch.path(), mo);
