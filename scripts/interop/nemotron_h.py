@@ -286,7 +286,9 @@ def spec_check(export, activations):
         if m:
             p = m.group(1)
             seen.add("mamba")
-            if fp8:
+            # A mixed export (MIXED_PRECISION) says each module's scheme in quantized_layers.
+            layer_algo = q.get("quantized_layers", {}).get(p, {}).get("quant_algo", algo)
+            if layer_algo == "FP8" or (fp8 and layer_algo == algo):
                 if t[k][0] != "F8_E4M3":
                     probs.append(f"`{k}` {t[k][0]}, want F8_E4M3")
                 if not scalar_f32(p + ".weight_scale"):
@@ -304,7 +306,9 @@ def spec_check(export, activations):
         seen.add("qkv")
         pre = m.group(1)
         # names and dtypes (shapes differ: q has more rows than k / v under GQA)
-        sets = [sorted((s[len(pre) + 6:], t[s][0]) for s in t if s.startswith(pre + p + "_proj.")) for p in "qkv"]
+        # (the FP8 KV-cache scales ride on k_proj / v_proj: not part of the scale set)
+        sets = [sorted((s[len(pre) + 6:], t[s][0]) for s in t if s.startswith(pre + p + "_proj.")
+                       and not s.endswith((".k_scale", ".v_scale"))) for p in "qkv"]
         if not (sets[0] == sets[1] == sets[2]):
             probs.append(f"`{pre}q/k/v_proj`: different tensor sets {sets}")
         for sfx in (".weight_scale_2", ".input_scale"):
@@ -317,10 +321,15 @@ def spec_check(export, activations):
         m = re.match(r"(.*\.mixer\.experts)\.(\d+)\.(up_proj|down_proj)\.(.*)$", k)
         if m:
             experts.setdefault((m.group(1), m.group(3)), {}).setdefault(int(m.group(2)), {})[m.group(4)] = t[k]
-    want = {"weight", "weight_scale"} | ({"weight_scale_2"} if not fp8 else set()) | ({"input_scale"} if activations else set())
     for (pre, proj), per in sorted(experts.items()):
         seen.add("experts")
         for e, names in sorted(per.items()):
+            # A mixed export's experts follow their own quantized_layers entry.
+            layer = q.get("quantized_layers", {}).get(f"{pre}.{e}.{proj}", {}).get("quant_algo", algo)
+            eight = layer == "FP8" or (fp8 and layer == algo)
+            quantized_input = layer in ("NVFP4", "FP8") if layer != algo else activations
+            want = {"weight", "weight_scale"} | ({"weight_scale_2"} if not eight else set()) | \
+                ({"input_scale"} if quantized_input else set())
             if set(names) != want:
                 probs.append(f"`{pre}.{e}.{proj}`: {sorted(names)}, want {sorted(want)}")
         if activations and len({names.get("input_scale", (0, 0, b""))[2] for names in per.values()}) > 1:
