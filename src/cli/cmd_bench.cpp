@@ -31,6 +31,7 @@ nlohmann::ordered_json series_json(const std::string& dir, const std::string& qu
   j["peak_rss_bytes"] = r.peak_rss_bytes;
   j["kv_cache"] = std::string(kv_cache_type_name(r.kv_cache));
   j["kv_cache_bytes"] = r.kv_cache_bytes;
+  j["mamba_state_bytes"] = r.mamba_state_bytes;
   j["prompt"] = r.prompt;
   j["gen"] = r.gen;
   j["threads"] = r.threads;

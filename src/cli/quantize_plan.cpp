@@ -19,7 +19,8 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                   "Per-module formats from a recipe file, JSON or (.yaml / .yml) the same in "
                   "YAML: {\"rules\": [{\"match\": GLOB or "
                   "\"re:REGEX\", \"format\": " + format_names("|", true) +
-                      "|keep, \"algo\": max|four_over_six (optional; NVFP4 rules), "
+                      "|keep, \"algo\": max|four_over_six (optional; NVFP4 rules, or FP8 rules with fp8 "
+                      "activations: the 1.0x/1.5x amax), "
                       "\"activations\": nvfp4|fp8 (optional: W4A4 / FP8 W8A8; calibrated)}, "
                       "...], \"kv_cache\": fp8 (optional)}; the first matching rule wins, "
                       "unmatched modules take --format; a rule matching lm_head quantizes the "
@@ -178,7 +179,7 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
     if (report && !a.html.empty()) *report = auto_plan_report(p);
     o.assignment = p.assignment;
   }
-  if (!a.save_recipe.empty()) save_recipe(a.save_recipe, *o.assignment, arch);
+  if (!a.save_recipe.empty()) save_recipe(a.save_recipe, *o.assignment, arch, o.kv_fp8);
   return true;
 }
 

@@ -64,6 +64,7 @@ BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch
   r.peak_rss_bytes = peak_rss_bytes();
   r.kv_cache = model.kv_cache_type();
   r.kv_cache_bytes = model.kv_cache_bytes();
+  r.mamba_state_bytes = model.mamba_state_bytes();
   return r;
 }
 

@@ -21,6 +21,9 @@ struct BenchResult {
   uint64_t peak_rss_bytes = 0;
   KvCacheType kv_cache = KvCacheType::f32;
   uint64_t kv_cache_bytes = 0;  // held after the last decoded token (reserve included)
+  // The Mamba layers' recurrent state (hybrid models; 0 otherwise): fixed per sequence, read
+  // and written every decode step.
+  uint64_t mamba_state_bytes = 0;
 };
 
 // Prompt ids are fixed pseudo-random sequences (no tokenizer needed), one per sequence. `batch`

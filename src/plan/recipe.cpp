@@ -208,7 +208,8 @@ Assignment apply_recipe(const Recipe& recipe, const Architecture& arch,
   return a;
 }
 
-nlohmann::ordered_json recipe_json(const Assignment& assignment, const Architecture& arch) {
+nlohmann::ordered_json recipe_json(const Assignment& assignment, const Architecture& arch,
+                                   bool kv_fp8) {
   nlohmann::ordered_json rules = nlohmann::ordered_json::array();
   for (const LinearModule& lm : arch.linears) {
     const ModuleChoice mc = assignment.at(lm.name);
@@ -224,13 +225,14 @@ nlohmann::ordered_json recipe_json(const Assignment& assignment, const Architect
   if (const ModuleChoice head = assignment.at(arch.head_module); !head.format.is_keep())
     rules.push_back({{"match", arch.head_module}, {"format", head.format.name()}, {"algo", head.algo}});
   nlohmann::ordered_json j;
+  if (kv_fp8) j["kv_cache"] = "fp8";
   j["rules"] = std::move(rules);
   return j;
 }
 
 void save_recipe(const std::filesystem::path& path, const Assignment& assignment,
-                 const Architecture& arch) {
-  write_json_file(path, recipe_json(assignment, arch));
+                 const Architecture& arch, bool kv_fp8) {
+  write_json_file(path, recipe_json(assignment, arch, kv_fp8));
 }
 
 }  // namespace qf

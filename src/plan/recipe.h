@@ -9,7 +9,8 @@
 //   ("model.layers.3.self_attn.q_proj"), or "re:" + a Perl-syntax regex (PCRE2) that must match
 //   the whole name. format: nvfp4 | mxfp4 | fp8 | int4 | keep (int4's group size: "int4:64" or
 //   options.group_size; "nvfp4:4o6" = nvfp4 with algo four_over_six). algo (optional): max |
-//   mse | awq | gptq | smoothquant | four_over_six (NVFP4 only). activations (optional): none |
+//   mse | awq | gptq | smoothquant | four_over_six (NVFP4 block scales, or the 1.0x / 1.5x amax
+//   of an FP8 W8A8 tensor). activations (optional): none |
 //   nvfp4 (with format nvfp4: W4A4) | fp8 (with format fp8: FP8 W8A8, per-tensor weights and a
 //   static input scale); calibrated. options (optional): an object passed to the algorithm
 //   unchanged. The first matching rule wins; the output head is a module named "lm_head" (a
@@ -78,10 +79,12 @@ Assignment apply_recipe(const Recipe& recipe, const Architecture& arch,
                         const ModuleChoice& default_choice);
 
 // The assignment as exact rules, one per Linear of `arch` in architecture order (modules absent
-// from the assignment written as "keep"); apply_recipe of the result gives the assignment back.
-nlohmann::ordered_json recipe_json(const Assignment& assignment, const Architecture& arch);
+// from the assignment written as "keep"; the head when quantized), and "kv_cache": "fp8" when
+// `kv_fp8`; apply_recipe of the result gives the assignment back.
+nlohmann::ordered_json recipe_json(const Assignment& assignment, const Architecture& arch,
+                                   bool kv_fp8 = false);
 // Writes recipe_json to `path` (4-space JSON, through a temporary file). Throws qf::Error.
 void save_recipe(const std::filesystem::path& path, const Assignment& assignment,
-                 const Architecture& arch);
+                 const Architecture& arch, bool kv_fp8 = false);
 
 }  // namespace qf

@@ -221,6 +221,9 @@ TEST(NemotronH, BatchedDecodeKeepsEachSequencesState) {
     for (int64_t v = 0; v < V; ++v)
       EXPECT_NEAR(got[s * size_t(V) + size_t(v)], want[size_t(v)], 1e-4) << "sequence " << s;
   }
+  // Per sequence and Mamba layer: conv state [128, K-1 = 3] and SSM state [8, 8, 16], float32;
+  // 3 Mamba layers, 3 sequences.
+  EXPECT_EQ(batched->mamba_state_bytes(), uint64_t(3 * 3 * (128 * 3 + 8 * 8 * 16) * 4));
   try {
     alone->forward(std::vector<int32_t>{4}, 2, logits.data(), false);
     ADD_FAILURE() << "rewound a Mamba state";

@@ -275,9 +275,11 @@ TEST(Recipe, ActivationsKvCacheAndTheHead) {
   EXPECT_EQ(a.at("model.layers.1.self_attn.k_proj").activations, ActQuant::fp8);
   EXPECT_EQ(a.at("lm_head").format, FormatChoice::of(Format::nvfp4));
   EXPECT_EQ(a.at("lm_head").algo, "four_over_six");
-  // The saved form replays the same assignment, activations and head included.
-  EXPECT_EQ(apply_recipe(parse_recipe(recipe_json(a, arch), "saved"), arch, ModuleChoice{}).modules,
-            a.modules);
+  // The saved form replays the same assignment, activations, head and KV cache included.
+  const Recipe saved = parse_recipe(recipe_json(a, arch, r.kv_fp8), "saved");
+  EXPECT_EQ(apply_recipe(saved, arch, ModuleChoice{}).modules, a.modules);
+  EXPECT_TRUE(saved.kv_fp8);
+  EXPECT_FALSE(parse_recipe(recipe_json(a, arch), "saved").kv_fp8);
   // "*" alone does not quantize the head (as without a recipe, it needs naming).
   const Assignment b =
       apply_recipe(parse(R"({"rules": [{"match": "*", "format": "fp8"}]})"), arch, ModuleChoice{});
