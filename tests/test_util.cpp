@@ -135,6 +135,11 @@ std::vector<float> ggml_golden_floats(const std::string& name) {
   return v;
 }
 
+void copy_conformance_case(const std::filesystem::path& src, const std::filesystem::path& model) {
+  std::filesystem::copy(src, model);
+  write_file(model / "tokenizer.json", byte_level_tokenizer());
+}
+
 void write_f32_copy(const std::filesystem::path& src, const std::filesystem::path& dst) {
   std::filesystem::create_directories(dst);
   std::filesystem::copy_file(src / "config.json", dst / "config.json");

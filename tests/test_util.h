@@ -62,6 +62,9 @@ std::vector<float> ggml_golden_floats(const std::string& name);
 // A tokenizer.json whose 256 tokens are the bytes (GPT-2's byte-to-unicode alphabet, no
 // merges): text in and out for the vocab-256 conformance models.
 std::string byte_level_tokenizer();
+// A copy of a conformance case directory at `model`, with byte_level_tokenizer() beside it
+// (calibration and evaluation need text).
+void copy_conformance_case(const std::filesystem::path& src, const std::filesystem::path& model);
 // A copy of the checkpoint at `src` (config.json + one model.safetensors of BF16 tensors) with
 // every tensor widened to F32, at `dst`.
 void write_f32_copy(const std::filesystem::path& src, const std::filesystem::path& dst);

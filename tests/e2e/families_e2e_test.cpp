@@ -26,8 +26,7 @@ TEST_P(FamilyE2E, QuantizeEvalBothExportsAndAwq) {
   const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / GetParam();
   if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
   test::ScratchDir dir;
-  fs::copy(src, dir / "model");
-  test::write_file(dir / "model" / "tokenizer.json", test::byte_level_tokenizer());
+  test::copy_conformance_case(src, dir / "model");
   const fs::path fx = test::fixtures_dir() / "corpora";
   const std::string text = " --text " + quote(fx / "tinystories_valid_subset.txt") +
                            " --max-chars 3000 --ctx 128 --json";

@@ -62,11 +62,6 @@ void expect_fp8_amax_choice(const SafetensorsFile& orig, const SafetensorsFile& 
 fs::path case_dir(const std::string& name) {
   return fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance" / name;
 }
-// The case with a byte-level tokenizer beside it (calibration and eval need text).
-void copy_case(const fs::path& src, const fs::path& model) {
-  fs::copy(src, model);
-  test::write_file(model / "tokenizer.json", test::byte_level_tokenizer());
-}
 std::string text_flags() {
   return " --text " + quote(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
          " --max-chars 3000 --ctx 128 --json";
@@ -81,7 +76,7 @@ TEST_P(NemotronHE2E, QuantizeEveryLinearKindAndEval) {
   const fs::path src = case_dir(GetParam());
   if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
   test::ScratchDir dir;
-  copy_case(src, dir / "model");
+  test::copy_conformance_case(src, dir / "model");
   const std::string text = text_flags(), calib = calib_flags();
   const SafetensorsFile orig = SafetensorsFile::open(src / "model.safetensors");
   const std::string mamba = "backbone.layers.0.mixer.";
@@ -147,7 +142,7 @@ TEST_P(NemotronHE2E, PresetsPutEachModuleInTheRecipesScheme) {
   const fs::path src = case_dir(GetParam());
   if (!fs::exists(src)) GTEST_SKIP() << "conformance data missing";
   test::ScratchDir dir;
-  copy_case(src, dir / "model");
+  test::copy_conformance_case(src, dir / "model");
   const std::string text = text_flags(), calib = calib_flags();
   // The scheme inspect reports for a module of each kind, per preset ("" = kept in BF16).
   struct Expect {
