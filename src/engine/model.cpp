@@ -621,7 +621,7 @@ void Model::mla_qkv(const LayerSpec& spec, const LayerWeights& L, int64_t pos, i
 void Model::gated_mlp(const LayerWeights& L, const std::array<int, 3>& slots, int64_t inter,
                       const float* x, int64_t n, float* y, int expert, LayerObserver* obs,
                       bool interleaved) {
-  bool gated = false;  // hb_ already holds act(gate) * up
+  bool gated = false;  // hb_ already holds the activation: act(gate) * up, or act(up) ungated
   if (!w_.arch.gated_mlp) {
     // Nemotron-H: down(relu(up(x))^2), no gate (the only ungated family: its activation is
     // relu2, set by model/nemotron_h).
