@@ -46,6 +46,11 @@ void x_to_bf16_pairs(const float* x, int64_t tokens, int64_t K, uint32_t* out);
 // BF16 as in the prefill product (matvec_bf16_tokens_avx512bf16.cpp).
 void matvec_bf16_tokens_avx512bf16(const LinearWeight& w, const float* x, int64_t tokens,
                                    float* y, ThreadPool* pool);
+// The same on AMX-BF16 tiles (matvec_bf16_tokens_amx.cpp: the same roundings, another summation
+// order), for BF16 rows of a multiple of 32 elements, at least 32 rows, on CPUs with AMX-BF16.
+bool fits_bf16_tokens_amx(const LinearWeight& w);
+void matvec_bf16_tokens_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                            ThreadPool* pool);
 
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);

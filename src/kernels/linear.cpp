@@ -106,7 +106,9 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t tokens, float
     case Route::ggml_int8: kernels::matmul_ggml_int8(w, x, tokens, y, pool); return;
     case Route::int8_matvec: row.matvec_int8_activation(w, x, tokens, y, pool); return;
     case Route::float_tokens:
-      if (w.format == WeightFormat::bf16 && kernels::cpu_has_avx512bf16())
+      if (kernels::fits_bf16_tokens_amx(w))
+        kernels::matvec_bf16_tokens_amx(w, x, tokens, y, pool);
+      else if (w.format == WeightFormat::bf16 && kernels::cpu_has_avx512bf16())
         kernels::matvec_bf16_tokens_avx512bf16(w, x, tokens, y, pool);
       else
         kernels::matvec_float_tokens(w, x, tokens, y, pool);

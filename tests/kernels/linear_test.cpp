@@ -301,6 +301,34 @@ TEST(KernelLinear, Bf16MatMulKernelsMatchReference) {
   }
 }
 
+// The batched-decode BF16 kernel on AMX tiles called directly: row counts around its blocks of
+// 32 (the rest on AVX512-BF16), 1 to 8 tokens and a second group of 16; within the BF16
+// product's bounds, bit-identical at 1 and 2 threads, and each token's outputs the same whether
+// it comes alone or with others.
+TEST(KernelLinear, Bf16TokensAmxMatchesReference) {
+  ThreadPool one(1), two(2);
+  for (const Case& c : {Case{WeightFormat::bf16, 64, 256, 0}, Case{WeightFormat::bf16, 70, 96, 0},
+                        Case{WeightFormat::bf16, 32, 1024, 0}}) {
+    auto t = make_weight(c.format, c.rows, c.cols, c.group);
+    if (!kernels::fits_bf16_tokens_amx(t->w)) GTEST_SKIP() << "no AMX-BF16";
+    for (int64_t tokens : {1, 2, 5, 8, 19}) {
+      SCOPED_TRACE(std::to_string(c.rows) + "x" + std::to_string(c.cols) + " tokens " +
+                   std::to_string(tokens));
+      const auto x = random_vector(size_t(tokens * c.cols), 29);
+      std::vector<float> ref(static_cast<size_t>(tokens * c.rows)), y1(ref.size()), y2(ref.size());
+      linear_reference(t->w, x.data(), tokens, ref.data());
+      kernels::matvec_bf16_tokens_amx(t->w, x.data(), tokens, y1.data(), &one);
+      kernels::matvec_bf16_tokens_amx(t->w, x.data(), tokens, y2.data(), &two);
+      expect_bf16_matmul_close(t->w, x, tokens, y1, ref);
+      ASSERT_EQ(y1, y2) << "thread count changed the output";
+      std::vector<float> alone(static_cast<size_t>(c.rows));
+      kernels::matvec_bf16_tokens_amx(t->w, x.data() + (tokens - 1) * c.cols, 1, alone.data(), &two);
+      for (int64_t r = 0; r < c.rows; ++r)
+        ASSERT_EQ(alone[size_t(r)], y1[size_t((tokens - 1) * c.rows + r)]) << "row " << r;
+    }
+  }
+}
+
 // Products sharing their input (q/k/v, gate/up) equal one linear_forward per weight, bit for bit,
 // in both modes, at 1 and 2 threads: the AMX path (x laid out once, one task loop), mixed
 // formats, and groups it cannot share (an INT4 group that changes the K-blocks, an F32 weight).
