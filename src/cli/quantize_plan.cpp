@@ -66,10 +66,17 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a) {
                   "--auto: largest size of the output's safetensors files, e.g. 1.5GB");
   cmd->add_option("--fit-memory", a.fit_memory,
                   "--auto: weights plus the KV cache of --context tokens (x --batch) must fit this");
-  cmd->add_option("--context", a.context, "--fit-memory: tokens of KV cache per sequence");
-  cmd->add_option("--batch", a.batch, "--fit-memory: sequences")->capture_default_str();
+  cmd->add_option("--context", a.context,
+                  "--fit-memory, --min-speedup: tokens of KV cache per sequence (--min-speedup: "
+                  "the cache each decode step reads; default none)");
+  cmd->add_option("--batch", a.batch,
+                  "--fit-memory, --min-speedup: sequences (decoded together: the weights read "
+                  "once per step, each sequence's cache once)")
+      ->capture_default_str();
   cmd->add_option("--min-speedup", a.min_speedup,
-                  "--auto: estimated decode speedup over BF16 from bytes read per token")
+                  "--auto: estimated decode throughput over BF16 from the bytes a decode step "
+                  "reads (weights once; with --context, the --batch sequences' KV caches, BF16 "
+                  "against the plan's)")
       ->check(finite_range(1.0, 16.0));
 }
 
@@ -162,7 +169,11 @@ bool apply_plan(const PlanArgs& a, QuantizeOptions& o, const SourceModel& model,
       ao.target = {TargetKind::memory, double(parse_size(a.fit_memory)), a.context, a.batch,
                    o.kv_fp8 ? 1 : 2};
     } else {
-      ao.target = {TargetKind::speedup, a.min_speedup};
+      if (a.batch > 1 && a.context < 1)
+        fail("--min-speedup --batch {} needs --context N: without a KV cache every sequence "
+             "shares the step's weight reads and the batch does not change the estimate",
+             a.batch);
+      ao.target = {TargetKind::speedup, a.min_speedup, a.context, a.batch, o.kv_fp8 ? 1 : 2};
     }
     const AutoPlan p = plan_auto(model, ao);
     if (!quiet && p.formats.size() > ao.sensitivity.formats.size())

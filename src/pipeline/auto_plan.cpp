@@ -217,7 +217,12 @@ std::pair<std::string, std::string> target_words(const Target& t, double achieve
                           human_bytes(t.value)),
               fmt::format("a predicted {}", human_bytes(achieved))};
     case TargetKind::speedup:
-      return {fmt::format("an estimated decode speedup over BF16 of at least {}x", t.value),
+      return {t.context > 0
+                  ? fmt::format("an estimated decode throughput over BF16 of at least {}x ({} "
+                                "sequences per step, each reading a {} KV cache of {} tokens)",
+                                t.value, t.batch, t.kv_dtype_size == 1 ? "FP8" : "BF16",
+                                t.context)
+                  : fmt::format("an estimated decode speedup over BF16 of at least {}x", t.value),
               fmt::format("an estimated {:.2f}x", achieved)};
   }
   return {describe_target(t), fmt::format("{:.4g}", achieved)};
@@ -244,7 +249,7 @@ AutoPlanSummary auto_plan_summary(const AutoPlan& p) {
       "budget of {})",
       p.units.size(), constraint, reached, human_bytes(double(p.result.total_bytes)),
       p.target.kind == TargetKind::speedup
-          ? fmt::format(", {} read per token", human_bytes(double(p.budgeted_bytes)))
+          ? fmt::format(", {} read per decode step", human_bytes(double(p.budgeted_bytes)))
           : std::string(),
       human_bytes(double(a.budget_bytes)));
   if (!a.exact_solve)

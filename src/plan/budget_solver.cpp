@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 namespace qf {
 
@@ -183,6 +184,17 @@ uint64_t kv_of(const Target& t, const ModelBudgetInfo& info) {
                         t.kv_dtype_size);
 }
 
+// A decode step of the speedup target: what the BF16 model reads (Linears, the fixed reads, and
+// the KV caches of `batch` sequences at `context` positions in BF16), and what the quantized
+// one reads of its KV caches (in the target's KV dtype). Weights are read once per step for all
+// sequences, the caches once per sequence.
+std::pair<double, uint64_t> speedup_step_bytes(const Target& t, const ModelBudgetInfo& info) {
+  const uint64_t kv16 = kv_cache_bytes(info.layers, info.kv_heads, info.head_dim, t.context,
+                                       t.batch, 2);
+  return {double(info.bf16_linear_read_bytes + info.bf16_fixed_read_bytes_per_token + kv16),
+          kv_of(t, info)};
+}
+
 int64_t clamp_signed(double v) {
   if (v >= 9.2e18) return std::numeric_limits<int64_t>::max();
   if (v <= -9.2e18) return std::numeric_limits<int64_t>::min();
@@ -203,10 +215,13 @@ int64_t target_budget(const Target& t, const ModelBudgetInfo& info) {
       if (t.context < 1 || t.batch < 1 || t.kv_dtype_size < 1)
         fail("{}: the context and batch must be at least 1", describe_target(t));
       return clamp_signed(t.value) - int64_t(info.fixed_bytes) - int64_t(kv_of(t, info));
-    case TargetKind::speedup:
-      return clamp_signed(double(info.bf16_linear_read_bytes + info.bf16_fixed_read_bytes_per_token) /
-                          t.value) -
-             int64_t(info.fixed_read_bytes_per_token);
+    case TargetKind::speedup: {
+      if (t.context < 0 || t.batch < 1 || t.kv_dtype_size < 1)
+        fail("{}: the context must be at least 0 and the batch at least 1", describe_target(t));
+      const auto [base, kv] = speedup_step_bytes(t, info);
+      return clamp_signed(base / t.value) - int64_t(info.fixed_read_bytes_per_token) -
+             int64_t(kv);
+    }
   }
   fail("unknown target kind");
 }
@@ -220,9 +235,10 @@ double target_value(const Target& t, const ModelBudgetInfo& info, uint64_t linea
       return double(linear_bytes + info.fixed_bytes + info.overhead_bytes);
     case TargetKind::memory:
       return double(linear_bytes + info.fixed_bytes + kv_of(t, info));
-    case TargetKind::speedup:
-      return double(info.bf16_linear_read_bytes + info.bf16_fixed_read_bytes_per_token) /
-             double(linear_bytes + info.fixed_read_bytes_per_token);
+    case TargetKind::speedup: {
+      const auto [base, kv] = speedup_step_bytes(t, info);
+      return base / double(linear_bytes + info.fixed_read_bytes_per_token + kv);
+    }
   }
   fail("unknown target kind");
 }
@@ -233,7 +249,10 @@ std::string describe_target(const Target& t) {
     case TargetKind::size: return fmt::format("--target-size {:.0f}", t.value);
     case TargetKind::memory:
       return fmt::format("--fit-memory {:.0f} --context {} --batch {}", t.value, t.context, t.batch);
-    case TargetKind::speedup: return fmt::format("--min-speedup {}", t.value);
+    case TargetKind::speedup:
+      return t.context > 0
+                 ? fmt::format("--min-speedup {} --context {} --batch {}", t.value, t.context, t.batch)
+                 : fmt::format("--min-speedup {}", t.value);
   }
   return "target";
 }

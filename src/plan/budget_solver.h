@@ -79,9 +79,9 @@ enum class TargetKind { bits, size, memory, speedup };
 struct Target {
   TargetKind kind = TargetKind::bits;
   double value = 0;        // bits per weight; bytes (size, memory); speedup factor (> 0)
-  int64_t context = 0;     // memory: tokens of KV cache
-  int64_t batch = 1;       // memory: sequences
-  int kv_dtype_size = 2;   // memory: bytes per cached element (2 = BF16/F16, 1 = FP8)
+  int64_t context = 0;     // memory, speedup: tokens of KV cache per sequence (speedup: 0 = none)
+  int64_t batch = 1;       // memory, speedup: sequences (decoded together: one weight read per step)
+  int kv_dtype_size = 2;   // memory, speedup: bytes per cached element (2 = BF16/F16, 1 = FP8)
 };
 
 // The byte budget for the units' Linears; negative when even zero Linear bytes would not meet
@@ -89,9 +89,14 @@ struct Target {
 //   bits:    floor(B * quantizable_numel / 8)
 //   size:    SIZE - fixed_bytes - overhead_bytes
 //   memory:  SIZE - fixed_bytes - kv_cache_bytes(...)
-//   speedup: floor((bf16_linear_read_bytes + bf16_fixed_read) / X) - fixed_read_bytes_per_token,
-//            a budget for the Linears' bytes read per token (DecisionUnit::read_fraction)
-// Throws qf::Error for a non-positive value (or a context < 1 / batch < 1 for memory).
+//   speedup: floor((bf16_linear_read_bytes + bf16_fixed_read + KV_bf16) / X)
+//              - fixed_read_bytes_per_token - KV,
+//            a budget for the Linears' bytes read per decode step (DecisionUnit::read_fraction),
+//            KV = kv_cache_bytes(context, batch, kv_dtype_size) the step's cache reads (KV_bf16
+//            the same at 2 bytes; 0 with context 0): a step decodes `batch` sequences, reading
+//            the weights once and each sequence's cache. The model of a memory-bound decode.
+// Throws qf::Error for a non-positive value (or a context < 1 / batch < 1 for memory, a
+// context < 0 / batch < 1 for speedup).
 int64_t target_budget(const Target& target, const ModelBudgetInfo& info);
 
 // The target's own quantity when the units' Linears take `linear_bytes`: bits per weight,

@@ -165,6 +165,16 @@ TEST(BudgetTarget, BudgetsFromTargets) {
   moe.bf16_linear_read_bytes = 1100;
   EXPECT_EQ(target_budget({TargetKind::speedup, 3.0}, moe), 400 - 100);
   EXPECT_DOUBLE_EQ(target_value({TargetKind::speedup, 3.0}, moe, 300), 3.0);
+  // Batched decode: 2 sequences of 10 cached tokens each read their KV cache every step (1280
+  // bytes in BF16, 640 in FP8) while the weights are read once for both. BF16 step: 2000 + 100
+  // + 1280 = 3380; at 3x: 1126 bytes, less the fixed 100 and the FP8 caches' 640.
+  const Target batched{TargetKind::speedup, 3.0, 10, 2, 1};
+  EXPECT_EQ(target_budget(batched, info), 1126 - 100 - 640);
+  EXPECT_NEAR(target_value(batched, info, 386), 3380.0 / 1126.0, 1e-12);
+  // The same caches in BF16 leave less for the weights; with no context, batch is moot.
+  EXPECT_EQ(target_budget({TargetKind::speedup, 3.0, 10, 2, 2}, info), 1126 - 100 - 1280);
+  EXPECT_EQ(target_budget({TargetKind::speedup, 3.0, 0, 4, 2}, info), 700 - 100);
+  EXPECT_THROW(target_budget({TargetKind::speedup, 3.0, 10, 0, 2}, info), Error);
   EXPECT_LT(target_budget({TargetKind::size, 100}, info), 0);
   EXPECT_THROW(target_budget({TargetKind::bits, 0}, info), Error);
   EXPECT_THROW(target_budget({TargetKind::memory, 10, 0}, info), Error);
