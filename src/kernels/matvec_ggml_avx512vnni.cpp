@@ -334,10 +334,10 @@ struct KBlock {
   float d, dmin;
 };
 
-// Lane L of vector k (elements 64k + 4L ..) belongs to sub-block (64k + 4L) / kSub.
+// Lane L of vector k (elements 64k + 4L ..) belongs to sub-block (64k + 4L) / kSub; v holds
+// the sub-blocks' values in its first lanes.
 template <int kSub>
-QF_GGML_TARGET inline void spread_scales(const int32_t* per_sub, __m512i (&sc)[4]) {
-  const __m512i v = _mm512_loadu_si512(per_sub);  // 8 (Q4_K/Q5_K) or 16 (Q6_K) values, rest 0
+QF_GGML_TARGET inline void spread_scales(__m512i v, __m512i (&sc)[4]) {
   for (int k = 0; k < 4; ++k) {
     alignas(64) int32_t idx[16];
     for (int l = 0; l < 16; ++l) idx[l] = (64 * k + 4 * l) / kSub;
@@ -345,17 +345,26 @@ QF_GGML_TARGET inline void spread_scales(const int32_t* per_sub, __m512i (&sc)[4
   }
 }
 
+// Q4_K / Q5_K: the 8 six-bit scales and mins of the 12 bytes at p + 4, all at once (ggml's own
+// x86 kernels unpack them the same way, three 32-bit words through masks and shifts; per
+// sub-block this is ggml_k4_scale_min): bytes 0-7 of the result the scales, 8-15 the mins.
+QF_GGML_TARGET inline __m128i k4_scales_mins(const uint8_t* p) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, p + 4, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
+  const uint32_t mins03 = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
+  u[2] = mins03;
+  u[0] &= kLow6;  // scales 0..3
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
 QF_GGML_TARGET inline void k4_scales(const uint8_t* p, KBlock& kb) {
-  alignas(64) int32_t sc[16] = {};
-  alignas(32) int16_t coef[16];
-  for (int j = 0; j < 8; ++j) {
-    uint8_t s, m;
-    ggml_k4_scale_min(j, p + 4, &s, &m);
-    sc[j] = s;
-    coef[2 * j] = coef[2 * j + 1] = int16_t(m);
-  }
-  spread_scales<32>(sc, kb.sc);
-  kb.coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(coef));
+  const __m128i sm = k4_scales_mins(p);
+  spread_scales<32>(_mm512_cvtepu8_epi32(sm), kb.sc);
+  // Per 16 activations (two per sub-block) the coefficient of its bsum: the sub-block's min.
+  kb.coef = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
   kb.d = f16(p);
   kb.dmin = f16(p + 2);
 }
@@ -417,15 +426,10 @@ struct Q6_K {
       kb.u[2 * h] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
       kb.u[2 * h + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(c), d, 1);
     }
-    alignas(64) int32_t sc[16];
-    alignas(32) int16_t coef[16];
-    const auto* s8 = reinterpret_cast<const int8_t*>(p + 192);
-    for (int j = 0; j < 16; ++j) {
-      sc[j] = s8[j];
-      coef[j] = int16_t(32 * s8[j]);
-    }
-    spread_scales<16>(sc, kb.sc);
-    kb.coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(coef));
+    // The 16 signed scales; the coefficient of each bsum, 32 * its scale.
+    const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+    spread_scales<16>(_mm512_cvtepi8_epi32(s8), kb.sc);
+    kb.coef = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5);
     kb.d = f16(p + 208);
     kb.dmin = 0.f;
   }
@@ -451,11 +455,16 @@ QF_GGML_TARGET void k_row_tokens(const uint8_t* row, int64_t blocks, int64_t r, 
                                                 _mm512_loadu_si512(q + 64 * k));
         acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(dot, kb.sc[k]));
       }
-      const int32_t isum = _mm512_reduce_add_epi32(acc);
       const __m256i bs = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(a.bsums.data() + (t0 + t) * (a.padded / 16) + 16 * b));
-      const int32_t corr =
-          _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(kb.coef, bs)));
+      // Both sums in one reduction (exact in any order): pairs of the products' 8 lanes and
+      // the corrections' 8 side by side, then halves.
+      const __m256i h = _mm256_hadd_epi32(
+          _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)),
+          _mm256_madd_epi16(kb.coef, bs));
+      __m128i q4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      q4 = _mm_hadd_epi32(q4, q4);  // [isum, corr, isum, corr]
+      const int32_t isum = _mm_cvtsi128_si32(q4), corr = _mm_extract_epi32(q4, 1);
       const __m128 dx = _mm_set_ss(a.d[size_t((t0 + t) * a.d_stride() + b)]);
       if constexpr (K::kMins) {
         // (d * dx) * isum - (dmin * dx) * mins

@@ -24,6 +24,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -347,9 +348,14 @@ void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, Thread
 }  // namespace
 
 bool cpu_has_avx512vnni() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+  static const bool ok = [] {
+    // QFORGE_NO_AVX512_VNNI=1: the paths of CPUs without it (comparisons, tests of fallbacks).
+    const char* off = std::getenv("QFORGE_NO_AVX512_VNNI");
+    if (off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0) return false;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("f16c");
+  }();
   return ok;
 }
 
