@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace qf {
 
@@ -35,6 +36,19 @@ uint8_t ggml_fp4_best_index(float x, float d);
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block from its 12
 // packed scale bytes (ggml's get_scale_min_k4).
 void ggml_k4_scale_min(int j, const uint8_t* scales12, uint8_t* scale, uint8_t* min);
+// All 8 at once, as ggml's x86 kernels unpack them (three 32-bit words through masks and
+// shifts): out[0..7] the scales, out[8..15] the mins; the same values as ggml_k4_scale_min.
+inline void ggml_k4_scales_mins(const uint8_t* scales12, uint8_t* out16) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, scales12, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
+  const uint32_t mins03 = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
+  u[2] = mins03;
+  u[0] &= kLow6;  // scales 0..3
+  std::memcpy(out16, u, 16);
+}
 
 void ggml_quantize_q4_0(const float* x, uint8_t* out, int64_t n);
 void ggml_quantize_q8_0(const float* x, uint8_t* out, int64_t n);

@@ -65,8 +65,8 @@ float ggml_vec_dot_scalar(const LinearWeight& w, int64_t row, const GgmlActivati
                           int64_t token);
 
 // y[t, r] = row r . token t of x (float), x quantized once per call as ggml_act_kind(w) says
-// (which must not be none), times global_scale; AVX-512 VNNI where the CPU has it, else the
-// scalar model. Each output is computed the same way whatever the pool, the token count and the
+// (which must not be none), times global_scale; AVX-512 VNNI where the CPU has it, else AVX2
+// for the types it has, else the scalar model. Each output is computed the same way whatever the pool, the token count and the
 // row grouping, so prefill gives the bytes of token-by-token decode.
 void matmul_ggml_int8(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                       ThreadPool* pool);
@@ -80,5 +80,13 @@ bool ggml_rows_simd(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
 void ggml_prepare_simd(const LinearWeight& w, GgmlActivations& a);
 // Whether ggml_rows_simd has a kernel for w's type on this CPU.
 bool ggml_has_simd(const LinearWeight& w);
+
+// The AVX2 kernels (matvec_ggml_avx2.cpp) of CPUs without AVX-512 VNNI: Q4_0, Q8_0, MXFP4, NVFP4
+// (the scalar model's results to float rounding) and Q4_K, Q6_K (its results bit for bit). Read
+// a.q / a.d / a.bsums as ggml_quantize_activations leaves them (no ggml_prepare_simd). The
+// driver uses them where ggml_has_simd is false; tests call them directly.
+bool ggml_has_avx2_kernel(const LinearWeight& w);
+void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0, int64_t r1,
+                    int64_t t0, int64_t t1, float factor, float* y);
 
 }  // namespace qf::kernels

@@ -270,6 +270,7 @@ void matmul_ggml_int8(const LinearWeight& w, const float* x, int64_t tokens, flo
   ggml_quantize_activations(ggml_act_kind(w), x, tokens, w.cols, a);
   const bool simd = ggml_has_simd(w);
   if (simd) ggml_prepare_simd(w, a);
+  const bool avx2 = !simd && ggml_has_avx2_kernel(w);
   const float factor = w.global_scale;
   // Tasks of about 512 KB of weights (a long sequential stream per task, see
   // matvec_q4_avx512vnni.cpp), their count a multiple of the pool's size so that no core idles
@@ -288,6 +289,10 @@ void matmul_ggml_int8(const LinearWeight& w, const float* x, int64_t tokens, flo
     for (int64_t t0 = 0; t0 < tokens; t0 += kTokenGroup) {
       const int64_t t1 = std::min(tokens, t0 + kTokenGroup);
       if (simd && ggml_rows_simd(w, a, r0, r1, t0, t1, factor, y)) continue;
+      if (avx2) {
+        ggml_rows_avx2(w, a, r0, r1, t0, t1, factor, y);
+        continue;
+      }
       for (int64_t t = t0; t < t1; ++t)
         for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = ggml_vec_dot_scalar(w, r, a, t) * factor;
     }

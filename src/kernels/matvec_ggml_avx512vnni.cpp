@@ -345,23 +345,11 @@ QF_GGML_TARGET inline void spread_scales(__m512i v, __m512i (&sc)[4]) {
   }
 }
 
-// Q4_K / Q5_K: the 8 six-bit scales and mins of the 12 bytes at p + 4, all at once (ggml's own
-// x86 kernels unpack them the same way, three 32-bit words through masks and shifts; per
-// sub-block this is ggml_k4_scale_min): bytes 0-7 of the result the scales, 8-15 the mins.
-QF_GGML_TARGET inline __m128i k4_scales_mins(const uint8_t* p) {
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  uint32_t u[4];
-  std::memcpy(u, p + 4, 12);
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
-  const uint32_t mins03 = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
-  u[2] = mins03;
-  u[0] &= kLow6;  // scales 0..3
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
-}
-
+// Q4_K / Q5_K: scales and mins (ggml_k4_scales_mins: bytes 0-7 the scales, 8-15 the mins).
 QF_GGML_TARGET inline void k4_scales(const uint8_t* p, KBlock& kb) {
-  const __m128i sm = k4_scales_mins(p);
+  alignas(16) uint8_t sm16[16];
+  ggml_k4_scales_mins(p + 4, sm16);
+  const __m128i sm = _mm_load_si128(reinterpret_cast<const __m128i*>(sm16));
   spread_scales<32>(_mm512_cvtepu8_epi32(sm), kb.sc);
   // Per 16 activations (two per sub-block) the coefficient of its bsum: the sub-block's min.
   kb.coef = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));

@@ -214,3 +214,28 @@ TEST(GgmlFloatTypes, RoundTripExactValuesAndRoundToNearestEven) {
 
 }  // namespace
 }  // namespace qf
+
+namespace qf {
+namespace {
+
+// The word-at-a-time unpacking of a Q4_K / Q5_K super-block's 12 scale bytes gives
+// get_scale_min_k4's values for every sub-block: every byte value in every position.
+TEST(GgmlK4Scales, AllAtOnceEqualsPerSubBlock) {
+  uint8_t bytes[12];
+  for (int pos = 0; pos < 12; ++pos)
+    for (int v = 0; v < 256; ++v) {
+      for (int i = 0; i < 12; ++i) bytes[i] = uint8_t(37 * i + 11 * v + pos);
+      bytes[pos] = uint8_t(v);
+      uint8_t all[16];
+      ggml_k4_scales_mins(bytes, all);
+      for (int j = 0; j < 8; ++j) {
+        uint8_t s, m;
+        ggml_k4_scale_min(j, bytes, &s, &m);
+        ASSERT_EQ(all[j], s) << "byte " << pos << " = " << v << " sub-block " << j;
+        ASSERT_EQ(all[8 + j], m) << "byte " << pos << " = " << v << " sub-block " << j;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace qf

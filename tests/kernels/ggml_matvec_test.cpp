@@ -171,6 +171,40 @@ TEST(GgmlMatVec, FastProductMatchesScalarModelOfGgml) {
   }
 }
 
+// The AVX2 kernels of CPUs without AVX-512 VNNI, called directly (the driver takes AVX-512 where
+// the CPU has it): the scalar model to float rounding, the K-quants bit for bit.
+TEST(GgmlMatVec, Avx2KernelsMatchScalarModel) {
+  int tested = 0;
+  for (GgmlType type : kTypes) {
+    const int block = ggml_type_info(type).block_size;
+    for (int64_t cols : {int64_t(block), int64_t(block) * 3, int64_t(2048)}) {
+      const int64_t rows = 9, tokens = 3;
+      const GgmlMatrix m = make_matrix(type, rows, cols, uint32_t(cols + 7 * int(type)));
+      if (!kernels::ggml_has_avx2_kernel(m.w)) continue;
+      ++tested;
+      const auto x = random_vector(size_t(tokens * cols), 13, 1.f);
+      kernels::GgmlActivations a;
+      kernels::ggml_quantize_activations(kernels::ggml_act_kind(m.w), x.data(), tokens, cols, a);
+      std::vector<float> y(size_t(tokens * rows));
+      kernels::ggml_rows_avx2(m.w, a, 0, rows, 0, tokens, m.w.global_scale, y.data());
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double mag = 0;
+          const double want = model_dot(m, r, a, t, &mag);
+          const float got = y[size_t(t * rows + r)];
+          const float scalar = kernels::ggml_vec_dot_scalar(m.w, r, a, t) * m.w.global_scale;
+          ASSERT_NEAR(got, want, 1e-6 * mag + 1e-30)
+              << ggml_type_info(type).name << " cols " << cols << " row " << r << " token " << t;
+          if (kernels::ggml_act_kind(m.w) == kernels::GgmlActKind::q8_k) {
+            ASSERT_EQ(got, scalar) << ggml_type_info(type).name << " row " << r;
+          }
+        }
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no AVX2";
+  EXPECT_EQ(tested, 6 * 3);
+}
+
 // Q8_0 activations: ggml-cpu's x86 quantize_row_q8_0 (127 / amax, round half to even, fp16 d).
 TEST(GgmlMatVec, Q8_0ActivationsAsGgmlCpu) {
   std::vector<float> x(32, 0.f);

@@ -1,0 +1,247 @@
+// AVX2 kernels for ggml blocks, for x86 CPUs without AVX-512 VNNI (most laptops and desktops:
+// AMD Zen 2-3, Intel client cores since Alder Lake), where the scalar model of ggml's arithmetic
+// was the only path, ten times slower than memory: Q4_0, Q8_0, MXFP4 and NVFP4 against Q8_0
+// activations, Q4_K and Q6_K (the types of Q4_K_M files) against Q8_K.
+//
+// The integer sums are ggml's AVX2 idiom: vpmaddubsw multiplies unsigned by signed bytes, so a
+// signed weight x meets the activation y as |x| . sign(y, x) (vpsignb), and vpmaddwd sums the
+// 16-bit pairs into 32-bit lanes; the K-quants' unsigned levels meet y directly and vpmaddwd
+// applies their sub-block scales. Sums are exact. The Q8_0-activation types combine blocks in
+// float lanes (weight scale x activation scale per block, added per lane, lanes summed at the
+// end of the row): the scalar model's results to float rounding. The K-quants combine each
+// super-block in the scalar model's own float order, so they equal it bit for bit, as the
+// AVX-512 kernels do.
+#include "kernels/ggml_vec_dot.h"
+
+#include "core/numeric.h"
+#include "formats/ggml_quants.h"
+#include "formats/ggml_types.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#define QF_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+namespace qf::kernels {
+namespace {
+
+constexpr int64_t kQK = 256;
+
+QF_AVX2_TARGET inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+QF_AVX2_TARGET inline __m256i load32(const int8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Exact 32-bit lane sums of x . y for signed bytes x and y (8 lanes of 4 products each).
+QF_AVX2_TARGET inline __m256i dot_i8(__m256i x, __m256i y) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+QF_AVX2_TARGET inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+QF_AVX2_TARGET inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+// 16 bytes of nibbles to 32 bytes: the low nibbles (elements 0..15), then the high ones.
+QF_AVX2_TARGET inline __m256i nibbles(const uint8_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+QF_AVX2_TARGET inline __m256i fp4_values(__m256i nib) {
+  const __m256i lut = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kGgmlFp4Values)));
+  return _mm256_shuffle_epi8(lut, nib);
+}
+
+// One row against one token's Q8_0 activations (q [cols], d [cols / 32]).
+QF_AVX2_TARGET float row_q8_0_act(GgmlType type, const uint8_t* b, int64_t cols, const int8_t* q,
+                                  const float* d) {
+  __m256 acc = _mm256_setzero_ps();
+  switch (type) {
+    case GgmlType::Q4_0:
+      for (int64_t i = 0; i < cols / 32; ++i, b += 18) {
+        const __m256i x = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 32 * i))),
+                              _mm256_set1_ps(f16(b) * d[i]), acc);
+      }
+      break;
+    case GgmlType::Q8_0:
+      for (int64_t i = 0; i < cols / 32; ++i, b += 34) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 32 * i))),
+                              _mm256_set1_ps(f16(b) * d[i]), acc);
+      }
+      break;
+    case GgmlType::MXFP4:
+      for (int64_t i = 0; i < cols / 32; ++i, b += 17) {
+        const __m256i x = fp4_values(nibbles(b + 1));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 32 * i))),
+                              _mm256_set1_ps(d[i] * ggml_e8m0_to_f32_half(b[0])), acc);
+      }
+      break;
+    case GgmlType::NVFP4:
+      // 64 elements per block, 4 sub-blocks of 16 (each 8 bytes: low nibbles, then high).
+      for (int64_t i = 0; i < cols / 64; ++i, b += 36) {
+        const __m128i m = _mm_set1_epi8(0x0F);
+        for (int h = 0; h < 2; ++h) {
+          const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4 + 16 * h));
+          const __m128i lo = _mm_and_si128(w, m), hi = _mm_and_si128(_mm_srli_epi16(w, 4), m);
+          const __m256i x = fp4_values(
+              _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi)));
+          const float dx = d[2 * i + h];
+          const __m256 s = _mm256_set_m128(_mm_set1_ps(dx * ggml_ue4m3_to_f32_half(b[2 * h + 1])),
+                                           _mm_set1_ps(dx * ggml_ue4m3_to_f32_half(b[2 * h])));
+          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 64 * i + 32 * h))), s, acc);
+        }
+      }
+      break;
+    default:
+      break;
+  }
+  return hsum(acc);
+}
+
+// Q4_K / Q6_K against Q8_K: per super-block the exact integer sum, then the scalar model's float
+// combine (its order, so the same bits).
+QF_AVX2_TARGET float row_q4_k(const uint8_t* b, int64_t cols, const int8_t* q, const float* d,
+                              const int16_t* bsums) {
+  __m128 sum = _mm_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < cols / kQK; ++i, b += 144, q += kQK, bsums += 16) {
+    uint8_t sm[16];  // scales, then mins
+    ggml_k4_scales_mins(b + 4, sm);
+    const uint8_t* sc = sm;
+    const uint8_t* mn = sm + 8;
+    __m256i isum = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * j));
+      const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * j));
+      const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * j + 32));
+      const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(w, m4), y0);
+      const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), y1);
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+    }
+    int mins = 0;
+    for (int j = 0; j < 8; ++j) mins += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+    // (d * dx) * isum - (dmin * dx) * mins, never contracted into a fused multiply-add.
+    const __m128 dx = _mm_set_ss(d[i]);
+    const __m128 x1 = _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b)), dx),
+                                 _mm_cvtsi32_ss(dx, hsum_i32(isum)));
+    const __m128 x2 = _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b + 2)), dx), _mm_cvtsi32_ss(dx, mins));
+    sum = _mm_add_ss(sum, _mm_sub_ss(x1, x2));
+  }
+  return _mm_cvtss_f32(sum);
+}
+
+QF_AVX2_TARGET float row_q6_k(const uint8_t* b, int64_t cols, const int8_t* q, const float* d,
+                              const int16_t* bsums) {
+  __m128 sum = _mm_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  for (int64_t i = 0; i < cols / kQK; ++i, b += 210, q += kQK, bsums += 16) {
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      // Levels q + 32 in [0, 63]: a nibble of ql and two bits of qh, moved to bits 4-5.
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
+      for (int k = 0; k < 4; ++k) {
+        const int e = 128 * h + 32 * k;  // elements e .. e+31: sub-blocks e/16, e/16 + 1
+        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + e));
+        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[e / 16 + 1]), _mm_set1_epi16(sc[e / 16]));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], y), s));
+      }
+    }
+    // The levels carry +32: less 32 * sum_j sc_j * bsum_j.
+    int corr = 0;
+    for (int j = 0; j < 16; ++j) corr += int(sc[j]) * bsums[j];
+    const __m128 dx = _mm_set_ss(d[i]);
+    sum = _mm_add_ss(sum, _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b + 208)), dx),
+                                     _mm_cvtsi32_ss(dx, hsum_i32(isum) - 32 * corr)));
+  }
+  return _mm_cvtss_f32(sum);
+}
+
+bool cpu_has_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+}  // namespace
+
+bool ggml_has_avx2_kernel(const LinearWeight& w) {
+  if (!cpu_has_avx2() || ggml_act_kind(w) == GgmlActKind::none) return false;
+  switch (GgmlType(w.ggml_type)) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0:
+    case GgmlType::MXFP4:
+    case GgmlType::NVFP4:
+    case GgmlType::Q4_K:
+    case GgmlType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0, int64_t r1,
+                    int64_t t0, int64_t t1, float factor, float* y) {
+  const GgmlTypeInfo& info = ggml_type_info(GgmlType(w.ggml_type));
+  const uint64_t row_bytes = uint64_t(w.cols / info.block_size) * uint64_t(info.block_bytes);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const GgmlType type = GgmlType(w.ggml_type);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = data + uint64_t(r) * row_bytes;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int8_t* q = a.q.data() + t * a.padded;
+      const float* d = a.d.data() + t * a.d_stride();
+      float v;
+      if (type == GgmlType::Q4_K) {
+        v = row_q4_k(row, w.cols, q, d, a.bsums.data() + t * a.padded / 16);
+      } else if (type == GgmlType::Q6_K) {
+        v = row_q6_k(row, w.cols, q, d, a.bsums.data() + t * a.padded / 16);
+      } else {
+        v = row_q8_0_act(type, row, w.cols, q, d);
+      }
+      y[t * w.rows + r] = v * factor;
+    }
+  }
+}
+
+}  // namespace qf::kernels
+
+#else
+
+namespace qf::kernels {
+bool ggml_has_avx2_kernel(const LinearWeight&) { return false; }
+void ggml_rows_avx2(const LinearWeight&, const GgmlActivations&, int64_t, int64_t, int64_t,
+                    int64_t, float, float*) {}
+}  // namespace qf::kernels
+
+#endif
