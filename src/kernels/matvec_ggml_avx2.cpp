@@ -21,6 +21,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cstring>
 
 #define QF_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -65,6 +66,24 @@ QF_AVX2_TARGET inline __m256i nibbles(const uint8_t* p) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
 }
 
+// ggml's half-scale decoders as tables (the functions take a few ldexp per call).
+const float* ue4m3_half_table() {
+  static const std::array<float, 256> t = [] {
+    std::array<float, 256> v{};
+    for (int i = 0; i < 256; ++i) v[size_t(i)] = ggml_ue4m3_to_f32_half(uint8_t(i));
+    return v;
+  }();
+  return t.data();
+}
+const float* e8m0_half_table() {
+  static const std::array<float, 256> t = [] {
+    std::array<float, 256> v{};
+    for (int i = 0; i < 256; ++i) v[size_t(i)] = ggml_e8m0_to_f32_half(uint8_t(i));
+    return v;
+  }();
+  return t.data();
+}
+
 QF_AVX2_TARGET inline __m256i fp4_values(__m256i nib) {
   const __m256i lut = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kGgmlFp4Values)));
@@ -75,6 +94,8 @@ QF_AVX2_TARGET inline __m256i fp4_values(__m256i nib) {
 QF_AVX2_TARGET float row_q8_0_act(GgmlType type, const uint8_t* b, int64_t cols, const int8_t* q,
                                   const float* d) {
   __m256 acc = _mm256_setzero_ps();
+  const float* ue4m3 = ue4m3_half_table();
+  const float* e8m0 = e8m0_half_table();
   switch (type) {
     case GgmlType::Q4_0:
       for (int64_t i = 0; i < cols / 32; ++i, b += 18) {
@@ -94,7 +115,7 @@ QF_AVX2_TARGET float row_q8_0_act(GgmlType type, const uint8_t* b, int64_t cols,
       for (int64_t i = 0; i < cols / 32; ++i, b += 17) {
         const __m256i x = fp4_values(nibbles(b + 1));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 32 * i))),
-                              _mm256_set1_ps(d[i] * ggml_e8m0_to_f32_half(b[0])), acc);
+                              _mm256_set1_ps(d[i] * e8m0[b[0]]), acc);
       }
       break;
     case GgmlType::NVFP4:
@@ -107,8 +128,8 @@ QF_AVX2_TARGET float row_q8_0_act(GgmlType type, const uint8_t* b, int64_t cols,
           const __m256i x = fp4_values(
               _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi)));
           const float dx = d[2 * i + h];
-          const __m256 s = _mm256_set_m128(_mm_set1_ps(dx * ggml_ue4m3_to_f32_half(b[2 * h + 1])),
-                                           _mm_set1_ps(dx * ggml_ue4m3_to_f32_half(b[2 * h])));
+          const __m256 s = _mm256_set_m128(_mm_set1_ps(dx * ue4m3[b[2 * h + 1]]),
+                                           _mm_set1_ps(dx * ue4m3[b[2 * h]]));
           acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 64 * i + 32 * h))), s, acc);
         }
       }
