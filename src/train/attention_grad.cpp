@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace qf {
 
@@ -60,7 +61,8 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
   std::fill(dv, dv + n * kw, T(0));
   // dk and dv sum over the heads of a key/value head's group: one task per key/value head
   // runs its group's heads in order, so every sum runs in the serial order.
-  auto head = [&](int64_t h) {
+  // dp_ij = dout_i·v_j once per row (the same values in the same order as computing it twice).
+  auto head = [&](int64_t h, std::vector<T>& dps) {
     const int64_t kvh = h / group;
     for (int64_t i = 0; i < n; ++i) {
       const T* p = probs + (h * n + i) * n;
@@ -71,18 +73,16 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
         const T* vj = v + j * kw + kvh * d;
         T dp = 0;
         for (int64_t c = 0; c < d; ++c) dp += go[c] * vj[c];
+        dps[size_t(j)] = dp;
         mean += p[j] * dp;
       }
       const T* qi = q + i * qw + h * d;
       T* dqi = dq + i * qw + h * d;
       for (int64_t j = 0; j <= i; ++j) {
-        const T* vj = v + j * kw + kvh * d;
         const T* kj = k + j * kw + kvh * d;
         T* dkj = dk + j * kw + kvh * d;
         T* dvj = dv + j * kw + kvh * d;
-        T dp = 0;
-        for (int64_t c = 0; c < d; ++c) dp += go[c] * vj[c];
-        const T ds = p[j] * (dp - mean) * scale;
+        const T ds = p[j] * (dps[size_t(j)] - mean) * scale;
         for (int64_t c = 0; c < d; ++c) {
           dvj[c] += p[j] * go[c];
           dqi[c] += ds * kj[c];
@@ -92,7 +92,8 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
     }
   };
   auto kv_head = [&](int64_t kvh) {
-    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) head(h);
+    std::vector<T> dps(static_cast<size_t>(n));
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) head(h, dps);
   };
   if (pool) pool->parallel_for(s.kv_heads, kv_head);
   else
