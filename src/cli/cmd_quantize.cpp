@@ -311,7 +311,7 @@ void register_quantize(CLI::App& app, Action& run) {
     float smoothquant_alpha = 1.0f;
     int64_t tune_iters = 200, tune_batch = 8;
     float tune_lr = 0.f;
-    std::string tune_optimizer = "sign", tune_target = "quantized";
+    std::string tune_optimizer = "sign", tune_target = "quantized", tune_params = "rounding";
     bool quantize_lm_head = false;
     std::string qformat, tokenizer, imatrix;
     bool dry_run = false;
@@ -443,6 +443,12 @@ void register_quantize(CLI::App& app, Action& run) {
   cmd->add_option("--tune-optimizer", args->tune_optimizer,
                   "--algo ...tune: sign (SignRound's signed gradient descent) or adam")
       ->check(name_choice("optimizer", {"sign", "adam"}))
+      ->capture_default_str();
+  cmd->add_option("--tune-params", args->tune_params,
+                  "--algo ...tune: rounding (SignRound's offsets, at most half a scale step "
+                  "from the init) or weights (the same offsets unbounded: the weights "
+                  "themselves, straight-through)")
+      ->check(name_choice("parameters", {"rounding", "weights"}))
       ->capture_default_str();
   cmd->add_option("--tune-target", args->tune_target,
                   "--algo ...tune: what each block's output is tuned toward: quantized (the "
@@ -591,6 +597,7 @@ void register_quantize(CLI::App& app, Action& run) {
       o.tune_batch = args->tune_batch;
       o.tune_adam = args->tune_optimizer == "adam";
       o.tune_target_fp = args->tune_target == "fp";
+      o.tune_weights = args->tune_params == "weights";
       const SourceModel source = SourceModel::open(args->model, args->tokenizer);
       // gpt-oss's MXFP4 release is the one quantized input: plan_modules casts its experts.
       if (!source.is_gpt_oss_mxfp4()) source.require_unquantized("quantize");

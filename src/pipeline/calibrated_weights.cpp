@@ -365,6 +365,7 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
     to.lr = options.tune_lr;
     to.batch = options.tune_batch;
     to.optimizer = options.tune_adam ? TuneOptimizer::adam : TuneOptimizer::sign;
+    to.params = options.tune_weights ? TuneParams::weights : TuneParams::rounding;
     to.seed = options.calib.seed + uint64_t(l);
     tune_progress.set_detail(fmt::format("layer {}/{}", l + 1, arch.num_layers));
     tune_progress.resume();

@@ -67,6 +67,7 @@ struct QuantizeOptions {
   int64_t tune_batch = 8;
   bool tune_adam = false;
   bool tune_target_fp = false;
+  bool tune_weights = false;  // --tune-params weights: unbounded offsets (the weights themselves)
   // MoE (--calib-moe): false = each expert is calibrated on the tokens routed to it; true =
   // on all tokens of its layer (ModelOpt's way: no expert goes uncalibrated; E/k times the
   // expert compute during calibration).

@@ -68,7 +68,7 @@ BlockTuneResult tune_block(const BlockShape& s, const BlockWeights<float>& origi
       if (lin[size_t(r)]) lin[size_t(r)]->forward(block_matrix(cur, r).data());
   };
   for (int r = 0; r < kBlockLinears; ++r)
-    if (init[size_t(r)]) lin[size_t(r)].emplace(block_matrix(original, r), *init[size_t(r)]);
+    if (init[size_t(r)]) lin[size_t(r)].emplace(block_matrix(original, r), *init[size_t(r)], o.params);
   refresh();
 
   BlockTuneResult res;

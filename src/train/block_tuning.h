@@ -23,6 +23,7 @@ struct BlockTuneOptions {
   float lr = 0.f;       // 0: 1/iters (SignRound's default)
   int64_t batch = 8;    // windows per step (<= the windows given)
   TuneOptimizer optimizer = TuneOptimizer::sign;
+  TuneParams params = TuneParams::rounding;
   uint64_t seed = 0;    // which windows each step takes
 };
 

@@ -27,11 +27,17 @@ namespace qf {
 
 enum class TuneOptimizer { sign, adam };
 
+// What is learnt: SignRound's rounding offsets (|V| <= 0.5 of a step), or the weights
+// themselves (the same offsets without the bound: W + V d moves freely, the straight-through
+// estimator carries the gradient across codes).
+enum class TuneParams { rounding, weights };
+
 class TunableLinear {
  public:
   // w [rows, cols] float32 (the original weights), init: rows x cols with the format's scales.
   // Throws qf::Error for a shape mismatch (and as FakeQuantSte does).
-  TunableLinear(std::vector<float> w, const QuantizedTensor& init);
+  TunableLinear(std::vector<float> w, const QuantizedTensor& init,
+                TuneParams params = TuneParams::rounding);
 
   int64_t rows() const { return ste_.rows(); }
   int64_t cols() const { return ste_.cols(); }
@@ -50,7 +56,11 @@ class TunableLinear {
   const std::vector<float>& offsets() const { return v_; }
 
  private:
+  // base + V d per element (the encoder's input), from the current offsets.
+  void shifted(std::vector<float>& out) const;
+
   std::vector<float> base_, v_;
+  float bound_ = 0.5f;
   FakeQuantSte ste_;
   AdamState adam_;
   FakeQuantGrads grads_;

@@ -52,7 +52,8 @@ TEST(TunableLinear, ExportIsTheForwardBitForBitEveryFormat) {
                        Case{Format::int4, 32}, Case{Format::int4, 128}}) {
     SCOPED_TRACE(std::string(format_info(c.f).name) + ":" + std::to_string(c.block));
     const QuantizedTensor init = rtn(w, rows, cols, c.f, c.block);
-    TunableLinear t(w, init);
+    for (TuneParams params : {TuneParams::rounding, TuneParams::weights}) {
+    TunableLinear t(w, init, params);
     std::vector<float> fwd(w.size()), deq(w.size()), ref(w.size());
     // V = 0: the init itself.
     t.forward(fwd.data());
@@ -65,7 +66,10 @@ TEST(TunableLinear, ExportIsTheForwardBitForBitEveryFormat) {
       for (float& x : g) x = n(rng);
       t.step(g.data(), s % 2 ? TuneOptimizer::adam : TuneOptimizer::sign, 0.2f);
     }
-    for (float v : t.offsets()) ASSERT_LE(std::fabs(v), 0.5f);
+    float vmax = 0.f;
+    for (float v : t.offsets()) vmax = std::max(vmax, std::fabs(v));
+    if (params == TuneParams::rounding) EXPECT_LE(vmax, 0.5f);
+    else EXPECT_GT(vmax, 0.5f);  // 5 steps of 0.2: unbounded offsets pass half a step
     t.forward(fwd.data());
     const QuantizedTensor q = t.export_tensor();
     EXPECT_EQ(q.block_scales, init.block_scales);  // the scales stay the init's
@@ -74,6 +78,7 @@ TEST(TunableLinear, ExportIsTheForwardBitForBitEveryFormat) {
     dequantize(q, deq.data());
     EXPECT_EQ(0, std::memcmp(fwd.data(), deq.data(), w.size() * 4));
     EXPECT_NE(0, std::memcmp(fwd.data(), ref.data(), w.size() * 4));  // the codes moved
+    }
   }
 }
 
