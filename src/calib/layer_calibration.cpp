@@ -238,6 +238,11 @@ LayerCalibrationReport calibrate_layers(Model& model,
     }
     LayerCapture capture = obs.finish();
     capture.output_mean_square = out_square / double(report.tokens);
+    if (options.quantized_inputs) {
+      capture.layer_input = hidden.data();  // untouched: the layer wrote into scratch
+      capture.windows = int64_t(windows.size());
+      capture.seq = seq;
+    }
     const auto c0 = clock::now();
     // The callback's algorithms draw their own bar; this phase's clock stops meanwhile.
     progress.pause();

@@ -72,6 +72,11 @@ struct LayerCapture {
   float k_amax = 0.f, v_amax = 0.f;              // post-RoPE keys / values, per tensor
   double output_mean_square = 0;                 // mean over tokens of ||h||^2, h = the layer's
                                                  // output hidden state (the residual stream)
+  // With LayerCalibrationOptions::quantized_inputs: the hidden states the layer ran on (the
+  // outputs of the already-quantized layers before it), [windows, seq, hidden] float32, valid
+  // during the callback (block-wise tuning trains on them); null otherwise.
+  const float* layer_input = nullptr;
+  int64_t windows = 0, seq = 0;
   const LinearStats& input(LayerInput which) const { return inputs[size_t(which)]; }
   // The input statistics of Linear `m` of this layer.
   const LinearStats& of(const LinearModule& m) const {

@@ -241,6 +241,15 @@ std::string quantize_report_json(const QuantizeReport& r) {
   j["calib_tokens_per_second"] = r.calib_seconds > 0 ? double(r.calib_tokens) / r.calib_seconds : 0.0;
   j["algo_seconds"] = r.algo_seconds;
   j["activation_bytes"] = r.activation_bytes;
+  if (!r.tuned_layers.empty()) {
+    j["tuned_layers"] = nlohmann::ordered_json::array();
+    for (const auto& t : r.tuned_layers)
+      j["tuned_layers"].push_back({{"layer", t.layer},
+                                   {"block_mse_init", t.mse_init},
+                                   {"block_mse_tuned", t.mse_tuned},
+                                   {"kept_init", t.kept_init},
+                                   {"seconds", t.seconds}});
+  }
   if (!r.expert_tokens.empty()) {
     j["expert_tokens"] = nlohmann::ordered_json::array();
     for (const auto& layer : r.expert_tokens)
@@ -300,6 +309,9 @@ void register_quantize(CLI::App& app, Action& run) {
     bool force = false, json = false, quiet = false, calib_quantized_inputs = false,
          allow_nonfinite = false;
     float smoothquant_alpha = 1.0f;
+    int64_t tune_iters = 200, tune_batch = 8;
+    float tune_lr = 0.f;
+    std::string tune_optimizer = "sign", tune_target = "quantized", tune_params = "rounding";
     bool quantize_lm_head = false;
     std::string qformat, tokenizer, imatrix;
     bool dry_run = false;
@@ -355,7 +367,13 @@ void register_quantize(CLI::App& app, Action& run) {
                   "normalised to 256, weight_scale_2 = amax/1536; no data), four_over_six+gptq "
                   "(GPTQ with those block scales frozen; needs --calib), smoothquant (INT8 "
                   "W8A8 with --format int8 --activations int8: per-channel scales that move "
-                  "activation outliers into the weights; needs --calib). With --export gguf: "
+                  "activation outliers into the weights; needs --calib), tune (block-wise "
+                  "quantization-aware tuning: each decoder block's rounding offsets learnt, "
+                  "SignRound-style, to minimise its output error on the calibration windows "
+                  "that reach it through the tuned blocks before it; max's scales; needs "
+                  "--calib; plain Llama blocks), local_hessian+tune, gptq+tune, "
+                  "local_hessian+gptq+tune, four_over_six+tune (tuning from that init). "
+                  "With --export gguf: "
                   "imatrix (each type's scale search weighted by the mean x^2 of every input "
                   "column: ggml's weighted quantizers for q4_0/q4_k/q5_k/q6_k, qforge's for "
                   "mxfp4/nvfp4; the importance from --calib or --imatrix) or gptq (those scales "
@@ -363,7 +381,9 @@ void register_quantize(CLI::App& app, Action& run) {
                   "needs --calib; the default with --calib)")
       ->check(name_choice("algorithm", {"max", "mse", "awq", "gptq", "awq+gptq", "local_hessian",
                                         "local_hessian+gptq", "four_over_six",
-                                        "four_over_six+gptq", "smoothquant", "imatrix"}))
+                                        "four_over_six+gptq", "smoothquant", "imatrix", "tune",
+                                        "local_hessian+tune", "gptq+tune",
+                                        "local_hessian+gptq+tune", "four_over_six+tune"}))
       ->capture_default_str();
   cmd->add_option("--smoothquant-alpha", args->smoothquant_alpha,
                   "SmoothQuant migration strength alpha in [0, 1]: s = w_max^(1-alpha) / "
@@ -410,6 +430,32 @@ void register_quantize(CLI::App& app, Action& run) {
                   "sets the scales and calibration supplies GPTQ's X^T X")
       ->type_name("FILE");
   add_tokenizer_option(cmd, args->tokenizer);
+  cmd->add_option("--tune-iters", args->tune_iters,
+                  "--algo ...tune: optimiser steps per decoder block, in [1, 100000]")
+      ->capture_default_str();
+  cmd->add_option("--tune-lr", args->tune_lr,
+                  "--algo ...tune: learning rate of the rounding offsets (units of a scale "
+                  "step), in (0, 1]; 0 (default): 1/iters, SignRound's (linear decay to 0 with "
+                  "the sign optimiser)");
+  cmd->add_option("--tune-batch", args->tune_batch,
+                  "--algo ...tune: calibration windows per step (at most --calib-samples)")
+      ->capture_default_str();
+  cmd->add_option("--tune-optimizer", args->tune_optimizer,
+                  "--algo ...tune: sign (SignRound's signed gradient descent) or adam")
+      ->check(name_choice("optimizer", {"sign", "adam"}))
+      ->capture_default_str();
+  cmd->add_option("--tune-params", args->tune_params,
+                  "--algo ...tune: rounding (SignRound's offsets, at most half a scale step "
+                  "from the init) or weights (the same offsets unbounded: the weights "
+                  "themselves, straight-through)")
+      ->check(name_choice("parameters", {"rounding", "weights"}))
+      ->capture_default_str();
+  cmd->add_option("--tune-target", args->tune_target,
+                  "--algo ...tune: what each block's output is tuned toward: quantized (the "
+                  "original block on the quantized-path inputs) or fp (the original model's "
+                  "hidden states, as AutoRound does; one more copy of the activations)")
+      ->check(name_choice("target", {"quantized", "fp"}))
+      ->capture_default_str();
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,
                 "Calibrate each layer on the outputs of the already-quantized previous layers "
                 "(as GPTQ recipes do) instead of the original model's");
@@ -546,6 +592,12 @@ void register_quantize(CLI::App& app, Action& run) {
       o.calib_quantized_inputs = args->calib_quantized_inputs;
       o.calib_moe_all = args->calib_moe == "all";
       o.smoothquant_alpha = args->smoothquant_alpha;
+      o.tune_iters = args->tune_iters;
+      o.tune_lr = args->tune_lr;
+      o.tune_batch = args->tune_batch;
+      o.tune_adam = args->tune_optimizer == "adam";
+      o.tune_target_fp = args->tune_target == "fp";
+      o.tune_weights = args->tune_params == "weights";
       const SourceModel source = SourceModel::open(args->model, args->tokenizer);
       // gpt-oss's MXFP4 release is the one quantized input: plan_modules casts its experts.
       if (!source.is_gpt_oss_mxfp4()) source.require_unquantized("quantize");

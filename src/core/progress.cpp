@@ -19,6 +19,7 @@ std::string_view progress_unit_name(ProgressUnit unit) {
     case ProgressUnit::modules: return "modules";
     case ProgressUnit::layers: return "layers";
     case ProgressUnit::runs: return "runs";
+    case ProgressUnit::steps: return "steps";
   }
   return "items";
 }
@@ -54,9 +55,9 @@ std::string format_progress_line(const ProgressState& s, int bar_width) {
   bar.resize(size_t(bar_width), '.');
   std::string line = fmt::format("{} [{}] {:5.1f}%", s.phase, bar, frac * 100);
   if (!s.detail.empty()) line += "  " + s.detail;
-  // Whole things (modules, layers, runs) read best as a count; bytes and tokens as a rate.
+  // Whole things (modules, layers, runs, steps) read best as a count; bytes and tokens as a rate.
   if (s.unit == ProgressUnit::modules || s.unit == ProgressUnit::layers ||
-      s.unit == ProgressUnit::runs)
+      s.unit == ProgressUnit::runs || s.unit == ProgressUnit::steps)
     line += fmt::format("  {:.0f}/{:.0f} {}", std::floor(s.done), s.total,
                         progress_unit_name(s.unit));
   line += "  " + format_rate(s.seconds > 0 ? s.done / s.seconds : 0, s.unit);

@@ -16,7 +16,7 @@
 namespace qf {
 
 // What a bar counts; the rate is printed per second in it.
-enum class ProgressUnit { bytes, tokens, modules, layers, runs };
+enum class ProgressUnit { bytes, tokens, modules, layers, runs, steps };
 std::string_view progress_unit_name(ProgressUnit unit);  // "bytes", "tokens", "modules", ...
 
 // A bar's state at one moment; the pure input of the formatting below.

@@ -12,10 +12,12 @@
 #include "engine/model.h"
 #include "formats/fake_quant.h"
 #include "formats/int8.h"
+#include "train/block_tuning.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -181,9 +183,11 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   co.capture.xtx = gptq || local_hessian;
   co.capture.sample_rows = awq ? 512 : 0;
   co.capture.experts_see_all_rows = options.calib_moe_all;
-  co.quantized_inputs = options.calib_quantized_inputs;
+  // Block-wise tuning trains each block on the outputs of the already-tuned blocks before it.
+  const bool tune = plan.modes.tune;
+  co.quantized_inputs = options.calib_quantized_inputs || tune;
   co.progress = options.progress;
-  const bool precompute = data_algo || options.calib_quantized_inputs;
+  const bool precompute = data_algo || co.quantized_inputs;
   if (precompute) spill_file = std::make_unique<SpillFile>(staging_dir);
 
   // Quantizes the members of one group (or a lone Linear) that read `stats`.
@@ -310,6 +314,76 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
                          double(algo_modules), options.progress && precompute);
   algo_progress.pause();
 
+  // Block-wise tuning of layer l on its quantized-path inputs, from the inits in `precomputed`.
+  Progress tune_progress("tune", ProgressUnit::steps,
+                         double(arch.num_layers * options.tune_iters), options.progress && tune);
+  tune_progress.pause();
+  std::vector<float> fp_hidden;  // --tune-target fp: the original model's hidden states
+  auto act_scale = [&](size_t i) {
+    return out.input_scale(i, arch, options.activations, model_dir);
+  };
+  auto tune_layer = [&](int64_t l, const LayerCapture& cap) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const BlockShape s = block_shape(arch, l);
+    const LayerSpec& spec = arch.layers[size_t(l)];
+    const int64_t windows = cap.windows, seq = cap.seq, per = seq * arch.hidden_size;
+    // The target: the original block's output, on the quantized-path inputs (default) or on
+    // the original model's own hidden states.
+    std::vector<float> target;
+    if (options.tune_target_fp) {
+      if (fp_hidden.empty()) fp_hidden.assign(cap.layer_input, cap.layer_input + windows * per);
+      for (int64_t w = 0; w < windows; ++w)
+        model->forward_layer(l, fp_hidden.data() + w * per, seq, nullptr);
+      target = fp_hidden;
+    } else {
+      target.assign(cap.layer_input, cap.layer_input + windows * per);
+      for (int64_t w = 0; w < windows; ++w)
+        model->forward_layer(l, target.data() + w * per, seq, nullptr);
+    }
+    const BlockWeights<float> original = block_weights<float>(model->weights(), l);
+    static constexpr LinearRole kRoles[kBlockLinears] = {
+        LinearRole::q_proj, LinearRole::k_proj, LinearRole::v_proj, LinearRole::o_proj,
+        LinearRole::gate_proj, LinearRole::up_proj, LinearRole::down_proj};
+    std::array<const QuantizedTensor*, kBlockLinears> init{};
+    std::array<size_t, kBlockLinears> index{};
+    for (int r = 0; r < kBlockLinears; ++r) {
+      index[size_t(r)] = spec.linears[size_t(spec.slot_of(kRoles[r]))];
+      auto it = precomputed.find(index[size_t(r)]);
+      if (it != precomputed.end() && it->second.pre_quant_scale.empty())
+        init[size_t(r)] = &it->second.q;
+    }
+    BlockActQuant act;
+    if (options.activations != ActQuant::none) {
+      act.mode = options.activations;
+      act.attn_in = act_scale(index[0]);
+      act.o_in = act_scale(index[3]);
+      act.mlp_in = act_scale(index[4]);
+      act.down_in = act_scale(index[6]);
+    }
+    BlockTuneOptions to;
+    to.iters = options.tune_iters;
+    to.lr = options.tune_lr;
+    to.batch = options.tune_batch;
+    to.optimizer = options.tune_adam ? TuneOptimizer::adam : TuneOptimizer::sign;
+    to.params = options.tune_weights ? TuneParams::weights : TuneParams::rounding;
+    to.seed = options.calib.seed + uint64_t(l);
+    tune_progress.set_detail(fmt::format("layer {}/{}", l + 1, arch.num_layers));
+    tune_progress.resume();
+    BlockTuneResult r = tune_block(s, original, rope_table<float>(arch.ropes[size_t(spec.rope)], seq),
+                                   init, &act, cap.layer_input, target.data(), windows, seq, to,
+                                   &pool, [&] { tune_progress.advance(1); });
+    tune_progress.pause();
+    for (int k = 0; k < kBlockLinears; ++k)
+      if (init[size_t(k)]) precomputed[index[size_t(k)]].q = std::move(r.tensors[size_t(k)]);
+    QuantizeReport::TunedLayer t;
+    t.layer = l;
+    t.mse_init = r.mse_init;
+    t.mse_tuned = r.mse_tuned;
+    t.kept_init = r.kept_init;
+    t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report.tuned_layers.push_back(t);
+  };
+
   LayerWeights replaced;
   auto on_layer = [&](int64_t l, LayerCapture& cap) -> const LayerWeights* {
     kv_amax[size_t(l)] = {cap.k_amax, cap.v_amax};
@@ -349,8 +423,9 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
       algo_progress.advance(double(members.size()));
     }
     algo_progress.pause();
+    if (tune) tune_layer(l, cap);
     cap = LayerCapture{};  // X^T X and samples are no longer needed
-    if (!options.calib_quantized_inputs) {
+    if (!co.quantized_inputs) {
       for (size_t i : in_layer)
         if (auto it = precomputed.find(i); it != precomputed.end()) spill(it->second, *spill_file);
       return nullptr;
@@ -374,12 +449,18 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
       L.w.data = w->data();
       L.storage = std::move(w);
       L.pre_scale = it->second.pre_quant_scale;
+      if (tune && options.activations != ActQuant::none) {
+        // The tuned block was trained with its inputs quantized: the next blocks see that too.
+        L.act = options.activations;
+        L.input_scale = act_scale(i);
+      }
       spill(it->second, *spill_file);  // `replaced` holds its own copies
     }
     return &replaced;
   };
   const LayerCalibrationReport cr = calibrate_layers(*model, data.windows, co, on_layer);
   algo_progress.finish();
+  tune_progress.finish();
   report.calib_tokens = cr.tokens;
   report.calib_seconds = cr.forward_seconds;
   report.algo_seconds = cr.callback_seconds;

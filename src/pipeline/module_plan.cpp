@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "formats/int4.h"
+#include "train/block_weights.h"
 
 #include <fmt/format.h>
 #include <fnmatch.h>
@@ -20,6 +21,7 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
   m.gptq = row.gptq;
   m.smoothquant = row.smoothquant;
   m.four_over_six = row.four_over_six;
+  m.tune = row.tune;
   m.data_algo = row.data();
   // A plan's modules may quantize their inputs (a recipe's "activations"): calibrated too.
   std::string planned_act;
@@ -85,6 +87,26 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
              "activations with format nvfp4 and fp8 with fp8", name,
              act_quant_name(c.activations), c.format.name());
     }
+  if (m.tune) {
+    const char* name = "--algo";
+    if (options.format == Format::int8 || m.per_tensor)
+      fail("{} {}: block-wise tuning takes the block formats and FP8 weight-only (nvfp4, "
+           "mxfp4, int4, fp8 without --activations fp8), not {}{}", name,
+           weight_algo_name(options.algo), info.name, m.per_tensor ? " per tensor (W8A8)" : "");
+    if (options.tune_iters < 1 || options.tune_iters > 100000)
+      fail("--tune-iters must be in [1, 100000], not {}", options.tune_iters);
+    if (!(options.tune_lr >= 0.f && options.tune_lr <= 1.f))
+      fail("--tune-lr must be in (0, 1] (or 0: 1/iters), not {}", options.tune_lr);
+    if (options.tune_batch < 1 || options.tune_batch > 4096)
+      fail("--tune-batch must be in [1, 4096] windows, not {}", options.tune_batch);
+    if (options.calib.samples < options.tune_batch)
+      fail("--tune-batch {} needs at least as many calibration windows; --calib-samples is {}",
+           options.tune_batch, options.calib.samples);
+  } else if (options.tune_iters != 200 || options.tune_lr != 0.f || options.tune_batch != 8 ||
+             options.tune_adam || options.tune_target_fp || options.tune_weights) {
+    fail("--tune-* flags apply to --algo tune and its combinations (local_hessian+tune, "
+         "gptq+tune, ...), not {}", weight_algo_name(options.algo));
+  }
   if (m.per_tensor && m.awq) fail("--algo awq is not available for FP8 per-tensor weights (W8A8)");
   if (m.local_hessian && options.format != Format::nvfp4)
     fail("--algo {} needs --format nvfp4 (it sweeps NVFP4 block scales), not {}",
@@ -135,6 +157,15 @@ ModulePlan plan_modules(const SourceModel& source, const QuantizeOptions& option
     fail("--group-size applies to int4 only ({} has a fixed block of {})", info.name, info.block);
 
   const AlgoModes modes = check_options(options, info);
+  // Block-wise tuning differentiates plain Llama blocks only: refused before any work.
+  if (modes.tune)
+    for (int64_t l = 0; l < arch.num_layers; ++l) {
+      try {
+        block_shape(arch, l);
+      } catch (const Error& e) {
+        fail("--algo {}: {}", weight_algo_name(options.algo), e.what());
+      }
+    }
   if (options.kv_fp8)
     for (const auto& l : arch.layers)
       if (l.has_attention && l.slot_of(LinearRole::k_proj) < 0)

@@ -18,6 +18,7 @@ namespace qf {
 struct AlgoModes {
   bool awq = false, local_hessian = false, gptq = false, smoothquant = false;
   bool four_over_six = false;  // the --algo's NVFP4 block scales are Four Over Six's
+  bool tune = false;           // block-wise tuning after the init (--algo ...tune)
   bool data_algo = false;   // a weight algorithm that needs calibration statistics
   bool calibrate = false;   // anything needs the calibration pass
   bool per_tensor = false;  // FP8 W8A8: one weight scale per tensor

@@ -36,6 +36,12 @@ constexpr AlgoRow kAlgos[] = {
     {WeightAlgo::four_over_six, "four_over_six", false, false, false, false, true},
     {WeightAlgo::four_over_six_gptq, "four_over_six+gptq", false, false, false, true, true},
     {WeightAlgo::smoothquant, "smoothquant", false, true, false, false},
+    {WeightAlgo::tune, "tune", false, false, false, false, false, true},
+    {WeightAlgo::local_hessian_tune, "local_hessian+tune", false, false, true, false, false, true},
+    {WeightAlgo::gptq_tune, "gptq+tune", false, false, false, true, false, true},
+    {WeightAlgo::local_hessian_gptq_tune, "local_hessian+gptq+tune", false, false, true, true,
+     false, true},
+    {WeightAlgo::four_over_six_tune, "four_over_six+tune", false, false, false, false, true, true},
 };
 
 }  // namespace

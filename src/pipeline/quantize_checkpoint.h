@@ -29,7 +29,8 @@ namespace qf {
 // with those scales frozen). smoothquant is INT8 W8A8 only.
 enum class WeightAlgo {
   max, mse, awq, gptq, awq_gptq, local_hessian, local_hessian_gptq, four_over_six,
-  four_over_six_gptq, smoothquant
+  four_over_six_gptq, smoothquant, tune, local_hessian_tune, gptq_tune, local_hessian_gptq_tune,
+  four_over_six_tune
 };
 std::string_view weight_algo_name(WeightAlgo a);
 // Accepts the names weight_algo_name gives and their '_' spellings (awq_gptq).
@@ -43,7 +44,10 @@ struct AlgoRow {
   std::string_view name;
   bool awq, smoothquant, local_hessian, gptq;
   bool four_over_six = false;  // NVFP4 block scales by Four Over Six (data-free)
-  bool data() const { return awq || smoothquant || local_hessian || gptq; }
+  // Then block-wise tuning (train/block_tuning): each decoder block's rounding offsets learnt
+  // on the quantized-path hidden states, from the steps before as the init (max for `tune`).
+  bool tune = false;
+  bool data() const { return awq || smoothquant || local_hessian || gptq || tune; }
 };
 const AlgoRow& algo_row(WeightAlgo a);
 
@@ -55,6 +59,15 @@ struct QuantizeOptions {
   bool kv_fp8 = false;                    // --kv-cache fp8
   CalibrationOptions calib;               // --calib files (required when anything calibrates)
   bool calib_quantized_inputs = false;    // layers see the outputs of quantized predecessors
+  // Block-wise tuning (--algo ...tune): --tune-iters, --tune-lr (0: 1/iters), --tune-batch
+  // (windows per step), --tune-optimizer, --tune-target (the output each block is tuned toward:
+  // the original block on the quantized-path inputs, or the original model's own hidden states).
+  int64_t tune_iters = 200;
+  float tune_lr = 0.f;
+  int64_t tune_batch = 8;
+  bool tune_adam = false;
+  bool tune_target_fp = false;
+  bool tune_weights = false;  // --tune-params weights: unbounded offsets (the weights themselves)
   // MoE (--calib-moe): false = each expert is calibrated on the tokens routed to it; true =
   // on all tokens of its layer (ModelOpt's way: no expert goes uncalibrated; E/k times the
   // expert compute during calibration).
@@ -154,6 +167,16 @@ struct QuantizeReport {
   int64_t calib_tokens = 0;
   double calib_seconds = 0;       // layer forwards and statistics
   double algo_seconds = 0;        // the weight algorithms during calibration
+  // Block-wise tuning, per decoder layer: the block output's mean squared error against the
+  // target over all calibration windows with the init's weights and with the tuned ones (the
+  // init is kept when tuning did not lower it), and the seconds tuning took.
+  struct TunedLayer {
+    int64_t layer = 0;
+    double mse_init = 0, mse_tuned = 0;
+    bool kept_init = false;
+    double seconds = 0;
+  };
+  std::vector<TunedLayer> tuned_layers;
   uint64_t activation_bytes = 0;  // hidden states held during calibration
   // MoE: per MoE layer (in layer order, "layer" = its index), the calibration tokens routed to
   // each expert.

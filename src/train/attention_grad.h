@@ -6,6 +6,8 @@
 
 namespace qf {
 
+class ThreadPool;
+
 // tokens T, query heads H, key/value heads Hkv (H a multiple of Hkv: query head h reads
 // key/value head h / (H / Hkv)), head size d, softmax scale (Llama: d^-0.5).
 struct AttentionShape {
@@ -23,7 +25,7 @@ struct AttentionShape {
 // out [T, H, d]; probs [H, T, T] receives p (what the backward needs).
 template <typename T>
 void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* out,
-                       T* probs);
+                       T* probs, ThreadPool* pool = nullptr);
 
 // Given dout [T, H, d] and the forward's q, k, v, probs:
 //   dv_j = Σ_i p_ij dout_i,  dp_ij = dout_i·v_j,  ds_ij = p_ij (dp_ij − Σ_j' p_ij' dp_ij'),
@@ -32,6 +34,7 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 // are written.
 template <typename T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v,
-                        const T* probs, const T* dout, T* dq, T* dk, T* dv);
+                        const T* probs, const T* dout, T* dq, T* dk, T* dv,
+                        ThreadPool* pool = nullptr);
 
 }  // namespace qf

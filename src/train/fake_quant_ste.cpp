@@ -42,14 +42,15 @@ FakeQuantSte::FakeQuantSte(const QuantizedTensor& q)
   lo_ = code_value(*row_, -1e30f);
 }
 
-void FakeQuantSte::forward(const float* w, const float* v, float* w_hat) const {
-  // Codes from the format's encoder, values from its dequantizer: the encoder's own dequantized
-  // output can differ from the dequantizer in the sign of zero (INT4: nearbyint(-0.3) * d is
-  // -0, code 0 decodes to +0), and the forward is held to the exported bytes.
+QuantizedTensor FakeQuantSte::quantize(const float* w, const float* v) const {
+  // Codes from the format's encoder; the caller takes values from the dequantizer: the
+  // encoder's own dequantized output can differ from the dequantizer in the sign of zero (INT4:
+  // nearbyint(-0.3) * d is -0, code 0 decodes to +0), and the forward is held to the exported
+  // bytes.
   QuantizedTensor q = scales_;
   const size_t n = size_t(rows_ * cols_);
   std::vector<uint8_t> codes(n);
-  std::vector<float> x(static_cast<size_t>(span_));
+  std::vector<float> x(static_cast<size_t>(span_)), scratch(static_cast<size_t>(span_));
   for (int64_t j = 0; j < scale_count(); ++j) {
     const int64_t o = j * span_;  // scales run along rows, so unit j starts at element j * span
     const float d = divisor_[size_t(j)];
@@ -58,7 +59,7 @@ void FakeQuantSte::forward(const float* w, const float* v, float* w_hat) const {
       for (int64_t k = 0; k < span_; ++k) x[size_t(k)] = w[o + k] + clamp_offset(v[o + k]) * d;
       in = x.data();
     }
-    row_->encode_frozen(in, span_, d, value_[size_t(j)], g_, codes.data() + o, w_hat + o);
+    row_->encode_frozen(in, span_, d, value_[size_t(j)], g_, codes.data() + o, scratch.data());
   }
   if (row_->packed_pairs) {
     q.codes.resize(n / 2);
@@ -67,6 +68,11 @@ void FakeQuantSte::forward(const float* w, const float* v, float* w_hat) const {
   } else {
     q.codes = std::move(codes);
   }
+  return q;
+}
+
+void FakeQuantSte::forward(const float* w, const float* v, float* w_hat) const {
+  const QuantizedTensor q = quantize(w, v);
   row_->dequantize_rows(q, 0, rows_, w_hat);
 }
 

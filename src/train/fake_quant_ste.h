@@ -63,6 +63,11 @@ class FakeQuantSte {
   // result is bit for bit dequantize(quantized w) with these scales.
   void forward(const float* w, const float* v, float* w_hat) const;
 
+  // The QuantizedTensor the forward dequantizes: the frozen scales and the codes the format's
+  // encoder gives for W + clamp(V) d (v null: V = 0). dequantize() of it is the forward's Ŵ bit
+  // for bit, so it is what an exporter writes for the tuned weights.
+  QuantizedTensor quantize(const float* w, const float* v) const;
+
   // Gradients for the upstream gradient g = dL/dŴ [rows, cols] at the same w and v as the
   // forward. grads.v is filled only when v is not null (v null means V = 0 and no V gradient).
   void backward(const float* w, const float* v, const float* g, FakeQuantGrads& grads) const;
