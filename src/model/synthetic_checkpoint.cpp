@@ -72,6 +72,7 @@ const std::vector<NamedShape>& named_shapes() {
   static const std::vector<NamedShape> shapes = {
       {"tiny", "a small Llama for demos and tests", 256, 768, 2, 4, 2, 1024, true, 10000.0},
       {"llama-1b", "Llama-3.2-1B", 2048, 8192, 16, 32, 8, 128256, true, 500000.0},
+      {"llama-1b-32k", "Llama-3.2-1B's layers, a 32000-token tied vocabulary", 2048, 8192, 16, 32, 8, 32000, true, 500000.0},
       {"llama-3b", "Llama-3.2-3B", 3072, 8192, 28, 24, 8, 128256, true, 500000.0},
       {"llama-8b", "Llama-3.1-8B", 4096, 14336, 32, 32, 8, 128256, false, 500000.0},
       {"llama-70b", "Llama-3.1-70B", 8192, 28672, 80, 64, 8, 128256, false, 500000.0},
