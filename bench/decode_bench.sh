@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 16's decode criteria on synthetic 1B-class checkpoints, each figure next to its baseline
+# in the same round (BF16 and NVFP4 runs alternate, so a busy machine slows both alike):
+#  1. BF16 vs NVFP4 decode, with the BF16 head kept and with --quantize-lm-head, on llama-1b
+#     (128256-token tied head) and llama-1b-32k (32000): the speedup against the byte limit
+#     (BF16 weight bytes per step / NVFP4 weight bytes per step, as `bench` reports them);
+#  2. NVFP4 decode at 4096 tokens of context against 64, with a BF16 and an FP8 KV cache;
+#  3. `bench --batch 8` aggregate decode against --batch 1 (NVFP4).
+# Prints one JSON line per measurement; ROUNDS rounds (default 3). Makes its models in BENCH_DIR
+# (default /tmp/qforge-decode-bench: two BF16 synths of 2.5 and 2.0 GB, four NVFP4 exports)
+# and keeps them for the next run (KEEP=0 removes them). About 10 minutes a round on 2 cores.
+#   bench/decode_bench.sh [build=build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+qforge=$build/qforge
+rounds=${ROUNDS:-3}
+work=${BENCH_DIR:-/tmp/qforge-decode-bench}
+mkdir -p "$work"
+[[ ${KEEP:-1} == 0 ]] && trap 'rm -rf "$work"' EXIT
+
+for shape in llama-1b llama-1b-32k; do
+  [[ -f $work/$shape/model.safetensors ]] || $qforge synth --shape "$shape" -o "$work/$shape" -q --force
+  [[ -f $work/$shape-nvfp4/model.safetensors ]] ||
+    $qforge quantize "$work/$shape" -o "$work/$shape-nvfp4" --format nvfp4 -q --force
+  [[ -f $work/$shape-nvfp4-head/model.safetensors ]] ||
+    $qforge quantize "$work/$shape" -o "$work/$shape-nvfp4-head" --format nvfp4 \
+      --quantize-lm-head -q --force
+done
+
+# bench MODEL ARGS... -> "decode_tok_s weight_bytes_per_token kv_cache_bytes"
+bench() {
+  local m=$1
+  shift
+  $qforge bench "$m" --repeat 1 --json "$@" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(d["decode_tok_s"], d["weight_bytes_per_token"], d["kv_cache_bytes"])'
+}
+
+for ((r = 1; r <= rounds; ++r)); do
+  for shape in llama-1b llama-1b-32k; do
+    read -r bf_tps bf_bytes _ < <(bench "$work/$shape" --prompt 16 --gen 32)
+    for head in nvfp4 nvfp4-head; do
+      read -r q_tps q_bytes _ < <(bench "$work/$shape-$head" --prompt 16 --gen 32)
+      python3 -c "
+import json, sys
+bf, bfb, q, qb = map(float, sys.argv[1:5])
+limit = bfb / qb
+print(json.dumps({'round': $r, 'shape': '$shape', 'nvfp4': '$head', 'bf16_tok_s': round(bf, 2),
+  'nvfp4_tok_s': round(q, 2), 'speedup': round(q / bf, 3), 'byte_limit': round(limit, 3),
+  'of_limit': round(q / bf / limit, 3)}))" "$bf_tps" "$bf_bytes" "$q_tps" "$q_bytes"
+    done
+  done
+  m="$work/llama-1b-nvfp4"
+  for kv in bf16 fp8; do
+    read -r short _ _ < <(bench "$m" --prompt 64 --gen 32 --kv-cache "$kv")
+    read -r long _ kvb < <(bench "$m" --prompt 4064 --gen 32 --kv-cache "$kv")
+    python3 -c "
+import json, sys
+s, l, kvb = map(float, sys.argv[1:4])
+print(json.dumps({'round': $r, 'kv_cache': '$kv', 'tok_s_ctx64': round(s, 2),
+  'tok_s_ctx4096': round(l, 2), 'ratio': round(l / s, 3), 'kv_cache_bytes_4096': int(kvb)}))" \
+      "$short" "$long" "$kvb"
+  done
+  read -r one _ _ < <(bench "$m" --prompt 16 --gen 32 --batch 1)
+  read -r eight _ _ < <(bench "$m" --prompt 16 --gen 32 --batch 8)
+  python3 -c "
+import json, sys
+a, b = map(float, sys.argv[1:3])
+print(json.dumps({'round': $r, 'batch1_tok_s': round(a, 2), 'batch8_tok_s': round(b, 2),
+  'ratio': round(b / a, 3)}))" "$one" "$eight"
+done
