@@ -4,7 +4,8 @@
 # models; ModelOpt export, calibration tinyshakespeare.txt 64 windows x 256 tokens, seed 0,
 # `qforge eval kl` on the first 30000 characters of tinystories_valid_subset.txt (the protocol
 # of four_over_six_kl.sh). Prints one Markdown row per model, format and algorithm: PPL of the
-# quantized model, mean KL, p99 KL, top-1 agreement, and the tuning seconds.
+# quantized model, mean KL, p99 KL, top-1 agreement, and the tuning seconds. About 40 minutes
+# on two busy cores (each tuned run 2-4 minutes).
 #   bench/tune_kl.sh [build=build] [extra quantize flags...]   e.g. --tune-iters 400
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,7 @@ for model in $models; do
     flags=(--format "$format" --algo "$algo" -q --json --force --threads 2)
     [[ $algo != max ]] && flags+=(--calib "$calib" --calib-samples 64 --calib-seq 256 --seed 0)
     [[ -n ${act:-} ]] && flags+=(--activations "$act")
+    [[ $format == int4 ]] && flags+=(--group-size 32)  # the fixtures' rows are 64 wide
     [[ $algo == *tune ]] && flags+=("${extra[@]}")
     $qforge quantize "$fixtures/models/$model" -o "$work/out" "${flags[@]}" >"$work/q.json"
     $qforge eval kl "$fixtures/models/$model" "$work/out" --text "$text" --max-chars 30000 \

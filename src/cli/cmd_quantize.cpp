@@ -311,7 +311,7 @@ void register_quantize(CLI::App& app, Action& run) {
     float smoothquant_alpha = 1.0f;
     int64_t tune_iters = 200, tune_batch = 8;
     float tune_lr = 0.f;
-    std::string tune_optimizer = "sign", tune_target = "quantized", tune_params = "rounding";
+    std::string tune_optimizer = "sign", tune_target = "fp", tune_params = "rounding";
     bool quantize_lm_head = false;
     std::string qformat, tokenizer, imatrix;
     bool dry_run = false;
@@ -451,9 +451,9 @@ void register_quantize(CLI::App& app, Action& run) {
       ->check(name_choice("parameters", {"rounding", "weights"}))
       ->capture_default_str();
   cmd->add_option("--tune-target", args->tune_target,
-                  "--algo ...tune: what each block's output is tuned toward: quantized (the "
-                  "original block on the quantized-path inputs) or fp (the original model's "
-                  "hidden states, as AutoRound does; one more copy of the activations)")
+                  "--algo ...tune: what each block's output is tuned toward: fp (the original "
+                  "model's hidden states, as AutoRound does; one more copy of the activations) "
+                  "or quantized (the original block on the quantized-path inputs)")
       ->check(name_choice("target", {"quantized", "fp"}))
       ->capture_default_str();
   cmd->add_flag("--calib-quantized-inputs", args->calib_quantized_inputs,

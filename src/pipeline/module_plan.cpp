@@ -103,7 +103,7 @@ AlgoModes check_options(const QuantizeOptions& options, const FormatInfo& info) 
       fail("--tune-batch {} needs at least as many calibration windows; --calib-samples is {}",
            options.tune_batch, options.calib.samples);
   } else if (options.tune_iters != 200 || options.tune_lr != 0.f || options.tune_batch != 8 ||
-             options.tune_adam || options.tune_target_fp || options.tune_weights) {
+             options.tune_adam || !options.tune_target_fp || options.tune_weights) {
     fail("--tune-* flags apply to --algo tune and its combinations (local_hessian+tune, "
          "gptq+tune, ...), not {}", weight_algo_name(options.algo));
   }

@@ -61,12 +61,13 @@ struct QuantizeOptions {
   bool calib_quantized_inputs = false;    // layers see the outputs of quantized predecessors
   // Block-wise tuning (--algo ...tune): --tune-iters, --tune-lr (0: 1/iters), --tune-batch
   // (windows per step), --tune-optimizer, --tune-target (the output each block is tuned toward:
-  // the original block on the quantized-path inputs, or the original model's own hidden states).
+  // the original model's own hidden states, as AutoRound does (fp, the default: lower KL on the
+  // fixtures), or the original block on the quantized-path inputs).
   int64_t tune_iters = 200;
   float tune_lr = 0.f;
   int64_t tune_batch = 8;
   bool tune_adam = false;
-  bool tune_target_fp = false;
+  bool tune_target_fp = true;
   bool tune_weights = false;  // --tune-params weights: unbounded offsets (the weights themselves)
   // MoE (--calib-moe): false = each expert is calibrated on the tokens routed to it; true =
   // on all tokens of its layer (ModelOpt's way: no expert goes uncalibrated; E/k times the
