@@ -1,0 +1,72 @@
+// End to end: `qforge tune` on stories260K-hf lowers the KL of an NVFP4 round-to-nearest
+// quantization (held out and on eval kl's own text), and its output is an ordinary export that
+// inspect and eval read; bad flags fail with one line before any work.
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+namespace fs = std::filesystem;
+
+namespace qf {
+namespace {
+
+using test::model_dir;
+using test::quote;
+
+const std::string kCalib =
+    " --calib " + quote(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+    " --calib-samples 24 --calib-seq 64 --seed 0 -q";
+
+double kl_mean(const fs::path& out) {
+  const auto r = test::run_qforge(
+      "eval kl " + quote(model_dir("stories260K-hf")) + " " + quote(out) + " --text " +
+      quote(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
+      " --max-chars 4000 --json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out)["kl_mean"].get<double>() : NAN;
+}
+
+TEST(TuneE2E, LowersKlAndExportsAnOrdinaryCheckpoint) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const auto q = test::run_qforge("quantize " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(tmp / "rtn") + " --format nvfp4 -q");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto r = test::run_qforge("tune " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(tmp / "tuned") + " --format nvfp4 --steps 24 --batch 4 " +
+                                  "--eval-samples 4 --lr 1e-3 --threads 2 --json --html " +
+                                  quote(tmp / "tune.html") + kCalib);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_LT(j["eval_kl_after"].get<double>(), j["eval_kl_before"].get<double>());
+  EXPECT_EQ(j["steps"].get<int>(), 24);
+  const std::string html = test::read_file(tmp / "tune.html");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("Loss curve"), std::string::npos);
+
+  const double kl_rtn = kl_mean(tmp / "rtn"), kl_tuned = kl_mean(tmp / "tuned");
+  EXPECT_LT(kl_tuned, kl_rtn);
+  const nlohmann::json inspect = test::inspect_json(tmp / "tuned");
+  EXPECT_NE(inspect.dump().find("nvfp4"), std::string::npos) << inspect.dump();
+}
+
+TEST(TuneE2E, BadFlagsFailWithOneLine) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const std::string base = "tune " + quote(model_dir("stories260K-hf")) + " -o " + quote(tmp / "o");
+  for (const std::string& bad :
+       {std::string(" --lr 5"), std::string(" --steps 0"), std::string(" --batch 30"),
+        std::string(" --activations nvfp4")}) {
+    const auto r = test::run_qforge(base + bad + kCalib);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;
+  }
+  EXPECT_FALSE(fs::exists(tmp / "o"));
+}
+
+}  // namespace
+}  // namespace qf
