@@ -29,7 +29,7 @@ struct TuneArgs {
   std::vector<std::string> exclude, calib_files;
   CalibrationOptions calib;
   int64_t steps = 200, batch = 4, eval_samples = 8, eval_every = 0, checkpoint_every = 0;
-  double lr = 1e-4;
+  double lr = 0.01;
   int threads = 0;
   bool resume = false, force = false, json = false, quiet = false;
 };
@@ -85,6 +85,7 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
     j["eval_kl_after"] = r.eval_kl_after;
     j["quantize_seconds"] = r.quantize_seconds;
     j["train_seconds"] = r.train_seconds;
+    j["eval_seconds"] = r.eval_seconds;
     j["seconds_per_step"] = r.seconds_per_step;
     j["seconds"] = r.seconds;
     j["peak_rss_bytes"] = r.peak_rss_bytes;
@@ -110,8 +111,9 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
   fmt::print("  {:<28} {:.5f} -> {:.5f} ({:.2f}x)\n", "held-out KL (nats/token)",
              r.eval_kl_before, r.eval_kl_after,
              r.eval_kl_before > 0 ? r.eval_kl_after / r.eval_kl_before : 0.0);
-  fmt::print("  {:<28} {:.1f} s (quantize {:.1f} s, tune {:.1f} s = {:.3f} s/step)\n", "time",
-             r.seconds, r.quantize_seconds, r.train_seconds, r.seconds_per_step);
+  fmt::print("  {:<28} {:.1f} s (quantize {:.1f} s, tune {:.1f} s: {:.3f} s/step, evaluation {:.1f} s)\n",
+             "time", r.seconds, r.quantize_seconds, r.train_seconds, r.seconds_per_step,
+             r.eval_seconds);
   fmt::print("  {:<28} {}\n", "bytes out", human_bytes(double(r.quantize.bytes_out)));
   fmt::print("  {:<28} {}\n", "peak memory", human_bytes(double(r.peak_rss_bytes)));
   if (!a.html.empty()) fmt::print("  {:<28} {}\n", "html report", a.html);
@@ -155,7 +157,7 @@ void register_tune(CLI::App& app, Action& run) {
   add_tokenizer_option(cmd, args->tokenizer);
   cmd->add_option("--steps", args->steps, "Optimiser steps")->capture_default_str();
   cmd->add_option("--batch", args->batch, "Calibration windows per step")->capture_default_str();
-  cmd->add_option("--lr", args->lr, "Adam's peak learning rate (cosine decay to 0)")
+  cmd->add_option("--lr", args->lr, "Adam's peak learning rate (cosine decay to 0), in units of each weight's quantization step (the parameters are W / scale)")
       ->capture_default_str();
   cmd->add_option("--eval-samples", args->eval_samples,
                   "Calibration windows held out for the evaluation KL")
@@ -222,7 +224,7 @@ void register_tune(CLI::App& app, Action& run) {
         key += fmt::format(" calib={}:{}", f, fs::file_size(f, ec));
       }
       o.config_key = key;
-      if (fs::exists(a.out) && !a.force && !a.resume)
+      if (fs::exists(a.out) && !a.force)
         fail("tune: {} exists (--force replaces it)", a.out);
       const DistillReport r = distill_checkpoint(source, a.out, o);
       if (!a.quiet)

@@ -52,6 +52,18 @@ struct Tuned {
   QuantizedTensor scales;
   std::unique_ptr<FakeQuantSte> ste;
   size_t offset = 0, size = 0;
+  int64_t span = 1;  // elements per scale, scales in element order
+
+  // The parameters are the latent weights in units of their scale's step: W_i = u_i · d_j
+  // (d_j > 0; an all-zero block's d counts as 1), so one learning rate moves every block at
+  // the same pace relative to its own code grid.
+  float unit(size_t i) const {
+    const float d = ste->divisors()[i / size_t(span)];
+    return d > 0.f && std::isfinite(d) ? d : 1.f;
+  }
+  void weights(const float* u, float* w) const {
+    for (size_t i = 0; i < size; ++i) w[i] = u[i] * unit(i);
+  }
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -262,6 +274,7 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     t.ste = std::make_unique<FakeQuantSte>(t.scales);
     t.offset = total;
     t.size = size_t(q.rows * q.cols);
+    t.span = int64_t(t.size) / t.ste->scale_count();
     total += t.size;
     tuned.push_back(std::move(t));
   }
@@ -279,7 +292,20 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     rep.resumed_from = st.step;
   } else {
     st.params.resize(total);
-    for (Tuned& t : tuned) dequantize(initial[t.linear], st.params.data() + t.offset, &pool);
+    // The start: each weight's original value where it rounds to the quantization's code
+    // (every weight after round-to-nearest algorithms), else the code's value (where GPTQ chose
+    // another code), so the first forward is exactly the quantization's and the latent weights
+    // keep where they lie inside their rounding interval.
+    pool.parallel_for(int64_t(tuned.size()), [&](int64_t k) {
+      const Tuned& t = tuned[size_t(k)];
+      float* u = st.params.data() + t.offset;
+      std::vector<float> q(t.size), rounded(t.size);
+      dequantize(initial.at(t.linear), q.data());
+      const float* original = role_slot(student.blocks[size_t(t.layer)], t.role)->data();
+      t.ste->forward(original, nullptr, rounded.data());
+      for (size_t i = 0; i < t.size; ++i)
+        u[i] = (rounded[i] == q[i] ? original[i] : q[i]) / t.unit(i);
+    });
     st.adam = AdamState(total);
   }
   initial.clear();
@@ -329,15 +355,20 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   auto apply = [&] {
     pool.parallel_for(int64_t(tuned.size()), [&](int64_t i) {
       const Tuned& t = tuned[size_t(i)];
-      t.ste->forward(st.params.data() + t.offset, nullptr,
-                     role_slot(student.blocks[size_t(t.layer)], t.role)->data());
+      std::vector<float> w(t.size);
+      t.weights(st.params.data() + t.offset, w.data());
+      t.ste->forward(w.data(), nullptr, role_slot(student.blocks[size_t(t.layer)], t.role)->data());
     });
   };
   std::vector<int64_t> eval_ids(static_cast<size_t>(n_eval));
   std::iota(eval_ids.begin(), eval_ids.end(), n_train);
+  double eval_seconds = 0;
   auto evaluate = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
     apply();
-    return model_kl<float>(student, batch_of(eval_ids), nullptr, &pool);
+    const double kl = model_kl<float>(student, batch_of(eval_ids), nullptr, &pool);
+    eval_seconds += seconds_since(t0);
+    return kl;
   };
 
   const int64_t eval_every = o.eval_every > 0 ? o.eval_every : std::max<int64_t>(1, o.steps / 10);
@@ -364,9 +395,13 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
                                  &grads, &pool);
     pool.parallel_for(int64_t(tuned.size()), [&](int64_t i) {
       const Tuned& t = tuned[size_t(i)];
-      t.ste->backward(st.params.data() + t.offset, nullptr,
-                      role_slot(grads[size_t(t.layer)], t.role)->data(), fq[size_t(i)]);
-      std::copy(fq[size_t(i)].w.begin(), fq[size_t(i)].w.end(), flat_grad.begin() + long(t.offset));
+      std::vector<float> w(t.size);
+      t.weights(st.params.data() + t.offset, w.data());
+      t.ste->backward(w.data(), nullptr, role_slot(grads[size_t(t.layer)], t.role)->data(),
+                      fq[size_t(i)]);
+      const std::vector<float>& gw = fq[size_t(i)].w;
+      float* gu = flat_grad.data() + t.offset;
+      for (size_t k = 0; k < t.size; ++k) gu[k] = gw[k] * t.unit(k);  // dL/du = dL/dW · d
     });
     AdamOptions ao;
     ao.lr = float(double(o.lr) * 0.5 * (1.0 + std::cos(M_PI * double(s) / double(o.steps))));
@@ -391,8 +426,10 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   progress.finish();
   rep.train_seconds = seconds_since(train_start);
   rep.steps = o.steps;
-  rep.seconds_per_step =
-      o.steps > rep.resumed_from ? rep.train_seconds / double(o.steps - rep.resumed_from) : 0;
+  rep.eval_seconds = eval_seconds;
+  rep.seconds_per_step = o.steps > rep.resumed_from
+                             ? (rep.train_seconds - eval_seconds) / double(o.steps - rep.resumed_from)
+                             : 0;
   rep.curve = st.curve;
   for (const DistillPoint& p : st.curve)
     if (p.eval_kl >= 0) {
@@ -411,7 +448,9 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     if (it == by_linear.end()) return std::nullopt;
     const Tuned& t = *it->second;
     QuantizedTensor q = t.scales;
-    encode_with_scales(q, st.params.data() + t.offset, pool);
+    std::vector<float> w(t.size);
+    t.weights(st.params.data() + t.offset, w.data());
+    encode_with_scales(q, w.data(), pool);
     return q;
   };
   fo.on_linear = nullptr;

@@ -4,8 +4,10 @@
 //   1. quantize: the normal pipeline (QuantizeOptions: format, algorithm, ...) into a scratch
 //      directory, keeping each quantized Linear's QuantizedTensor in memory: its scales are
 //      frozen from here on and its dequantized weights are the student's start;
-//   2. tune: every quantized Linear's latent float weights W (starting at the dequantized
-//      quantization, so step 0 is exactly the post-training result) are fake-quantized with
+//   2. tune: every quantized Linear's latent float weights W (in units of the scale's step,
+//      u = W / d, so one learning rate suits every block; starting at the original weights
+//      where they round to the quantization's codes and at the codes' values where they do not,
+//      so step 0 is exactly the post-training result) are fake-quantized with
 //      FakeQuantSte against those scales; the loss's gradient reaches W through the
 //      straight-through estimator (train/model_grad.h: whole-model backward with gradient
 //      checkpointing); Adam with a cosine learning-rate decay; the teacher's logits come from the
@@ -39,7 +41,9 @@ struct DistillOptions {
   int64_t batch = 4;           // windows per step
   int64_t eval_samples = 8;    // calibration windows held out for the evaluation KL
   int64_t eval_every = 0;      // steps between evaluations; 0: steps / 10 (at least 1)
-  float lr = 1e-4f;            // Adam's peak learning rate (cosine decay to 0 over `steps`)
+  // Adam's peak learning rate (cosine decay to 0 over `steps`), in units of each weight's
+  // quantization step (its scale's divisor d: the parameters are W / d).
+  float lr = 0.01f;
   int64_t checkpoint_every = 0;         // 0: no checkpoints
   std::filesystem::path checkpoint;     // the checkpoint file (written and, with resume, read)
   bool resume = false;
@@ -62,7 +66,9 @@ struct DistillReport {
   int64_t train_windows = 0, eval_windows = 0, tokens_per_window = 0;
   int64_t steps = 0, resumed_from = 0, parameters = 0, tuned_linears = 0;
   double eval_kl_before = 0, eval_kl_after = 0;
-  double quantize_seconds = 0, train_seconds = 0, seconds_per_step = 0, seconds = 0;
+  // train_seconds includes the evaluations (eval_seconds); seconds_per_step excludes them.
+  double quantize_seconds = 0, train_seconds = 0, eval_seconds = 0, seconds_per_step = 0;
+  double seconds = 0;
   uint64_t peak_rss_bytes = 0;
   std::vector<DistillPoint> curve;
 };
@@ -81,7 +87,7 @@ DistillReport distill_checkpoint(const SourceModel& model, const std::filesystem
 struct DistillState {
   uint64_t key_hash = 0;
   int64_t step = 0;
-  std::vector<float> params;  // the latent weights, Linear after Linear
+  std::vector<float> params;  // the latent weights / their scale's divisor, Linear after Linear
   AdamState adam;
   std::vector<DistillPoint> curve;
 };

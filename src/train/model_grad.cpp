@@ -51,6 +51,48 @@ double kl_rows(const T* p_logits, const T* q_logits, int64_t tokens, int64_t voc
   return total / double(tokens);
 }
 
+// The head's KL and dL/dx [n, hidden] (written to dx) for x [n, hidden]: head_kl's math
+// without the lm_head's weight gradient (the head is not tuned; for a large vocabulary that
+// gradient would be the head's largest cost and a [vocab, hidden] buffer per window).
+template <typename T>
+double head_kl_dx(const DenseModel<T>& m, const T* x, int64_t n, const T* teacher, T* dx) {
+  const int64_t H = m.block.hidden, V = m.vocab;
+  std::vector<T> xn(size_t(n * H)), inv(static_cast<size_t>(n)), row(static_cast<size_t>(V));
+  rmsnorm_forward<T>(x, m.final_norm.data(), n, H, m.final_eps, xn.data(), inv.data());
+  std::vector<T> dxn(size_t(n * H), T(0));
+  double total = 0;
+  const T mean = T(1) / T(n);
+  for (int64_t t = 0; t < n; ++t) {
+    linear_forward<T>(xn.data() + t * H, m.head.data(), nullptr, 1, H, V, row.data());
+    const T* p = teacher + t * V;
+    const T pm = *std::max_element(p, p + V), qm = *std::max_element(row.begin(), row.end());
+    double ps = 0, qs = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      ps += std::exp(double(p[v] - pm));
+      qs += std::exp(double(row[size_t(v)] - qm));
+    }
+    const double plse = double(pm) + std::log(ps), qlse = double(qm) + std::log(qs);
+    double kl = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double lp = double(p[v]) - plse, lq = double(row[size_t(v)]) - qlse;
+      const double pv = std::exp(lp);
+      kl += pv * (lp - lq);
+      row[size_t(v)] = T((std::exp(lq) - pv)) * mean;  // dL/dlogit
+    }
+    total += kl;
+    // dxn_t = Σ_v dlogit_v · head_v
+    T* d = dxn.data() + t * H;
+    for (int64_t v = 0; v < V; ++v) {
+      const T g = row[size_t(v)];
+      const T* w = m.head.data() + v * H;
+      for (int64_t h = 0; h < H; ++h) d[h] += g * w[h];
+    }
+  }
+  std::vector<T> dnorm(size_t(H), T(0));
+  rmsnorm_backward<T>(x, m.final_norm.data(), inv.data(), dxn.data(), n, H, dx, dnorm.data());
+  return total / double(n);
+}
+
 }  // namespace
 
 DenseModel<float> dense_model(const ModelWeights& mw, int64_t positions) {
@@ -112,7 +154,6 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
     // inputs[b][l]: block l's input of window b; dx[b]: dL/d(current block's output).
     std::vector<std::vector<std::vector<T>>> inputs(static_cast<size_t>(B));
     std::vector<std::vector<T>> dx(static_cast<size_t>(B));
-    const HeadShape hs{n, H, m.vocab, m.final_eps};
     run_tasks(pool, B, [&](int64_t b) {
       auto& in = inputs[size_t(b)];
       in.resize(size_t(L));
@@ -124,8 +165,7 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
       }
       std::vector<T>& d = dx[size_t(b)];
       d.resize(size_t(n * H));
-      loss[size_t(b)] = double(head_kl<T>(hs, x.data(), m.final_norm.data(), m.head.data(),
-                                          batch.teacher_logits[size_t(b)], {d.data(), nullptr, nullptr}));
+      loss[size_t(b)] = head_kl_dx<T>(m, x.data(), n, batch.teacher_logits[size_t(b)], d.data());
       const T scale = T(1) / T(B);  // the batch mean
       for (T& v : d) v *= scale;
     });

@@ -38,7 +38,7 @@ TEST(TuneE2E, LowersKlAndExportsAnOrdinaryCheckpoint) {
   ASSERT_EQ(q.exit_code, 0) << q.err;
   const auto r = test::run_qforge("tune " + quote(model_dir("stories260K-hf")) + " -o " +
                                   quote(tmp / "tuned") + " --format nvfp4 --steps 24 --batch 4 " +
-                                  "--eval-samples 4 --lr 1e-3 --threads 2 --json --html " +
+                                  "--eval-samples 4 --lr 0.01 --threads 2 --json --html " +
                                   quote(tmp / "tune.html") + kCalib);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);

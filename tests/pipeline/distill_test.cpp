@@ -59,7 +59,7 @@ DistillOptions small_options(const fs::path& state) {
   o.batch = 2;
   o.eval_samples = 2;
   o.eval_every = 2;
-  o.lr = 1e-3f;
+  o.lr = 0.01f;
   o.checkpoint = state;
   o.config_key = "test";
   return o;
