@@ -226,7 +226,7 @@ void register_tune(CLI::App& app, Action& run) {
       o.config_key = key;
       if (fs::exists(a.out) && !a.force)
         fail("tune: {} exists (--force replaces it)", a.out);
-      const DistillReport r = distill_checkpoint(source, a.out, o);
+      const DistillReport r = distill_checkpoint(source, out, o);
       if (!a.quiet)
         for (const auto& w : r.quantize.warnings) fmt::print(stderr, "qforge: warning: {}\n", w);
       if (!a.html.empty()) write_text_file(a.html, tune_html(a, r));

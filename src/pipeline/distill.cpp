@@ -379,7 +379,7 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   const auto train_start = std::chrono::steady_clock::now();
   Progress progress("tune", ProgressUnit::runs, double(o.steps), o.quantize.progress);
   progress.advance(double(st.step));
-  double last_eval = st.curve.empty() ? -1 : -1;
+  double last_eval = -1;
   for (const DistillPoint& p : st.curve)
     if (p.eval_kl >= 0) last_eval = p.eval_kl;
   for (int64_t s = st.step; s < o.steps; ++s) {
