@@ -32,6 +32,7 @@ void register_compare(CLI::App& app, Action& run);
 void register_bench(CLI::App& app, Action& run);
 void register_tokenize(CLI::App& app, Action& run);
 void register_sensitivity(CLI::App& app, Action& run);
+void register_tune(CLI::App& app, Action& run);
 
 // The calibration flags shared by quantize and sensitivity: --calib (repeatable), --calib-samples,
 // --calib-seq, --seed, bound to `calib` (whose current values are the defaults shown in --help).

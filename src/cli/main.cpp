@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   qf::cli::register_bench(app, run);
   qf::cli::register_tokenize(app, run);
   qf::cli::register_sensitivity(app, run);
+  qf::cli::register_tune(app, run);
   // CLI11 would only say the word was not expected; name the command that was probably meant.
   if (const std::string unknown = qf::cli::unknown_subcommand(app, argc, argv); !unknown.empty()) {
     fmt::print(stderr, "qforge: error: {}\n", unknown);

@@ -344,9 +344,14 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         if (std::optional<Precomputed> p = calibration.take(li)) {
           q = std::move(p->q);
           extras.pre_quant_scale = std::move(p->pre_quant_scale);
-        } else {
+        } else if (!options.replace_linear) {
           q = quantizer.data_free(li);
         }
+        if (options.replace_linear) {
+          if (std::optional<QuantizedTensor> r = options.replace_linear(li)) q = std::move(*r);
+          else if (q.codes.empty()) q = quantizer.data_free(li);
+        }
+        if (options.on_linear) options.on_linear(li, q);
         if (all_codes_zero(q))
           report.warnings.push_back(fmt::format(
               "{}: every weight quantizes to zero in {} (all zero, or too small for the format's "

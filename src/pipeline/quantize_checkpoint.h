@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -97,6 +98,12 @@ struct QuantizeOptions {
   // four_over_six. Weight-only for now (no activations or data algorithms; --kv-cache fp8 is
   // allowed: its scales go on the quantized k_proj / v_proj, as with --exclude).
   std::optional<Assignment> assignment;
+  // End-to-end tuning (qforge tune, pipeline/distill.h). `replace_linear`, when set, is asked
+  // for each quantized decoder Linear (Architecture::linears index) as it is written: a tensor
+  // returned is written instead of the algorithm's (same format and shape; nullopt: as usual).
+  // `on_linear`, when set, sees the tensor each quantized decoder Linear is written with.
+  std::function<std::optional<QuantizedTensor>(size_t)> replace_linear;
+  std::function<void(size_t, const QuantizedTensor&)> on_linear;
 };
 
 // Whether --exclude patterns (fnmatch globs) match module `name` (or `name`.weight).

@@ -1,0 +1,465 @@
+// qforge tune: quantize, then distill the quantized Linears' latent weights end to end against
+// the original model's logits, then export through the normal writer.
+#include "pipeline/distill.h"
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "engine/model.h"
+#include "formats/fake_quant.h"
+#include "io/json_file.h"
+#include "train/fake_quant_ste.h"
+#include "train/model_grad.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+
+namespace qf {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'Q', 'F', 'T', 'U', 'N', 'E', '0', '1'};
+
+std::vector<float>* role_slot(BlockWeights<float>& w, LinearRole r) {
+  switch (r) {
+    case LinearRole::q_proj: return &w.q;
+    case LinearRole::k_proj: return &w.k;
+    case LinearRole::v_proj: return &w.v;
+    case LinearRole::o_proj: return &w.o;
+    case LinearRole::gate_proj: return &w.gate;
+    case LinearRole::up_proj: return &w.up;
+    case LinearRole::down_proj: return &w.down;
+    default: return nullptr;
+  }
+}
+
+// One quantized Linear of the student: its frozen scales, the fake quantizer built on them and
+// where its latent weights lie in the flat parameter array.
+struct Tuned {
+  size_t linear = 0;
+  int64_t layer = 0;
+  LinearRole role = LinearRole::q_proj;
+  QuantizedTensor scales;
+  std::unique_ptr<FakeQuantSte> ste;
+  size_t offset = 0, size = 0;
+  int64_t span = 1;  // elements per scale, scales in element order
+
+  // The parameters are the latent weights in units of their scale's step: W_i = u_i · d_j
+  // (d_j > 0; an all-zero block's d counts as 1), so one learning rate moves every block at
+  // the same pace relative to its own code grid.
+  float unit(size_t i) const {
+    const float d = ste->divisors()[i / size_t(span)];
+    return d > 0.f && std::isfinite(d) ? d : 1.f;
+  }
+  void weights(const float* u, float* w) const {
+    for (size_t i = 0; i < size; ++i) w[i] = u[i] * unit(i);
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The training windows of step `step`: an epoch-wise seeded permutation, a function of the seed
+// and the step only (a resumed run draws the same batches).
+std::vector<int64_t> batch_windows(uint64_t seed, int64_t step, int64_t batch, int64_t n) {
+  std::vector<int64_t> out;
+  int64_t cached_epoch = -1;
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t j = 0; j < batch; ++j) {
+    const int64_t i = step * batch + j, epoch = i / n;
+    if (epoch != cached_epoch) {
+      std::iota(perm.begin(), perm.end(), int64_t(0));
+      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch) + 1);
+      for (int64_t k = n - 1; k > 0; --k)
+        std::swap(perm[size_t(k)], perm[size_t(rng() % uint64_t(k + 1))]);
+      cached_epoch = epoch;
+    }
+    out.push_back(perm[size_t(i % n)]);
+  }
+  return out;
+}
+
+template <typename V>
+void put(std::string& s, const V& v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof(V));
+}
+void put_floats(std::string& s, const std::vector<float>& v) {
+  put(s, uint64_t(v.size()));
+  s.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+struct Reader {
+  const std::string& s;
+  const fs::path& path;
+  size_t at = 0;
+  template <typename V>
+  V get() {
+    if (at + sizeof(V) > s.size()) fail("{}: truncated tune checkpoint", path.string());
+    V v;
+    std::memcpy(&v, s.data() + at, sizeof(V));
+    at += sizeof(V);
+    return v;
+  }
+  std::vector<float> floats() {
+    const uint64_t n = get<uint64_t>();
+    if (n > (s.size() - at) / sizeof(float)) fail("{}: truncated tune checkpoint", path.string());
+    std::vector<float> v(n);
+    std::memcpy(v.data(), s.data() + at, n * sizeof(float));
+    at += n * sizeof(float);
+    return v;
+  }
+};
+
+}  // namespace
+
+uint64_t distill_key_hash(const std::string& key) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : key) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void write_distill_state(const fs::path& path, const DistillState& st) {
+  std::string s(kMagic, sizeof(kMagic));
+  put(s, st.key_hash);
+  put(s, st.step);
+  put_floats(s, st.params);
+  put_floats(s, st.adam.m);
+  put_floats(s, st.adam.v);
+  put(s, st.adam.steps);
+  put(s, uint64_t(st.curve.size()));
+  for (const DistillPoint& p : st.curve) {
+    put(s, p.step);
+    put(s, p.loss);
+    put(s, p.eval_kl);
+  }
+  write_text_file(path.string(), s);
+}
+
+DistillState read_distill_state(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("{}: cannot read the tune checkpoint (--resume needs one written by --checkpoint-every)",
+               path.string());
+  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (s.size() < sizeof(kMagic) || std::memcmp(s.data(), kMagic, sizeof(kMagic)) != 0)
+    fail("{}: not a qforge tune checkpoint", path.string());
+  Reader r{s, path, sizeof(kMagic)};
+  DistillState st;
+  st.key_hash = r.get<uint64_t>();
+  st.step = r.get<int64_t>();
+  st.params = r.floats();
+  st.adam.m = r.floats();
+  st.adam.v = r.floats();
+  st.adam.steps = r.get<int64_t>();
+  const uint64_t points = r.get<uint64_t>();
+  if (points > s.size()) fail("{}: truncated tune checkpoint", path.string());
+  for (uint64_t i = 0; i < points; ++i) {
+    DistillPoint p;
+    p.step = r.get<int64_t>();
+    p.loss = r.get<double>();
+    p.eval_kl = r.get<double>();
+    st.curve.push_back(p);
+  }
+  if (st.adam.m.size() != st.params.size() || st.adam.v.size() != st.params.size())
+    fail("{}: corrupt tune checkpoint (state sizes differ)", path.string());
+  return st;
+}
+
+CalibrationData check_distill(const SourceModel& model, const DistillOptions& o) {
+  const QuantizeOptions& q = o.quantize;
+  if (o.steps < 1 || o.steps > 10'000'000)
+    fail("tune: --steps {} is out of range [1, 10000000]", o.steps);
+  if (o.batch < 1 || o.batch > 4096) fail("tune: --batch {} is out of range [1, 4096]", o.batch);
+  if (o.eval_samples < 1 || o.eval_samples > 4096)
+    fail("tune: --eval-samples {} is out of range [1, 4096]", o.eval_samples);
+  if (!std::isfinite(o.lr) || o.lr <= 0.f || o.lr > 1.f)
+    fail("tune: --lr {} is out of range (0, 1]", o.lr);
+  if (o.eval_every < 0) fail("tune: --eval-every {} is negative", o.eval_every);
+  if (o.checkpoint_every < 0) fail("tune: --checkpoint-every {} is negative", o.checkpoint_every);
+  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint.empty())
+    fail("tune: --checkpoint-every and --resume need a checkpoint path");
+  if (q.activations != ActQuant::none)
+    fail("tune: --activations {}: end-to-end tuning is weight-only for now (the block backward "
+         "has no activation fake quantization yet); tune W4A16 and quantize activations with "
+         "qforge quantize", act_quant_name(q.activations));
+  const AlgoRow& algo = algo_row(q.algo);
+  if (algo.awq || algo.smoothquant)
+    fail("tune: --algo {}: the student's Linears must be plain (AWQ / SmoothQuant pre-scale "
+         "their inputs); use max, mse, gptq, local_hessian(+gptq) or four_over_six(+gptq)",
+         algo.name);
+  if (q.assignment) fail("tune: mixed-precision plans (--auto, --recipe) are not supported");
+  if (q.quantize_lm_head) fail("tune: --quantize-lm-head is not supported (the head is not tuned)");
+  if (q.kv_fp8) fail("tune: --kv-cache fp8 is not supported (the student has no KV quantization)");
+  if (q.calib.files.empty()) fail("tune: --calib is required (the distillation's text)");
+  // The family: every layer a plain Llama block, and a plain head.
+  const Architecture& a = model.arch;
+  for (int64_t l = 0; l < a.num_layers; ++l) block_shape(a, l);
+  if (a.final_softcap != 0.f || a.logits_divisor != 1.f || a.embedding_scale != 1.f)
+    fail("{}: a head with logit soft-capping or scaling, or scaled embeddings, is not "
+         "differentiated by the training code (plain Llama models only)", a.model_type);
+  CalibrationData data = load_calibration_data(q.calib, model.tokenizer());
+  const int64_t windows = int64_t(data.windows.size());
+  if (windows < o.batch + o.eval_samples)
+    fail("tune: the calibration set is too small: {} windows of {} tokens, need --batch {} + "
+         "--eval-samples {} (more text, a smaller --calib-seq, --batch or --eval-samples)",
+         windows, q.calib.seq_len, o.batch, o.eval_samples);
+  if (o.resume) {
+    const DistillState st = read_distill_state(o.checkpoint);
+    if (st.key_hash != distill_key_hash(o.config_key))
+      fail("{}: the checkpoint was written with other flags or inputs; --resume needs the same "
+           "command line", o.checkpoint.string());
+  }
+  return data;
+}
+
+DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_dir,
+                                 const DistillOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  const CalibrationData data = check_distill(model, o);
+  DistillReport rep;
+  rep.algo = std::string(weight_algo_name(o.quantize.algo));
+  const Architecture& arch = model.arch;
+
+  // 1. The initial quantization, its tensors kept in memory.
+  std::map<size_t, QuantizedTensor> initial;
+  {
+    QuantizeOptions qo = o.quantize;
+    qo.on_linear = [&](size_t li, const QuantizedTensor& q) { initial[li] = q; };
+    qo.force = true;
+    const fs::path scratch =
+        (out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".")) /
+        (".qforge-tune-init-" + out_dir.filename().string());
+    fs::remove_all(scratch);
+    quantize_checkpoint(model, scratch, qo);
+    fs::remove_all(scratch);
+  }
+  rep.quantize_seconds = seconds_since(start);
+
+  // 2. Teacher (the engine on the original weights) and student (train's float model).
+  const int64_t n = o.quantize.calib.seq_len;
+  ModelOptions mo;
+  mo.threads = o.quantize.threads;
+  mo.kernels = KernelMode::exact;
+  mo.max_seq = n;
+  std::unique_ptr<Model> teacher = Model::load(model.checkpoint, mo);
+  ThreadPool& pool = teacher->pool();
+  DenseModel<float> student = dense_model(teacher->weights(), n);
+  const int64_t H = student.block.hidden, V = student.vocab;
+
+  std::vector<Tuned> tuned;
+  size_t total = 0;
+  for (auto& [li, q] : initial) {
+    const LinearModule& lm = arch.linears[li];
+    Tuned t;
+    t.linear = li;
+    t.layer = lm.layer;
+    t.role = lm.role;
+    if (!role_slot(student.blocks[size_t(t.layer)], t.role))
+      fail("tune: {}: not a Linear of a plain Llama block", lm.name);
+    t.scales = q;
+    t.scales.codes.clear();
+    t.ste = std::make_unique<FakeQuantSte>(t.scales);
+    t.offset = total;
+    t.size = size_t(q.rows * q.cols);
+    t.span = int64_t(t.size) / t.ste->scale_count();
+    total += t.size;
+    tuned.push_back(std::move(t));
+  }
+  if (tuned.empty()) fail("tune: no Linear was quantized (everything excluded?)");
+  rep.tuned_linears = int64_t(tuned.size());
+  rep.parameters = int64_t(total);
+
+  DistillState st;
+  st.key_hash = distill_key_hash(o.config_key);
+  if (o.resume) {
+    st = read_distill_state(o.checkpoint);
+    if (st.params.size() != total)
+      fail("{}: the checkpoint holds {} parameters, this run has {}", o.checkpoint.string(),
+           st.params.size(), total);
+    rep.resumed_from = st.step;
+  } else {
+    st.params.resize(total);
+    // The start: each weight's original value where it rounds to the quantization's code
+    // (every weight after round-to-nearest algorithms), else the code's value (where GPTQ chose
+    // another code), so the first forward is exactly the quantization's and the latent weights
+    // keep where they lie inside their rounding interval.
+    pool.parallel_for(int64_t(tuned.size()), [&](int64_t k) {
+      const Tuned& t = tuned[size_t(k)];
+      float* u = st.params.data() + t.offset;
+      std::vector<float> q(t.size), rounded(t.size);
+      dequantize(initial.at(t.linear), q.data());
+      const float* original = role_slot(student.blocks[size_t(t.layer)], t.role)->data();
+      t.ste->forward(original, nullptr, rounded.data());
+      for (size_t i = 0; i < t.size; ++i)
+        u[i] = (rounded[i] == q[i] ? original[i] : q[i]) / t.unit(i);
+    });
+    st.adam = AdamState(total);
+  }
+  initial.clear();
+
+  // Windows: the last eval_samples held out.
+  const int64_t W = int64_t(data.windows.size());
+  const int64_t n_eval = o.eval_samples, n_train = W - n_eval;
+  rep.train_windows = n_train;
+  rep.eval_windows = n_eval;
+  rep.tokens_per_window = n;
+  std::vector<std::vector<float>> x0(static_cast<size_t>(W));
+  for (int64_t w = 0; w < W; ++w) {
+    x0[size_t(w)].resize(size_t(n * H));
+    teacher->embed(data.windows[size_t(w)], x0[size_t(w)].data());
+  }
+  const bool cache = uint64_t(W) * uint64_t(n) * uint64_t(V) * 4 <= o.teacher_cache_bytes;
+  std::vector<std::vector<float>> cached(static_cast<size_t>(W));
+  auto teacher_logits = [&](int64_t w, std::vector<float>& out) {
+    out.resize(size_t(n * V));
+    teacher->forward(data.windows[size_t(w)], 0, out.data(), /*all_logits=*/true);
+  };
+  if (cache) {
+    Progress p("teacher", ProgressUnit::tokens, double(W * n), o.quantize.progress);
+    for (int64_t w = 0; w < W; ++w) {
+      teacher_logits(w, cached[size_t(w)]);
+      p.advance(double(n));
+    }
+    p.finish();
+  }
+  std::vector<std::vector<float>> scratch_logits;
+  auto batch_of = [&](const std::vector<int64_t>& ids) {
+    DistillBatch<float> b;
+    b.tokens = n;
+    if (!cache) scratch_logits.assign(ids.size(), {});
+    for (size_t i = 0; i < ids.size(); ++i) {
+      b.x0.push_back(x0[size_t(ids[i])].data());
+      if (cache) {
+        b.teacher_logits.push_back(cached[size_t(ids[i])].data());
+      } else {
+        teacher_logits(ids[i], scratch_logits[i]);
+        b.teacher_logits.push_back(scratch_logits[i].data());
+      }
+    }
+    return b;
+  };
+  // Ŵ of every tuned Linear into the student.
+  auto apply = [&] {
+    pool.parallel_for(int64_t(tuned.size()), [&](int64_t i) {
+      const Tuned& t = tuned[size_t(i)];
+      std::vector<float> w(t.size);
+      t.weights(st.params.data() + t.offset, w.data());
+      t.ste->forward(w.data(), nullptr, role_slot(student.blocks[size_t(t.layer)], t.role)->data());
+    });
+  };
+  std::vector<int64_t> eval_ids(static_cast<size_t>(n_eval));
+  std::iota(eval_ids.begin(), eval_ids.end(), n_train);
+  double eval_seconds = 0;
+  auto evaluate = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    apply();
+    const double kl = model_kl<float>(student, batch_of(eval_ids), nullptr, &pool);
+    eval_seconds += seconds_since(t0);
+    return kl;
+  };
+
+  const int64_t eval_every = o.eval_every > 0 ? o.eval_every : std::max<int64_t>(1, o.steps / 10);
+  const uint64_t seed = o.quantize.calib.seed;
+  std::vector<BlockWeights<float>> grads;
+  std::vector<float> flat_grad(total);
+  std::vector<FakeQuantGrads> fq(tuned.size());
+  const auto train_start = std::chrono::steady_clock::now();
+  Progress progress("tune", ProgressUnit::runs, double(o.steps), o.quantize.progress);
+  progress.advance(double(st.step));
+  double last_eval = -1;
+  for (const DistillPoint& p : st.curve)
+    if (p.eval_kl >= 0) last_eval = p.eval_kl;
+  for (int64_t s = st.step; s < o.steps; ++s) {
+    DistillPoint point;
+    point.step = s;
+    if (s % eval_every == 0) point.eval_kl = last_eval = evaluate();
+    apply();
+    for (BlockWeights<float>& g : grads)
+      for (std::vector<float>* p : {&g.attn_norm, &g.mlp_norm, &g.q, &g.k, &g.v, &g.o, &g.gate,
+                                    &g.up, &g.down})
+        std::fill(p->begin(), p->end(), 0.f);
+    point.loss = model_kl<float>(student, batch_of(batch_windows(seed, s, o.batch, n_train)),
+                                 &grads, &pool);
+    pool.parallel_for(int64_t(tuned.size()), [&](int64_t i) {
+      const Tuned& t = tuned[size_t(i)];
+      std::vector<float> w(t.size);
+      t.weights(st.params.data() + t.offset, w.data());
+      t.ste->backward(w.data(), nullptr, role_slot(grads[size_t(t.layer)], t.role)->data(),
+                      fq[size_t(i)]);
+      const std::vector<float>& gw = fq[size_t(i)].w;
+      float* gu = flat_grad.data() + t.offset;
+      for (size_t k = 0; k < t.size; ++k) gu[k] = gw[k] * t.unit(k);  // dL/du = dL/dW · d
+    });
+    AdamOptions ao;
+    ao.lr = float(double(o.lr) * 0.5 * (1.0 + std::cos(M_PI * double(s) / double(o.steps))));
+    adam_step(ao, st.adam, st.params.data(), flat_grad.data());
+    st.curve.push_back(point);
+    st.step = s + 1;
+    progress.advance(1);
+    progress.set_detail(last_eval >= 0
+                            ? fmt::format("loss {:.5f}  eval KL {:.5f}", point.loss, last_eval)
+                            : fmt::format("loss {:.5f}", point.loss));
+    if (o.checkpoint_every > 0 && st.step % o.checkpoint_every == 0 && st.step < o.steps)
+      write_distill_state(o.checkpoint, st);
+    if (o.stop_after > 0 && st.step == o.stop_after) fail("tune: interrupted after step {}", st.step);
+  }
+  {
+    DistillPoint last;
+    last.step = o.steps;
+    last.loss = -1;
+    last.eval_kl = evaluate();
+    st.curve.push_back(last);
+  }
+  progress.finish();
+  rep.train_seconds = seconds_since(train_start);
+  rep.steps = o.steps;
+  rep.eval_seconds = eval_seconds;
+  rep.seconds_per_step = o.steps > rep.resumed_from
+                             ? (rep.train_seconds - eval_seconds) / double(o.steps - rep.resumed_from)
+                             : 0;
+  rep.curve = st.curve;
+  for (const DistillPoint& p : st.curve)
+    if (p.eval_kl >= 0) {
+      rep.eval_kl_before = p.eval_kl;
+      break;
+    }
+  rep.eval_kl_after = st.curve.back().eval_kl;
+
+  // 3. Export: the trained weights encoded with the frozen scales, through the normal writer.
+  std::map<size_t, const Tuned*> by_linear;
+  for (const Tuned& t : tuned) by_linear[t.linear] = &t;
+  QuantizeOptions fo = o.quantize;
+  fo.algo = WeightAlgo::max;  // nothing to calibrate: every quantized Linear is replaced
+  fo.replace_linear = [&](size_t li) -> std::optional<QuantizedTensor> {
+    auto it = by_linear.find(li);
+    if (it == by_linear.end()) return std::nullopt;
+    const Tuned& t = *it->second;
+    QuantizedTensor q = t.scales;
+    std::vector<float> w(t.size);
+    t.weights(st.params.data() + t.offset, w.data());
+    encode_with_scales(q, w.data(), pool);
+    return q;
+  };
+  fo.on_linear = nullptr;
+  rep.quantize = quantize_checkpoint(model, out_dir, fo);
+  rep.quantize.algo = rep.algo + "+tune";
+  if (o.checkpoint_every > 0 && fs::exists(o.checkpoint)) fs::remove(o.checkpoint);
+  rep.seconds = seconds_since(start);
+  rep.peak_rss_bytes = peak_rss_bytes();
+  return rep;
+}
+
+}  // namespace qf

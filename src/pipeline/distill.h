@@ -1,0 +1,98 @@
+// End-to-end distillation (`qforge tune`): the quantized student's next-token distributions are
+// pulled toward the original model's by minimising KL(teacher ‖ student) on the logits over
+// calibration windows. The steps:
+//   1. quantize: the normal pipeline (QuantizeOptions: format, algorithm, ...) into a scratch
+//      directory, keeping each quantized Linear's QuantizedTensor in memory: its scales are
+//      frozen from here on and its dequantized weights are the student's start;
+//   2. tune: every quantized Linear's latent float weights W (in units of the scale's step,
+//      u = W / d, so one learning rate suits every block; starting at the original weights
+//      where they round to the quantization's codes and at the codes' values where they do not,
+//      so step 0 is exactly the post-training result) are fake-quantized with
+//      FakeQuantSte against those scales; the loss's gradient reaches W through the
+//      straight-through estimator (train/model_grad.h: whole-model backward with gradient
+//      checkpointing); Adam with a cosine learning-rate decay; the teacher's logits come from the
+//      engine's forward of the original model (cached when small enough); a held-out slice of
+//      the windows gives the evaluation KL;
+//   3. export: the trained W encoded with the frozen scales (codes = what the forward used) and
+//      written by the normal writer (QuantizeOptions::replace_linear), under a temporary name
+//      renamed when complete.
+// Checkpoints (latent weights, Adam state, step, loss curve, and a hash of the flags and inputs)
+// are written atomically every N steps; a resumed run gives the same bytes as an uninterrupted
+// one (the batches depend only on the seed and the step).
+#pragma once
+
+#include "pipeline/quantize_checkpoint.h"
+#include "train/adam.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qf {
+
+struct DistillOptions {
+  // The initial quantization (format, algorithm, export target, calibration windows, threads,
+  // force, progress). Weight-only; AWQ, SmoothQuant, mixed-precision plans and a quantized
+  // lm_head are refused (the student's Linears must be plain).
+  QuantizeOptions quantize;
+  int64_t steps = 200;         // optimiser steps
+  int64_t batch = 4;           // windows per step
+  int64_t eval_samples = 8;    // calibration windows held out for the evaluation KL
+  int64_t eval_every = 0;      // steps between evaluations; 0: steps / 10 (at least 1)
+  // Adam's peak learning rate (cosine decay to 0 over `steps`), in units of each weight's
+  // quantization step (its scale's divisor d: the parameters are W / d).
+  float lr = 0.01f;
+  int64_t checkpoint_every = 0;         // 0: no checkpoints
+  std::filesystem::path checkpoint;     // the checkpoint file (written and, with resume, read)
+  bool resume = false;
+  std::string config_key;  // the flags and inputs as text: its hash guards --resume
+  // Test seam: stop (throwing qf::Error "interrupted") once this many steps are done; 0: never.
+  int64_t stop_after = 0;
+  // Teacher logits larger than this are recomputed per step instead of cached.
+  uint64_t teacher_cache_bytes = uint64_t(1) << 30;
+};
+
+struct DistillPoint {
+  int64_t step = 0;        // steps done
+  double loss = 0;         // the training batch's KL at this step (before its update)
+  double eval_kl = -1;     // the held-out KL after `step` steps; -1: not evaluated
+};
+
+struct DistillReport {
+  QuantizeReport quantize;        // the export's (final write) report
+  std::string algo;               // the initial quantization's algorithm
+  int64_t train_windows = 0, eval_windows = 0, tokens_per_window = 0;
+  int64_t steps = 0, resumed_from = 0, parameters = 0, tuned_linears = 0;
+  double eval_kl_before = 0, eval_kl_after = 0;
+  // train_seconds includes the evaluations (eval_seconds); seconds_per_step excludes them.
+  double quantize_seconds = 0, train_seconds = 0, eval_seconds = 0, seconds_per_step = 0;
+  double seconds = 0;
+  uint64_t peak_rss_bytes = 0;
+  std::vector<DistillPoint> curve;
+};
+
+// Checks everything that can be checked before work starts (one-line qf::Error): the family's
+// backward exists (every layer a plain Llama block, plain head), the options' ranges and
+// combinations, the calibration windows against batch + eval_samples. Returns the windows.
+CalibrationData check_distill(const SourceModel& model, const DistillOptions& options);
+
+// Runs the three steps into `out_dir`. Throws qf::Error as check_distill does, and for a
+// checkpoint that does not match (--resume with other flags or inputs).
+DistillReport distill_checkpoint(const SourceModel& model, const std::filesystem::path& out_dir,
+                                 const DistillOptions& options);
+
+// The serialised optimiser state (exposed for tests).
+struct DistillState {
+  uint64_t key_hash = 0;
+  int64_t step = 0;
+  std::vector<float> params;  // the latent weights / their scale's divisor, Linear after Linear
+  AdamState adam;
+  std::vector<DistillPoint> curve;
+};
+void write_distill_state(const std::filesystem::path& path, const DistillState& s);
+DistillState read_distill_state(const std::filesystem::path& path);
+uint64_t distill_key_hash(const std::string& key);
+
+}  // namespace qf

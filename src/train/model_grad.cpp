@@ -1,0 +1,222 @@
+// The whole model's loss and gradient with gradient checkpointing: forward through the blocks
+// keeping each block's input, the head's KL and its dL/dx, then the blocks in reverse, each
+// recomputing its forward (BlockSaved) before its backward. Windows of a batch run as parallel
+// tasks; each block's per-window gradients are summed in window order.
+#include "train/model_grad.h"
+
+#include "core/error.h"
+#include "kernels/linear.h"
+#include "train/linear_grad.h"
+#include "train/rmsnorm_grad.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace qf {
+
+namespace {
+
+void run_tasks(ThreadPool* pool, int64_t n, const std::function<void(int64_t)>& fn) {
+  if (pool) pool->parallel_for(n, fn);
+  else
+    for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
+template <typename T>
+std::vector<std::vector<T>*> parts(BlockWeights<T>& w) {
+  return {&w.attn_norm, &w.mlp_norm, &w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down};
+}
+
+// Mean over the rows of KL(softmax(p_logits) ‖ softmax(q_logits)), [tokens, vocab] each.
+template <typename T>
+double kl_rows(const T* p_logits, const T* q_logits, int64_t tokens, int64_t vocab) {
+  double total = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const T* p = p_logits + t * vocab;
+    const T* q = q_logits + t * vocab;
+    const T pm = *std::max_element(p, p + vocab), qm = *std::max_element(q, q + vocab);
+    double ps = 0, qs = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      ps += std::exp(double(p[v] - pm));
+      qs += std::exp(double(q[v] - qm));
+    }
+    const double plse = double(pm) + std::log(ps), qlse = double(qm) + std::log(qs);
+    double kl = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double lp = double(p[v]) - plse, lq = double(q[v]) - qlse;
+      kl += std::exp(lp) * (lp - lq);
+    }
+    total += kl;
+  }
+  return total / double(tokens);
+}
+
+// The head's KL and dL/dx [n, hidden] (written to dx) for x [n, hidden]: head_kl's math
+// without the lm_head's weight gradient (the head is not tuned; for a large vocabulary that
+// gradient would be the head's largest cost and a [vocab, hidden] buffer per window).
+template <typename T>
+double head_kl_dx(const DenseModel<T>& m, const T* x, int64_t n, const T* teacher, T* dx) {
+  const int64_t H = m.block.hidden, V = m.vocab;
+  std::vector<T> xn(size_t(n * H)), inv(static_cast<size_t>(n)), row(static_cast<size_t>(V));
+  rmsnorm_forward<T>(x, m.final_norm.data(), n, H, m.final_eps, xn.data(), inv.data());
+  std::vector<T> dxn(size_t(n * H), T(0));
+  double total = 0;
+  const T mean = T(1) / T(n);
+  for (int64_t t = 0; t < n; ++t) {
+    linear_forward<T>(xn.data() + t * H, m.head.data(), nullptr, 1, H, V, row.data());
+    const T* p = teacher + t * V;
+    const T pm = *std::max_element(p, p + V), qm = *std::max_element(row.begin(), row.end());
+    double ps = 0, qs = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      ps += std::exp(double(p[v] - pm));
+      qs += std::exp(double(row[size_t(v)] - qm));
+    }
+    const double plse = double(pm) + std::log(ps), qlse = double(qm) + std::log(qs);
+    double kl = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double lp = double(p[v]) - plse, lq = double(row[size_t(v)]) - qlse;
+      const double pv = std::exp(lp);
+      kl += pv * (lp - lq);
+      row[size_t(v)] = T((std::exp(lq) - pv)) * mean;  // dL/dlogit
+    }
+    total += kl;
+    // dxn_t = Σ_v dlogit_v · head_v
+    T* d = dxn.data() + t * H;
+    for (int64_t v = 0; v < V; ++v) {
+      const T g = row[size_t(v)];
+      const T* w = m.head.data() + v * H;
+      for (int64_t h = 0; h < H; ++h) d[h] += g * w[h];
+    }
+  }
+  std::vector<T> dnorm(size_t(H), T(0));
+  rmsnorm_backward<T>(x, m.final_norm.data(), inv.data(), dxn.data(), n, H, dx, dnorm.data());
+  return total / double(n);
+}
+
+}  // namespace
+
+DenseModel<float> dense_model(const ModelWeights& mw, int64_t positions) {
+  const Architecture& a = mw.arch;
+  if (a.final_softcap != 0.f || a.logits_divisor != 1.f || a.embedding_scale != 1.f)
+    fail("{}: a head with logit soft-capping or scaling, or scaled embeddings, is not "
+         "differentiated by the training code (plain Llama models only)", a.model_type);
+  DenseModel<float> m;
+  for (int64_t l = 0; l < a.num_layers; ++l) {
+    const BlockShape s = block_shape(a, l);
+    if (l == 0) m.block = s;
+    m.blocks.push_back(block_weights<float>(mw, l));
+  }
+  if (a.num_layers == 0) fail("{}: a model without decoder layers", a.model_type);
+  m.vocab = a.vocab_size;
+  m.final_eps = a.rms_norm_eps;
+  m.final_norm = mw.final_norm;
+  const LinearWeight& h = mw.lm_head.w;
+  if (h.rows != m.vocab || h.cols != m.block.hidden)
+    fail("{}: lm_head is [{}, {}], expected [{}, {}]", a.model_type, h.rows, h.cols, m.vocab,
+         m.block.hidden);
+  m.head.resize(size_t(h.rows * h.cols));
+  dequantize_weight_rows(h, 0, h.rows, m.head.data());
+  m.rope = rope_table<float>(a.ropes[size_t(a.layers[0].rope)], positions);
+  return m;
+}
+
+template <typename T>
+void model_logits(const DenseModel<T>& m, const T* x0, int64_t n, T* logits) {
+  const int64_t H = m.block.hidden;
+  std::vector<T> x(x0, x0 + n * H);
+  BlockSaved<T> sv;
+  for (const BlockWeights<T>& w : m.blocks) block_forward<T>(m.block, w, m.rope, x.data(), n, x.data(), sv);
+  std::vector<T> xn(size_t(n * H)), inv(static_cast<size_t>(n));
+  rmsnorm_forward<T>(x.data(), m.final_norm.data(), n, H, m.final_eps, xn.data(), inv.data());
+  linear_forward<T>(xn.data(), m.head.data(), nullptr, n, H, m.vocab, logits);
+}
+
+template <typename T>
+double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
+                std::vector<BlockWeights<T>>* grads, ThreadPool* pool,
+                std::vector<double>* window_loss) {
+  const int64_t B = int64_t(batch.x0.size()), n = batch.tokens, H = m.block.hidden;
+  const int64_t L = int64_t(m.blocks.size());
+  if (B == 0 || int64_t(batch.teacher_logits.size()) != B)
+    fail("model_kl: {} windows and {} teacher logits", B, batch.teacher_logits.size());
+  if (n > m.rope.positions)
+    fail("model_kl: windows of {} tokens, RoPE table for {}", n, m.rope.positions);
+  std::vector<double> loss(static_cast<size_t>(B), 0.0);
+
+  if (!grads) {  // Forward only: no hidden states kept.
+    run_tasks(pool, B, [&](int64_t b) {
+      std::vector<T> logits(size_t(n * m.vocab));
+      model_logits<T>(m, batch.x0[size_t(b)], n, logits.data());
+      loss[size_t(b)] = kl_rows<T>(batch.teacher_logits[size_t(b)], logits.data(), n, m.vocab);
+    });
+  } else {
+    if (grads->size() != size_t(L)) grads->assign(size_t(L), BlockWeights<T>::zeros(m.block));
+    // inputs[b][l]: block l's input of window b; dx[b]: dL/d(current block's output).
+    std::vector<std::vector<std::vector<T>>> inputs(static_cast<size_t>(B));
+    std::vector<std::vector<T>> dx(static_cast<size_t>(B));
+    run_tasks(pool, B, [&](int64_t b) {
+      auto& in = inputs[size_t(b)];
+      in.resize(size_t(L));
+      std::vector<T> x(batch.x0[size_t(b)], batch.x0[size_t(b)] + n * H);
+      BlockSaved<T> sv;
+      for (int64_t l = 0; l < L; ++l) {
+        in[size_t(l)] = x;
+        block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, x.data(), n, x.data(), sv);
+      }
+      std::vector<T>& d = dx[size_t(b)];
+      d.resize(size_t(n * H));
+      loss[size_t(b)] = head_kl_dx<T>(m, x.data(), n, batch.teacher_logits[size_t(b)], d.data());
+      const T scale = T(1) / T(B);  // the batch mean
+      for (T& v : d) v *= scale;
+    });
+    std::vector<BlockWeights<T>> gw(static_cast<size_t>(B));
+    for (int64_t l = L - 1; l >= 0; --l) {
+      run_tasks(pool, B, [&](int64_t b) {
+        BlockWeights<T>& g = gw[size_t(b)];
+        if (g.q.empty()) g = BlockWeights<T>::zeros(m.block);
+        else
+          for (std::vector<T>* p : parts(g)) std::fill(p->begin(), p->end(), T(0));
+        BlockSaved<T> sv;
+        std::vector<T> y(size_t(n * H));
+        auto& in = inputs[size_t(b)][size_t(l)];
+        block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, in.data(), n, y.data(), sv);
+        std::vector<T>().swap(in);  // this block's input is no longer needed
+        std::vector<T>& d = dx[size_t(b)];
+        block_backward<T>(m.block, m.blocks[size_t(l)], m.rope, sv, d.data(), d.data(), g);
+      });
+      // Sum the windows' gradients in window order, split by parameter arrays and chunks.
+      std::vector<std::vector<T>*> dst = parts((*grads)[size_t(l)]);
+      std::vector<std::vector<std::vector<T>*>> src;
+      for (auto& g : gw) src.push_back(parts(g));
+      constexpr int64_t kChunk = 1 << 14;
+      std::vector<std::pair<size_t, int64_t>> tasks;
+      for (size_t p = 0; p < dst.size(); ++p)
+        for (int64_t c = 0; c < int64_t(dst[p]->size()); c += kChunk) tasks.push_back({p, c});
+      run_tasks(pool, int64_t(tasks.size()), [&](int64_t t) {
+        const auto [p, c0] = tasks[size_t(t)];
+        T* o = dst[p]->data();
+        const int64_t c1 = std::min<int64_t>(c0 + kChunk, int64_t(dst[p]->size()));
+        for (int64_t b = 0; b < B; ++b) {
+          const T* s = src[size_t(b)][p]->data();
+          for (int64_t c = c0; c < c1; ++c) o[c] += s[c];
+        }
+      });
+    }
+  }
+  double total = 0;
+  for (double v : loss) total += v;
+  if (window_loss) *window_loss = loss;
+  return total / double(B);
+}
+
+#define QF_INSTANTIATE(T)                                                                    \
+  template struct DenseModel<T>;                                                             \
+  template struct DistillBatch<T>;                                                           \
+  template void model_logits<T>(const DenseModel<T>&, const T*, int64_t, T*);                \
+  template double model_kl<T>(const DenseModel<T>&, const DistillBatch<T>&,                  \
+                              std::vector<BlockWeights<T>>*, ThreadPool*, std::vector<double>*);
+QF_INSTANTIATE(float)
+QF_INSTANTIATE(double)
+#undef QF_INSTANTIATE
+
+}  // namespace qf
