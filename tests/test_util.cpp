@@ -4,6 +4,7 @@
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 
+#include <cmath>
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -77,6 +78,17 @@ nlohmann::json eval_kl(const std::string& model, const fs::path& quantized) {
                             " --max-chars 4000 --json");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
+}
+
+double eval_kl_mean(const std::string& model, const fs::path& quantized) {
+  const auto kl = eval_kl(model, quantized);
+  return kl.contains("kl_mean") ? kl["kl_mean"].get<double>() : NAN;
+}
+
+std::string shakespeare_calib(int samples, int seq, int seed) {
+  return " --calib " + quote(fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
+         " --calib-samples " + std::to_string(samples) + " --calib-seq " + std::to_string(seq) +
+         " --seed " + std::to_string(seed);
 }
 
 std::string byte_level_tokenizer() {

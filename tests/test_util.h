@@ -56,6 +56,11 @@ std::string quote(const std::filesystem::path& p);
 // `qforge eval kl` of fixture model `model` against `quantized` on the first 4000 characters
 // of tinystories_valid_subset.txt, parsed; an empty object (and a test failure) if it fails.
 nlohmann::json eval_kl(const std::string& model, const std::filesystem::path& quantized);
+// Its kl_mean; NaN (and a test failure) when the evaluation fails.
+double eval_kl_mean(const std::string& model, const std::filesystem::path& quantized);
+// " --calib <fixtures>/corpora/tinyshakespeare.txt --calib-samples N --calib-seq S --seed K":
+// the calibration flags of the end-to-end tests.
+std::string shakespeare_calib(int samples, int seq, int seed);
 // tests/data/ggml/NAME.bin (golden vectors made by ggml itself): its bytes, or as float32.
 std::vector<uint8_t> ggml_golden(const std::string& name);
 std::vector<float> ggml_golden_floats(const std::string& name);

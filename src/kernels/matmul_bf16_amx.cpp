@@ -21,6 +21,7 @@
 //
 // Accumulation: each output is one float32 chain over K in pair order, the same for every
 // split, so outputs do not depend on the thread count (tasks are fixed row ranges).
+#include "kernels/amx_tile_config.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/weight_formats.h"
 
@@ -69,18 +70,9 @@ constexpr int64_t kKBlock = 256;
 // loads of a chunk waited on L2 (0.93 against 1.2 TFLOP/s before the buffers were aligned).
 constexpr int64_t kPrefetchChunks = 2;
 
-// The 64-byte tile configuration (palette 1): tiles 0-3 C (16 x 16 float), 4-5 A (16 rows x 32
-// BF16), 6-7 B (16 pairs x 16 tokens).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
+// Tiles 0-3 C (16 x 16 float), 4-5 A (16 rows x 32 BF16), 6-7 B (16 pairs x 16 tokens).
 QF_AMX_TARGET void configure_tiles() {
-  TileConfig cfg;
+  AmxTileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.colsb[i] = 64;
     cfg.rows[i] = 16;

@@ -10,6 +10,7 @@
 // Same roundings as matvec_bf16_tokens_avx512bf16 (activations to BF16, float32 sums), a
 // different summation order. A token's outputs do not depend on the other tokens of the call
 // (each column of C is its own chain) nor on the thread count (fixed row tasks).
+#include "kernels/amx_tile_config.h"
 #include "kernels/kernels_internal.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
@@ -33,18 +34,11 @@ constexpr int64_t kChunk = 32;      // elements of a row per tile load
 // prefetchers follow too few of them.
 constexpr int64_t kAheadBytes = 1024;
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Tiles 0-1: C (16 rows x n tokens of float32); 2-3: A (16 rows x 32 BF16); 4: B (16 pairs x
 // n tokens). Loaded by every task: the prefill kernel configures the same tiles its own way.
 QF_AMX_TARGET void configure(int64_t n) {
-  TileConfig cfg;
+  AmxTileConfig cfg;
   for (int i = 0; i < 5; ++i) {
     cfg.rows[i] = 16;
     cfg.colsb[i] = uint16_t(i == 2 || i == 3 ? 64 : n * 4);

@@ -19,14 +19,7 @@ namespace {
 using test::model_dir;
 using test::quote;
 
-const std::string kCalib =
-    " --calib '" + (test::fixtures_dir() / "corpora" / "tinyshakespeare.txt").string() +
-    "' --calib-samples 16 --calib-seq 128 --seed 0";
-
-double kl_mean(const std::string& m, const fs::path& out) {
-  const auto kl = test::eval_kl(m, out);
-  return kl.contains("kl_mean") ? kl["kl_mean"].get<double>() : NAN;
-}
+const std::string kCalib = test::shakespeare_calib(16, 128, 0);
 
 TEST(BlockTuneE2E, TuningLowersKlBelowTheInitAndTheExportReadsBack) {
   QF_REQUIRE_FIXTURES();
@@ -49,7 +42,7 @@ TEST(BlockTuneE2E, TuningLowersKlBelowTheInitAndTheExportReadsBack) {
     const auto in = test::run_qforge("inspect " + quote(out));
     ASSERT_EQ(in.exit_code, 0) << in.err;
     EXPECT_NE(in.out.find("quantized modules            30"), std::string::npos) << in.out;
-    EXPECT_LT(kl_mean(m, out), kl_mean(m, tmp / "max"));
+    EXPECT_LT(test::eval_kl_mean(m, out), test::eval_kl_mean(m, tmp / "max"));
   }
 }
 

@@ -23,14 +23,7 @@ namespace {
 using test::model_dir;
 using test::quote;
 
-const std::string kCalib =
-    " --calib '" + (test::fixtures_dir() / "corpora" / "tinyshakespeare.txt").string() +
-    "' --calib-samples 16 --calib-seq 128 --seed 3";
-
-double kl_mean(const std::string& m, const fs::path& out) {
-  const auto kl = test::eval_kl(m, out);
-  return kl.contains("kl_mean") ? kl["kl_mean"].get<double>() : NAN;
-}
+const std::string kCalib = test::shakespeare_calib(16, 128, 3);
 
 float max_abs_of(const Checkpoint& c, const std::string& name) {
   const CheckpointTensor* t = c.find(name);
@@ -111,7 +104,7 @@ TEST_P(FourOverSixE2E, ExportsCarryTheFingerprintsAndBeatRoundToNearest) {
   const auto base = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " +
                                      quote(tmp / "max") + " --format nvfp4 -q");
   ASSERT_EQ(base.exit_code, 0) << base.err;
-  const double kl_max = kl_mean(m, tmp / "max");
+  const double kl_max = test::eval_kl_mean(m, tmp / "max");
   for (const char* exp : {"modelopt", "compressed-tensors"}) {
     SCOPED_TRACE(m + " " + exp);
     const fs::path out = tmp / (std::string("46") + exp);
@@ -137,7 +130,7 @@ TEST_P(FourOverSixE2E, ExportsCarryTheFingerprintsAndBeatRoundToNearest) {
       const auto cfg = read_json_file(out / "config.json");
       EXPECT_EQ(cfg["quantization_config"]["format"], "nvfp4-pack-quantized");
     }
-    EXPECT_LT(kl_mean(m, out), kl_max);
+    EXPECT_LT(test::eval_kl_mean(m, out), kl_max);
   }
 }
 
@@ -164,7 +157,7 @@ TEST_P(FourOverSixE2E, WithGptqAndNvfp4Activations) {
   EXPECT_EQ(bytes(c46, w + "_scale"), bytes(cg, w + "_scale"));
   EXPECT_EQ(bytes(c46, w + "_scale_2"), bytes(cg, w + "_scale_2"));
   EXPECT_NE(bytes(c46, w), bytes(cg, w));
-  EXPECT_LT(kl_mean(m, tmp / "46gptq"), kl_mean(m, tmp / "46"));
+  EXPECT_LT(test::eval_kl_mean(m, tmp / "46gptq"), test::eval_kl_mean(m, tmp / "46"));
   // W4A4 (the ModelOpt preset's activations): input scales, same weights as weight-only.
   const auto w4a4 = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " +
                                      quote(tmp / "w4a4") + " --algo four_over_six --activations "
@@ -176,7 +169,7 @@ TEST_P(FourOverSixE2E, WithGptqAndNvfp4Activations) {
   EXPECT_EQ(bytes(c46, w + "_scale"), bytes(c4, w + "_scale"));
   EXPECT_EQ(read_json_file(tmp / "w4a4" / "hf_quant_config.json")["quantization"]["quant_algo"],
             "NVFP4");
-  EXPECT_TRUE(std::isfinite(kl_mean(m, tmp / "w4a4")));
+  EXPECT_TRUE(std::isfinite(test::eval_kl_mean(m, tmp / "w4a4")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FourOverSixE2E,

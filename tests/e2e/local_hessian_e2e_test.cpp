@@ -17,18 +17,7 @@ namespace {
 using test::model_dir;
 using test::quote;
 
-const std::string kCalib =
-    " --calib '" + (test::fixtures_dir() / "corpora" / "tinyshakespeare.txt").string() +
-    "' --calib-samples 16 --calib-seq 128 --seed 3 -q";
-
-double kl_mean(const std::string& m, const fs::path& out) {
-  const auto r = test::run_qforge(
-      "eval kl " + quote(model_dir(m)) + " " + quote(out) + " --text " +
-      quote(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
-      " --max-chars 4000 --json");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out)["kl_mean"].get<double>() : NAN;
-}
+const std::string kCalib = test::shakespeare_calib(16, 128, 3) + " -q";
 
 class LocalHessianE2E : public ::testing::TestWithParam<std::string> {};
 
@@ -39,7 +28,7 @@ TEST_P(LocalHessianE2E, BeatsRoundToNearest) {
   const auto base = test::run_qforge("quantize " + quote(model_dir(m)) + " -o " + quote(tmp / "max") +
                                      " --format nvfp4 -q");
   ASSERT_EQ(base.exit_code, 0) << base.err;
-  const double kl_max = kl_mean(m, tmp / "max");
+  const double kl_max = test::eval_kl_mean(m, tmp / "max");
   for (const char* algo : {"local_hessian", "local_hessian+gptq"})
     for (const char* exp : {"modelopt", "compressed-tensors"}) {
       SCOPED_TRACE(m + " " + algo + " " + exp);
@@ -49,7 +38,7 @@ TEST_P(LocalHessianE2E, BeatsRoundToNearest) {
       ASSERT_EQ(r.exit_code, 0) << r.err;
       const Checkpoint c = Checkpoint::open(out);
       EXPECT_NE(c.find("model.layers.0.self_attn.q_proj.weight_scale"), nullptr);
-      const double kl = kl_mean(m, out);
+      const double kl = test::eval_kl_mean(m, out);
       EXPECT_TRUE(std::isfinite(kl));
       EXPECT_LT(kl, kl_max);
     }

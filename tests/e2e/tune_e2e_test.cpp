@@ -17,18 +17,7 @@ namespace {
 using test::model_dir;
 using test::quote;
 
-const std::string kCalib =
-    " --calib " + quote(test::fixtures_dir() / "corpora" / "tinyshakespeare.txt") +
-    " --calib-samples 24 --calib-seq 64 --seed 0 -q";
-
-double kl_mean(const fs::path& out) {
-  const auto r = test::run_qforge(
-      "eval kl " + quote(model_dir("stories260K-hf")) + " " + quote(out) + " --text " +
-      quote(test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt") +
-      " --max-chars 4000 --json");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out)["kl_mean"].get<double>() : NAN;
-}
+const std::string kCalib = test::shakespeare_calib(24, 64, 0) + " -q";
 
 TEST(TuneE2E, LowersKlAndExportsAnOrdinaryCheckpoint) {
   QF_REQUIRE_FIXTURES();
@@ -48,7 +37,8 @@ TEST(TuneE2E, LowersKlAndExportsAnOrdinaryCheckpoint) {
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("Loss curve"), std::string::npos);
 
-  const double kl_rtn = kl_mean(tmp / "rtn"), kl_tuned = kl_mean(tmp / "tuned");
+  const double kl_rtn = test::eval_kl_mean("stories260K-hf", tmp / "rtn");
+  const double kl_tuned = test::eval_kl_mean("stories260K-hf", tmp / "tuned");
   EXPECT_LT(kl_tuned, kl_rtn);
   const nlohmann::json inspect = test::inspect_json(tmp / "tuned");
   EXPECT_NE(inspect.dump().find("nvfp4"), std::string::npos) << inspect.dump();

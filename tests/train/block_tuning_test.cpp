@@ -11,6 +11,8 @@
 #include "train/block_tuning.h"
 #include "test_util.h"
 
+#include "train/quant_test_weights.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,22 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> random_weights(std::mt19937& rng, int64_t rows, int64_t cols) {
-  std::normal_distribution<float> n(0.f, 0.02f);
-  std::vector<float> w(size_t(rows * cols));
-  for (float& x : w) x = n(rng) * ((rng() % 17 == 0) ? 6.f : 1.f);
-  return w;
-}
-
-QuantizedTensor rtn(const std::vector<float>& w, int64_t rows, int64_t cols, Format f,
-                    int block = 0) {
-  ThreadPool pool(1);
-  const WeightRows wr{w.data(), DType::F32, rows, cols, nullptr};
-  RtnOptions o;
-  o.format = f;
-  o.block = block;
-  return quantize_rtn(wr, o, weight_amax(wr, pool).amax, pool);
-}
+using test::random_weights;
+using test::rtn;
 
 TEST(TunableLinear, ExportIsTheForwardBitForBitEveryFormat) {
   std::mt19937 rng(7);

@@ -7,6 +7,7 @@
 #include "formats/fake_quant.h"
 #include "io/safetensors.h"
 #include "train/fake_quant_ste.h"
+#include "train/quant_test_weights.h"
 #include "train/linear_grad.h"
 
 #include <gtest/gtest.h>
@@ -21,23 +22,8 @@
 namespace qf {
 namespace {
 
-std::vector<float> random_weights(std::mt19937& rng, int64_t rows, int64_t cols) {
-  // Heavy-ish tails (a few large entries per row) so blocks differ in amax.
-  std::normal_distribution<float> n(0.f, 0.02f);
-  std::vector<float> w(size_t(rows * cols));
-  for (float& x : w) x = n(rng) * ((rng() % 17 == 0) ? 6.f : 1.f);
-  return w;
-}
-
-QuantizedTensor rtn(const std::vector<float>& w, int64_t rows, int64_t cols, Format f,
-                    int block = 0) {
-  ThreadPool pool(1);
-  const WeightRows wr{w.data(), DType::F32, rows, cols, nullptr};
-  RtnOptions o;
-  o.format = f;
-  o.block = block;
-  return quantize_rtn(wr, o, weight_amax(wr, pool).amax, pool);
-}
+using test::random_weights;
+using test::rtn;
 
 // The code range the test expects, written out rather than read from the code under test.
 std::pair<float, float> code_range(Format f) {
