@@ -149,7 +149,7 @@ void register_tune(CLI::App& app, Action& run) {
       ->check(name_choice("export format", target_names()))
       ->capture_default_str();
   cmd->add_option("--activations", args->activations,
-                  "Activation quantization (only none for now: tuning is weight-only)")
+                  "Activation quantization of the exported model (as quantize: none, nvfp4, fp8, int8); the student is trained with its Linear inputs fake-quantized by the engine's own quantizer at the export's static input scales")
       ->check(name_choice("activation format", {"none", "nvfp4", "fp8", "int8"}))
       ->capture_default_str();
   cmd->add_option("--exclude", args->exclude, "Leave modules matching this glob unquantized");

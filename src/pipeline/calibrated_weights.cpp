@@ -355,10 +355,12 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
     BlockActQuant act;
     if (options.activations != ActQuant::none) {
       act.mode = options.activations;
-      act.attn_in = act_scale(index[0]);
-      act.o_in = act_scale(index[3]);
-      act.mlp_in = act_scale(index[4]);
-      act.down_in = act_scale(index[6]);
+      // A Linear left unquantized keeps its input in float in the engine too.
+      auto in_scale = [&](int r) { return init[size_t(r)] ? act_scale(index[size_t(r)]) : 0.f; };
+      act.attn_in = in_scale(0);
+      act.o_in = in_scale(3);
+      act.mlp_in = in_scale(4);
+      act.down_in = in_scale(6);
     }
     BlockTuneOptions to;
     to.iters = options.tune_iters;

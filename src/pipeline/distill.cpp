@@ -191,10 +191,6 @@ CalibrationData check_distill(const SourceModel& model, const DistillOptions& o)
   if (o.checkpoint_every < 0) fail("tune: --checkpoint-every {} is negative", o.checkpoint_every);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint.empty())
     fail("tune: --checkpoint-every and --resume need a checkpoint path");
-  if (q.activations != ActQuant::none)
-    fail("tune: --activations {}: end-to-end tuning is weight-only for now (the block backward "
-         "has no activation fake quantization yet); tune W4A16 and quantize activations with "
-         "qforge quantize", act_quant_name(q.activations));
   const AlgoRow& algo = algo_row(q.algo);
   if (algo.awq || algo.smoothquant)
     fail("tune: --algo {}: the student's Linears must be plain (AWQ / SmoothQuant pre-scale "
@@ -235,6 +231,10 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
 
   // 1. The initial quantization, its tensors kept in memory.
   std::map<size_t, QuantizedTensor> initial;
+  // W4A4 / W8A8: per layer the static input scales the export carries, read back from the
+  // initial export as the engine reads them (the final export calibrates the same way, so it
+  // writes the same scales), so the student computes what the engine will.
+  std::vector<BlockActQuant> act;
   {
     QuantizeOptions qo = o.quantize;
     qo.on_linear = [&](size_t li, const QuantizedTensor& q) { initial[li] = q; };
@@ -244,6 +244,28 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
         (".qforge-tune-init-" + out_dir.filename().string());
     fs::remove_all(scratch);
     quantize_checkpoint(model, scratch, qo);
+    if (o.quantize.activations != ActQuant::none) {
+      ModelOptions so;
+      so.threads = o.quantize.threads;
+      so.max_seq = 2;
+      const std::unique_ptr<Model> q = Model::load(scratch, so);
+      for (int64_t l = 0; l < arch.num_layers; ++l) {
+        const LayerSpec& spec = arch.layers[size_t(l)];
+        const LayerWeights& lw = q->weights().layers[size_t(l)];
+        // 0 where the export keeps the Linear (and so its input) unquantized.
+        auto scale = [&](LinearRole r) {
+          const EngineLinear& L = lw.linears[size_t(spec.slot_of(r))];
+          return L.act == o.quantize.activations ? L.input_scale : 0.f;
+        };
+        BlockActQuant a;
+        a.mode = o.quantize.activations;
+        a.attn_in = scale(LinearRole::q_proj);
+        a.o_in = scale(LinearRole::o_proj);
+        a.mlp_in = scale(LinearRole::gate_proj);
+        a.down_in = scale(LinearRole::down_proj);
+        act.push_back(a);
+      }
+    }
     fs::remove_all(scratch);
   }
   rep.quantize_seconds = seconds_since(start);
@@ -257,6 +279,7 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   std::unique_ptr<Model> teacher = Model::load(model.checkpoint, mo);
   ThreadPool& pool = teacher->pool();
   DenseModel<float> student = dense_model(teacher->weights(), n);
+  student.act = std::move(act);
   const int64_t H = student.block.hidden, V = student.vocab;
 
   std::vector<Tuned> tuned;

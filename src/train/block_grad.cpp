@@ -56,6 +56,10 @@ float act_bound(ActQuant mode) {
 // pass[i] = 1 where |x| lies within the calibrated range.
 template <typename T>
 void quantize_input(ActQuant mode, float scale, std::vector<T>& x, std::vector<uint8_t>& pass) {
+  if (!(scale > 0.f)) {  // an input the export leaves unquantized (its Linear is kept)
+    pass.assign(x.size(), 1);
+    return;
+  }
   const float bound = act_bound(mode) * scale;
   pass.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) pass[i] = std::fabs(float(x[i])) <= bound ? 1 : 0;

@@ -25,7 +25,8 @@ class ThreadPool;
 // value: 6·448 for NVFP4, 448 for FP8, 127 for INT8), where the quantizer saturates.
 struct BlockActQuant {
   ActQuant mode = ActQuant::none;
-  // The input scales of q/k/v (one shared input), o_proj, gate/up, down_proj.
+  // The input scales of q/k/v (one shared input), o_proj, gate/up, down_proj; 0 for an input
+  // the engine does not quantize (its Linear kept unquantized).
   float attn_in = 0.f, o_in = 0.f, mlp_in = 0.f, down_in = 0.f;
 };
 

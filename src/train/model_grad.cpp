@@ -125,7 +125,8 @@ void model_logits(const DenseModel<T>& m, const T* x0, int64_t n, T* logits) {
   const int64_t H = m.block.hidden;
   std::vector<T> x(x0, x0 + n * H);
   BlockSaved<T> sv;
-  for (const BlockWeights<T>& w : m.blocks) block_forward<T>(m.block, w, m.rope, x.data(), n, x.data(), sv);
+  for (size_t l = 0; l < m.blocks.size(); ++l)
+    block_forward<T>(m.block, m.blocks[l], m.rope, x.data(), n, x.data(), sv, m.act_of(l));
   std::vector<T> xn(size_t(n * H)), inv(static_cast<size_t>(n));
   rmsnorm_forward<T>(x.data(), m.final_norm.data(), n, H, m.final_eps, xn.data(), inv.data());
   linear_forward<T>(xn.data(), m.head.data(), nullptr, n, H, m.vocab, logits);
@@ -161,7 +162,7 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
       BlockSaved<T> sv;
       for (int64_t l = 0; l < L; ++l) {
         in[size_t(l)] = x;
-        block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, x.data(), n, x.data(), sv);
+        block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, x.data(), n, x.data(), sv, m.act_of(size_t(l)));
       }
       std::vector<T>& d = dx[size_t(b)];
       d.resize(size_t(n * H));
@@ -179,10 +180,12 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
         BlockSaved<T> sv;
         std::vector<T> y(size_t(n * H));
         auto& in = inputs[size_t(b)][size_t(l)];
-        block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, in.data(), n, y.data(), sv);
+        block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, in.data(), n, y.data(), sv,
+                         m.act_of(size_t(l)));
         std::vector<T>().swap(in);  // this block's input is no longer needed
         std::vector<T>& d = dx[size_t(b)];
-        block_backward<T>(m.block, m.blocks[size_t(l)], m.rope, sv, d.data(), d.data(), g);
+        block_backward<T>(m.block, m.blocks[size_t(l)], m.rope, sv, d.data(), d.data(), g,
+                          m.act_of(size_t(l)));
       });
       // Sum the windows' gradients in window order, split by parameter arrays and chunks.
       std::vector<std::vector<T>*> dst = parts((*grads)[size_t(l)]);

@@ -28,6 +28,10 @@ struct DenseModel {
   std::vector<T> final_norm;            // [hidden]
   std::vector<T> head;                  // lm_head [vocab, hidden]
   RopeTable<T> rope;                    // positions >= the windows' length
+  // Per layer, the Linear inputs' fake quantization (W4A4 / W8A8: block_forward's); empty for
+  // weight-only models.
+  std::vector<BlockActQuant> act;
+  const BlockActQuant* act_of(size_t layer) const { return act.empty() ? nullptr : &act[layer]; }
 };
 
 // The layers' shapes and the float weights of an engine's model (block_weights per layer, the

@@ -121,9 +121,6 @@ TEST(Distill, BadInputIsRefusedUpFront) {
     b.batch = 7;  // 8 windows: 7 + 2 held out do not fit
     EXPECT_NE(error_of(src, b).find("too small"), std::string::npos);
     b = o;
-    b.quantize.activations = ActQuant::nvfp4;
-    EXPECT_NE(error_of(src, b).find("--activations"), std::string::npos);
-    b = o;
     b.quantize.algo = WeightAlgo::awq;
     EXPECT_NE(error_of(src, b).find("--algo awq"), std::string::npos);
     b = o;
