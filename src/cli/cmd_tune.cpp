@@ -200,9 +200,7 @@ void register_tune(CLI::App& app, Action& run) {
       q.calib.files.assign(a.calib_files.begin(), a.calib_files.end());
       o.steps = a.steps;
       o.batch = a.batch;
-      o.lr = float(a.lr);
-      if (!std::isfinite(a.lr) || a.lr <= 0 || a.lr > 1)
-        fail("tune: --lr {} is out of range (0, 1]", a.lr);
+      o.lr = float(a.lr);  // range-checked with the other flags by distill_checkpoint
       o.eval_samples = a.eval_samples;
       o.eval_every = a.eval_every;
       o.checkpoint_every = a.checkpoint_every;
@@ -214,10 +212,10 @@ void register_tune(CLI::App& app, Action& run) {
       const SourceModel source = SourceModel::open(a.model, a.tokenizer);
       source.require_unquantized("tune");
       std::string key = fmt::format(
-          "model={} bytes={} format={} algo={} group={} export={} exclude={} steps={} batch={} "
-          "lr={} eval={} samples={} seq={} seed={}",
+          "model={} bytes={} format={} algo={} group={} export={} activations={} exclude={} "
+          "steps={} batch={} lr={} eval={} samples={} seq={} seed={}",
           fs::absolute(a.model).string(), source.input_bytes(), a.format, a.algo, a.group_size,
-          a.export_format, fmt::join(a.exclude, ","), a.steps, a.batch, a.lr, a.eval_samples,
+          a.export_format, a.activations, fmt::join(a.exclude, ","), a.steps, a.batch, a.lr, a.eval_samples,
           a.calib.samples, a.calib.seq_len, a.calib.seed);
       for (const auto& f : a.calib_files) {
         std::error_code ec;

@@ -243,6 +243,14 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
         (out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".")) /
         (".qforge-tune-init-" + out_dir.filename().string());
     fs::remove_all(scratch);
+    // Removed however this block ends (a failed load below must not leave it behind).
+    struct RemoveScratch {
+      const fs::path& dir;
+      ~RemoveScratch() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+      }
+    } remove_scratch{scratch};
     quantize_checkpoint(model, scratch, qo);
     if (o.quantize.activations != ActQuant::none) {
       ModelOptions so;
@@ -266,7 +274,6 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
         act.push_back(a);
       }
     }
-    fs::remove_all(scratch);
   }
   rep.quantize_seconds = seconds_since(start);
 
