@@ -25,13 +25,14 @@ namespace fs = std::filesystem;
 
 struct TuneArgs {
   std::string model, out, format = "nvfp4", algo = "max", group_size, export_format = "modelopt";
-  std::string activations = "none", checkpoint, html, tokenizer;
+  std::string activations = "none", checkpoint, html, tokenizer, from;
   std::vector<std::string> exclude, calib_files;
   CalibrationOptions calib;
   int64_t steps = 200, batch = 4, eval_samples = 8, eval_every = 0, checkpoint_every = 0;
   double lr = 0.01;
   int threads = 0;
   bool resume = false, force = false, json = false, quiet = false;
+  bool algo_given = false;
 };
 
 std::string tune_html(const TuneArgs& a, const DistillReport& r) {
@@ -143,6 +144,11 @@ void register_tune(CLI::App& app, Action& run) {
                                         "local_hessian+gptq", "four_over_six",
                                         "four_over_six+gptq", "awq", "awq+gptq", "smoothquant"}))
       ->capture_default_str();
+  cmd->add_option(
+      "--from", args->from,
+      "Start from this checkpoint instead of quantizing: a qforge NVFP4 or MXFP4 export of "
+      "BASE, weight-only, made with the same --format, --export and --exclude (its scales are "
+      "frozen, its weights are the start)");
   cmd->add_option("--group-size", args->group_size, "INT4 group size: 32, 64, 128 or channel")
       ->check(name_choice("group size", {"32", "64", "128", "channel"}));
   cmd->add_option("--export", args->export_format, "Export target (as quantize)")
@@ -178,10 +184,14 @@ void register_tune(CLI::App& app, Action& run) {
   cmd->add_option("--html", args->html, "Write an HTML report with the loss curve here");
   cmd->add_flag("--json", args->json, "Print the summary as JSON on stdout");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or warnings on stderr");
-  cmd->callback([args, &run] {
+  cmd->callback([args, &run, cmd] {
+    args->algo_given = cmd->count("--algo") > 0;
     run = [args] {
       const TuneArgs& a = *args;
       if (!parse_format(a.format)) fail("tune: --format {} is a GGUF type; tune exports safetensors", a.format);
+      if (!a.from.empty() && a.algo_given)
+        fail("tune: --from and --algo exclude each other (the checkpoint's algorithm chose its "
+             "scales)");
       DistillOptions o;
       QuantizeOptions& q = o.quantize;
       q.format = *parse_format(a.format);
@@ -205,6 +215,7 @@ void register_tune(CLI::App& app, Action& run) {
       o.eval_every = a.eval_every;
       o.checkpoint_every = a.checkpoint_every;
       o.resume = a.resume;
+      o.from = a.from;
       std::string out = a.out;
       while (out.size() > 1 && out.back() == '/') out.pop_back();
       o.checkpoint = a.checkpoint.empty() ? fs::path(out + ".tune-state") : fs::path(a.checkpoint);
@@ -213,10 +224,11 @@ void register_tune(CLI::App& app, Action& run) {
       source.require_unquantized("tune");
       std::string key = fmt::format(
           "model={} bytes={} format={} algo={} group={} export={} activations={} exclude={} "
-          "steps={} batch={} lr={} eval={} samples={} seq={} seed={}",
+          "steps={} batch={} lr={} eval={} samples={} seq={} seed={} from={}",
           fs::absolute(a.model).string(), source.input_bytes(), a.format, a.algo, a.group_size,
           a.export_format, a.activations, fmt::join(a.exclude, ","), a.steps, a.batch, a.lr, a.eval_samples,
-          a.calib.samples, a.calib.seq_len, a.calib.seed);
+          a.calib.samples, a.calib.seq_len, a.calib.seed,
+          a.from.empty() ? "" : fs::absolute(a.from).string());
       for (const auto& f : a.calib_files) {
         std::error_code ec;
         key += fmt::format(" calib={}:{}", f, fs::file_size(f, ec));

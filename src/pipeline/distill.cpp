@@ -7,6 +7,7 @@
 #include "engine/model.h"
 #include "formats/fake_quant.h"
 #include "io/json_file.h"
+#include "pipeline/distill_start.h"
 #include "train/fake_quant_ste.h"
 #include "train/model_grad.h"
 
@@ -200,6 +201,15 @@ CalibrationData check_distill(const SourceModel& model, const DistillOptions& o)
   if (q.quantize_lm_head) fail("tune: --quantize-lm-head is not supported (the head is not tuned)");
   if (q.kv_fp8) fail("tune: --kv-cache fp8 is not supported (the student has no KV quantization)");
   if (q.calib.files.empty()) fail("tune: --calib is required (the distillation's text)");
+  if (!o.from.empty()) {
+    if (!fs::is_directory(o.from)) fail("tune --from: {} is not a directory", o.from.string());
+    // The export calibrates the input scales on --calib; the student would have trained with
+    // the checkpoint's, which may differ.
+    if (q.activations != ActQuant::none)
+      fail("tune --from: quantized activations (--activations {}) are not supported; tune from "
+           "the base model instead",
+           act_quant_name(q.activations));
+  }
   // The family: every layer a plain Llama block, and a plain head.
   const Architecture& a = model.arch;
   for (int64_t l = 0; l < a.num_layers; ++l) block_shape(a, l);
@@ -226,55 +236,14 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   const auto start = std::chrono::steady_clock::now();
   const CalibrationData data = check_distill(model, o);
   DistillReport rep;
-  rep.algo = std::string(weight_algo_name(o.quantize.algo));
+  rep.algo = o.from.empty() ? std::string(weight_algo_name(o.quantize.algo)) : "from checkpoint";
   const Architecture& arch = model.arch;
 
-  // 1. The initial quantization, its tensors kept in memory.
-  std::map<size_t, QuantizedTensor> initial;
-  // W4A4 / W8A8: per layer the static input scales the export carries, read back from the
-  // initial export as the engine reads them (the final export calibrates the same way, so it
-  // writes the same scales), so the student computes what the engine will.
-  std::vector<BlockActQuant> act;
-  {
-    QuantizeOptions qo = o.quantize;
-    qo.on_linear = [&](size_t li, const QuantizedTensor& q) { initial[li] = q; };
-    qo.force = true;
-    const fs::path scratch =
-        (out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".")) /
-        (".qforge-tune-init-" + out_dir.filename().string());
-    fs::remove_all(scratch);
-    // Removed however this block ends (a failed load below must not leave it behind).
-    struct RemoveScratch {
-      const fs::path& dir;
-      ~RemoveScratch() {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-      }
-    } remove_scratch{scratch};
-    quantize_checkpoint(model, scratch, qo);
-    if (o.quantize.activations != ActQuant::none) {
-      ModelOptions so;
-      so.threads = o.quantize.threads;
-      so.max_seq = 2;
-      const std::unique_ptr<Model> q = Model::load(scratch, so);
-      for (int64_t l = 0; l < arch.num_layers; ++l) {
-        const LayerSpec& spec = arch.layers[size_t(l)];
-        const LayerWeights& lw = q->weights().layers[size_t(l)];
-        // 0 where the export keeps the Linear (and so its input) unquantized.
-        auto scale = [&](LinearRole r) {
-          const EngineLinear& L = lw.linears[size_t(spec.slot_of(r))];
-          return L.act == o.quantize.activations ? L.input_scale : 0.f;
-        };
-        BlockActQuant a;
-        a.mode = o.quantize.activations;
-        a.attn_in = scale(LinearRole::q_proj);
-        a.o_in = scale(LinearRole::o_proj);
-        a.mlp_in = scale(LinearRole::gate_proj);
-        a.down_in = scale(LinearRole::down_proj);
-        act.push_back(a);
-      }
-    }
-  }
+  // 1. The start: the initial quantization (or the checkpoint given by --from), its tensors
+  // kept in memory.
+  DistillStart init = o.from.empty() ? quantize_start(model, out_dir, o.quantize)
+                                     : read_start(model, o.from, o.quantize);
+  std::map<size_t, QuantizedTensor>& initial = init.tensors;
   rep.quantize_seconds = seconds_since(start);
 
   // 2. Teacher (the engine on the original weights) and student (train's float model).
@@ -286,7 +255,7 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   std::unique_ptr<Model> teacher = Model::load(model.checkpoint, mo);
   ThreadPool& pool = teacher->pool();
   DenseModel<float> student = dense_model(teacher->weights(), n);
-  student.act = std::move(act);
+  student.act = std::move(init.act);
   const int64_t H = student.block.hidden, V = student.vocab;
 
   std::vector<Tuned> tuned;

@@ -2,8 +2,9 @@
 // pulled toward the original model's by minimising KL(teacher ‖ student) on the logits over
 // calibration windows. The steps:
 //   1. quantize: the normal pipeline (QuantizeOptions: format, algorithm, ...) into a scratch
-//      directory, keeping each quantized Linear's QuantizedTensor in memory: its scales are
-//      frozen from here on and its dequantized weights are the student's start;
+//      directory, keeping each quantized Linear's QuantizedTensor in memory (or read them from
+//      a checkpoint quantized before, `from`): its scales are frozen from here on and its
+//      dequantized weights are the student's start;
 //   2. tune: every quantized Linear's latent float weights W (in units of the scale's step,
 //      u = W / d, so one learning rate suits every block; starting at the original weights
 //      where they round to the quantization's codes and at the codes' values where they do not,
@@ -37,6 +38,9 @@ struct DistillOptions {
   // force, progress). Weight-only; AWQ, SmoothQuant, mixed-precision plans and a quantized
   // lm_head are refused (the student's Linears must be plain).
   QuantizeOptions quantize;
+  // Start from this checkpoint (a qforge NVFP4 / MXFP4 export of the base model, weight-only)
+  // instead of quantizing: pipeline/distill_start.h read_start. Empty: quantize first.
+  std::filesystem::path from;
   int64_t steps = 200;         // optimiser steps
   int64_t batch = 4;           // windows per step
   int64_t eval_samples = 8;    // calibration windows held out for the evaluation KL
