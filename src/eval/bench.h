@@ -45,8 +45,9 @@ BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat
                            int64_t batch = 1);
 
 // The machine's STREAM-style read bandwidth in GB/s, the ceiling of a decode step that streams
-// its weights: a `bytes` buffer (well past the caches) read with vector loads
-// (kernels::read_all) by `threads` threads in contiguous parts, the median of `repeat` passes
+// its weights: a `bytes` buffer (well past the caches, on 2 MB pages as the engine's weights)
+// read with vector loads and prefetches (kernels::read_all) by `threads` threads in contiguous
+// parts, the median of `repeat` passes
 // after one warm pass. The buffer is freed before returning (call it after measuring peak RSS).
 double stream_read_gbps(int threads, size_t bytes = size_t(256) << 20, int repeat = 5);
 
