@@ -6,11 +6,13 @@
 
 #include "core/error.h"
 #include "kernels/linear.h"
+#include "train/linear_fast.h"
 #include "train/linear_grad.h"
 #include "train/rmsnorm_grad.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace qf {
 
@@ -51,41 +53,69 @@ double kl_rows(const T* p_logits, const T* q_logits, int64_t tokens, int64_t voc
   return total / double(tokens);
 }
 
+// KL(softmax(p) ‖ softmax(q)) of one row of `vocab` logits; q becomes dL/dq = (softmax(q) − p)
+// times `mean` (the gradient of the mean over the window's tokens).
+template <typename T>
+double kl_row_grad(const T* p, T* q, int64_t vocab, T mean) {
+  const T pm = *std::max_element(p, p + vocab), qm = *std::max_element(q, q + vocab);
+  double ps = 0, qs = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    ps += std::exp(double(p[v] - pm));
+    qs += std::exp(double(q[v] - qm));
+  }
+  const double plse = double(pm) + std::log(ps), qlse = double(qm) + std::log(qs);
+  double kl = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    const double lp = double(p[v]) - plse, lq = double(q[v]) - qlse;
+    const double pv = std::exp(lp);
+    kl += pv * (lp - lq);
+    q[v] = T((std::exp(lq) - pv)) * mean;
+  }
+  return kl;
+}
+
 // The head's KL and dL/dx [n, hidden] (written to dx) for x [n, hidden]: head_kl's math
 // without the lm_head's weight gradient (the head is not tuned; for a large vocabulary that
-// gradient would be the head's largest cost and a [vocab, hidden] buffer per window).
+// gradient would be the head's largest cost and a [vocab, hidden] buffer per window). With a
+// pool (float): the logits of all n tokens in one product on the engine's f32 kernels, the rows'
+// KL as parallel tasks and dL/dxn by the transposed product ([n, vocab] floats of scratch);
+// without: one token at a time in plain loops.
 template <typename T>
-double head_kl_dx(const DenseModel<T>& m, const T* x, int64_t n, const T* teacher, T* dx) {
+double head_kl_dx(const DenseModel<T>& m, const T* x, int64_t n, const T* teacher, T* dx,
+                  ThreadPool* pool) {
   const int64_t H = m.block.hidden, V = m.vocab;
-  std::vector<T> xn(size_t(n * H)), inv(static_cast<size_t>(n)), row(static_cast<size_t>(V));
+  std::vector<T> xn(size_t(n * H)), inv(static_cast<size_t>(n));
   rmsnorm_forward<T>(x, m.final_norm.data(), n, H, m.final_eps, xn.data(), inv.data());
   std::vector<T> dxn(size_t(n * H), T(0));
   double total = 0;
   const T mean = T(1) / T(n);
-  for (int64_t t = 0; t < n; ++t) {
-    linear_forward<T>(xn.data() + t * H, m.head.data(), nullptr, 1, H, V, row.data());
-    const T* p = teacher + t * V;
-    const T pm = *std::max_element(p, p + V), qm = *std::max_element(row.begin(), row.end());
-    double ps = 0, qs = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      ps += std::exp(double(p[v] - pm));
-      qs += std::exp(double(row[size_t(v)] - qm));
+  bool done = false;
+  if constexpr (std::is_same_v<T, float>) {
+    if (pool) {
+      done = true;
+      std::vector<float> logits(size_t(n * V));
+      linear_forward_fast(xn.data(), m.head.data(), n, H, V, logits.data(), pool);
+      std::vector<double> kl(static_cast<size_t>(n));
+      pool->parallel_for(n, [&](int64_t t) {
+        kl[size_t(t)] = kl_row_grad<float>(teacher + t * V, logits.data() + t * V, V, mean);
+      });
+      for (double k : kl) total += k;  // token order: the same sum at any thread count
+      linear_backward_fast(xn.data(), m.head.data(), logits.data(), n, H, V, dxn.data(), nullptr,
+                           pool);
     }
-    const double plse = double(pm) + std::log(ps), qlse = double(qm) + std::log(qs);
-    double kl = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      const double lp = double(p[v]) - plse, lq = double(row[size_t(v)]) - qlse;
-      const double pv = std::exp(lp);
-      kl += pv * (lp - lq);
-      row[size_t(v)] = T((std::exp(lq) - pv)) * mean;  // dL/dlogit
-    }
-    total += kl;
-    // dxn_t = Σ_v dlogit_v · head_v
-    T* d = dxn.data() + t * H;
-    for (int64_t v = 0; v < V; ++v) {
-      const T g = row[size_t(v)];
-      const T* w = m.head.data() + v * H;
-      for (int64_t h = 0; h < H; ++h) d[h] += g * w[h];
+  }
+  if (!done) {
+    std::vector<T> row(static_cast<size_t>(V));
+    for (int64_t t = 0; t < n; ++t) {
+      linear_forward<T>(xn.data() + t * H, m.head.data(), nullptr, 1, H, V, row.data());
+      total += kl_row_grad<T>(teacher + t * V, row.data(), V, mean);
+      // dxn_t = Σ_v dlogit_v · head_v
+      T* d = dxn.data() + t * H;
+      for (int64_t v = 0; v < V; ++v) {
+        const T g = row[size_t(v)];
+        const T* w = m.head.data() + v * H;
+        for (int64_t h = 0; h < H; ++h) d[h] += g * w[h];
+      }
     }
   }
   std::vector<T> dnorm(size_t(H), T(0));
@@ -121,14 +151,17 @@ DenseModel<float> dense_model(const ModelWeights& mw, int64_t positions) {
 }
 
 template <typename T>
-void model_logits(const DenseModel<T>& m, const T* x0, int64_t n, T* logits) {
+void model_logits(const DenseModel<T>& m, const T* x0, int64_t n, T* logits, ThreadPool* pool) {
   const int64_t H = m.block.hidden;
   std::vector<T> x(x0, x0 + n * H);
   BlockSaved<T> sv;
   for (size_t l = 0; l < m.blocks.size(); ++l)
-    block_forward<T>(m.block, m.blocks[l], m.rope, x.data(), n, x.data(), sv, m.act_of(l));
+    block_forward<T>(m.block, m.blocks[l], m.rope, x.data(), n, x.data(), sv, m.act_of(l), pool);
   std::vector<T> xn(size_t(n * H)), inv(static_cast<size_t>(n));
   rmsnorm_forward<T>(x.data(), m.final_norm.data(), n, H, m.final_eps, xn.data(), inv.data());
+  if constexpr (std::is_same_v<T, float>) {
+    if (pool) return linear_forward_fast(xn.data(), m.head.data(), n, H, m.vocab, logits, pool);
+  }
   linear_forward<T>(xn.data(), m.head.data(), nullptr, n, H, m.vocab, logits);
 }
 
@@ -143,11 +176,18 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
   if (n > m.rope.positions)
     fail("model_kl: windows of {} tokens, RoPE table for {}", n, m.rope.positions);
   std::vector<double> loss(static_cast<size_t>(B), 0.0);
+  // Float with a pool: the windows one after another, each block's products and attention heads
+  // and the head's products on the pool (the engine's f32 kernels); otherwise the windows as
+  // parallel tasks in plain loops. Either way a window's arithmetic does not depend on the
+  // thread count.
+  const bool inner = pool != nullptr && std::is_same_v<T, float>;
+  ThreadPool* windows = inner ? nullptr : pool;
+  ThreadPool* ops = inner ? pool : nullptr;
 
   if (!grads) {  // Forward only: no hidden states kept.
-    run_tasks(pool, B, [&](int64_t b) {
+    run_tasks(windows, B, [&](int64_t b) {
       std::vector<T> logits(size_t(n * m.vocab));
-      model_logits<T>(m, batch.x0[size_t(b)], n, logits.data());
+      model_logits<T>(m, batch.x0[size_t(b)], n, logits.data(), ops);
       loss[size_t(b)] = kl_rows<T>(batch.teacher_logits[size_t(b)], logits.data(), n, m.vocab);
     });
   } else {
@@ -155,24 +195,26 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
     // inputs[b][l]: block l's input of window b; dx[b]: dL/d(current block's output).
     std::vector<std::vector<std::vector<T>>> inputs(static_cast<size_t>(B));
     std::vector<std::vector<T>> dx(static_cast<size_t>(B));
-    run_tasks(pool, B, [&](int64_t b) {
+    run_tasks(windows, B, [&](int64_t b) {
       auto& in = inputs[size_t(b)];
       in.resize(size_t(L));
       std::vector<T> x(batch.x0[size_t(b)], batch.x0[size_t(b)] + n * H);
       BlockSaved<T> sv;
       for (int64_t l = 0; l < L; ++l) {
         in[size_t(l)] = x;
-        block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, x.data(), n, x.data(), sv, m.act_of(size_t(l)));
+        block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, x.data(), n, x.data(), sv,
+                         m.act_of(size_t(l)), ops);
       }
       std::vector<T>& d = dx[size_t(b)];
       d.resize(size_t(n * H));
-      loss[size_t(b)] = head_kl_dx<T>(m, x.data(), n, batch.teacher_logits[size_t(b)], d.data());
+      loss[size_t(b)] =
+          head_kl_dx<T>(m, x.data(), n, batch.teacher_logits[size_t(b)], d.data(), ops);
       const T scale = T(1) / T(B);  // the batch mean
       for (T& v : d) v *= scale;
     });
     std::vector<BlockWeights<T>> gw(static_cast<size_t>(B));
     for (int64_t l = L - 1; l >= 0; --l) {
-      run_tasks(pool, B, [&](int64_t b) {
+      run_tasks(windows, B, [&](int64_t b) {
         BlockWeights<T>& g = gw[size_t(b)];
         if (g.q.empty()) g = BlockWeights<T>::zeros(m.block);
         else
@@ -181,11 +223,11 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
         std::vector<T> y(size_t(n * H));
         auto& in = inputs[size_t(b)][size_t(l)];
         block_forward<T>(m.block, m.blocks[size_t(l)], m.rope, in.data(), n, y.data(), sv,
-                         m.act_of(size_t(l)));
+                         m.act_of(size_t(l)), ops);
         std::vector<T>().swap(in);  // this block's input is no longer needed
         std::vector<T>& d = dx[size_t(b)];
         block_backward<T>(m.block, m.blocks[size_t(l)], m.rope, sv, d.data(), d.data(), g,
-                          m.act_of(size_t(l)));
+                          m.act_of(size_t(l)), ops);
       });
       // Sum the windows' gradients in window order, split by parameter arrays and chunks.
       std::vector<std::vector<T>*> dst = parts((*grads)[size_t(l)]);
@@ -215,7 +257,7 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
 #define QF_INSTANTIATE(T)                                                                    \
   template struct DenseModel<T>;                                                             \
   template struct DistillBatch<T>;                                                           \
-  template void model_logits<T>(const DenseModel<T>&, const T*, int64_t, T*);                \
+  template void model_logits<T>(const DenseModel<T>&, const T*, int64_t, T*, ThreadPool*);   \
   template double model_kl<T>(const DenseModel<T>&, const DistillBatch<T>&,                  \
                               std::vector<BlockWeights<T>>*, ThreadPool*, std::vector<double>*);
 QF_INSTANTIATE(float)

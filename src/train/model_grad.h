@@ -3,9 +3,12 @@
 // window and over the windows of a batch, with the gradient of that loss with respect to every
 // block's weights. Memory is bounded by gradient checkpointing: the forward keeps only each
 // block's input hidden states; the backward recomputes one block's forward at a time, so the
-// activations beyond the hidden states are one block's per window. Windows run in parallel on a
-// ThreadPool, each with its own one-block gradient buffer; the buffers are summed in window
-// order, so results do not depend on the thread count. Templated on the scalar (float, double).
+// activations beyond the hidden states are one block's per window. Each window has its own
+// one-block gradient buffer; the buffers are summed in window order. With a ThreadPool, float
+// runs the windows one after another with every product on the engine's f32 kernels and the
+// attention heads as tasks (block_grad's pooled path), double runs the windows as parallel
+// tasks in plain loops; results do not depend on the thread count either way. Templated on the
+// scalar (float, double).
 #pragma once
 
 #include "core/thread_pool.h"
@@ -58,8 +61,11 @@ double model_kl(const DenseModel<T>& model, const DistillBatch<T>& batch,
                 std::vector<BlockWeights<T>>* grads, ThreadPool* pool,
                 std::vector<double>* window_loss = nullptr);
 
-// The student's logits [tokens, vocab] of one window (for tests and evaluation).
+// The student's logits [tokens, vocab] of one window (for tests and evaluation). `pool` (float
+// only; ignored for double): the products and attention heads as parallel tasks, the same
+// bits at any thread count.
 template <typename T>
-void model_logits(const DenseModel<T>& model, const T* x0, int64_t tokens, T* logits);
+void model_logits(const DenseModel<T>& model, const T* x0, int64_t tokens, T* logits,
+                  ThreadPool* pool = nullptr);
 
 }  // namespace qf
