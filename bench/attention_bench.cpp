@@ -119,7 +119,8 @@ void AttentionPrefill(benchmark::State& state) {
     state.SkipWithError("no AMX-BF16");
     return;
   }
-  const int64_t kv_mul = kHeads / kKvHeads, q_dim = kHeads * kHeadDim, kv_dim = kKvHeads * kHeadDim;
+  const int64_t kv_mul = kHeads / kKvHeads, q_dim = kHeads * kHeadDim;
+  const int64_t kv_dim = kKvHeads * kHeadDim;
   KvCache cache(KvCacheType::bf16, kKvHeads, kHeadDim, kHeadDim, {1.f}, {1.f});
   std::vector<float> k(size_t(kTokens * kv_dim)), q(size_t(kTokens * q_dim)), out(q.size());
   for (size_t i = 0; i < k.size(); ++i) k[i] = float((i * 31) % 17) / 17.f - 0.5f;

@@ -408,8 +408,8 @@ bool Model::prefill_attention_on_amx(int64_t n) const {
   // in the AMX kernel), not llama.cpp's F16 numerics, and enough tokens for whole row tiles to
   // pay (below 16 rows the tiles are mostly padding; decode keeps the flash-decoding split).
   const Architecture& a = w_.arch;
-  return prefill_attention_amx_ && kernels_ == KernelMode::fast && batch_pos_ == nullptr && n >= 16 &&
-         !llama_cpp_attention_ && a.attn_softcap <= 0.f && !a.is_mla() &&
+  return prefill_attention_amx_ && kernels_ == KernelMode::fast && batch_pos_ == nullptr &&
+         n >= 16 && !llama_cpp_attention_ && a.attn_softcap <= 0.f && !a.is_mla() &&
          kv_[size_t(seq_)].type() == KvCacheType::bf16 &&
          kernels::prefill_attention_amx_fits(a.head_dim, a.v_head_dim);
 }

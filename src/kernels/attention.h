@@ -105,7 +105,8 @@ struct PrefillAttentionBlock {
 };
 
 // Whether attend_prefill_amx runs here for these head sizes: the CPU has AMX-BF16 and the OS
-// grants it (not with QFORGE_NO_AMX=1), and both sizes are whole 32-element tile chunks.
+// grants it (not with QFORGE_NO_AMX=1 nor QFORGE_NO_AMX_ATTENTION=1), and both sizes are whole
+// 32-element tile chunks.
 bool prefill_attention_amx_fits(int64_t head_dim, int64_t v_head_dim);
 // Query tokens per block for `heads` query heads per KV head: about 64 tile rows.
 int64_t prefill_attention_block_tokens(int64_t heads);

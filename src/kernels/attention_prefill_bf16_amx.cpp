@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #define QF_AMX_TARGET \
@@ -64,13 +65,17 @@ QF_AMX_TARGET void configure_tiles() {
   _tile_loadconfig(&cfg);
 }
 
+// 16 BF16 in the low half of a vector.
+QF_AMX_TARGET inline __m512i load16(const uint16_t* x) {
+  return _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+}
+
 // 32 BF16: a[0], b[0], a[1], b[1], ... a[15], b[15] (one B-tile row from two 16-element rows).
 QF_AMX_TARGET inline __m512i interleave16(const uint16_t* a, const uint16_t* b) {
   static const uint16_t kIdx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   const __m512i idx = _mm512_loadu_si512(kIdx);
-  const __m512i va = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
-  const __m512i vb = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+  const __m512i va = load16(a), vb = load16(b);
   return _mm512_permutex2var_epi16(va, idx, vb);
 }
 
@@ -127,7 +132,8 @@ QF_AMX_TARGET void pack_keys(const PrefillAttentionBlock& b, int64_t k0, int64_t
     }
     const uint16_t* src = b.k + tile * b.k_stride;
     for (int64_t i = 0; i < hd / 2; ++i)
-      _mm512_storeu_si512(o + i * 32, interleave16(src + 2 * i * kKeyTile, src + (2 * i + 1) * kKeyTile));
+      _mm512_storeu_si512(o + i * 32,
+                          interleave16(src + 2 * i * kKeyTile, src + (2 * i + 1) * kKeyTile));
   }
 }
 
@@ -142,11 +148,13 @@ QF_AMX_TARGET void pack_values(const PrefillAttentionBlock& b, int64_t k0, int64
     uint16_t* o = vp + (i / 16) * ct * 512 + (i % 16) * 32;
     if (p + 1 < end) {
       const uint16_t* a = b.v + p * b.v_stride;
-      for (int64_t c = 0; c < ct; ++c) _mm512_storeu_si512(o + c * 512, interleave16(a + c * 16, a + b.v_stride + c * 16));
+      for (int64_t c = 0; c < ct; ++c)
+        _mm512_storeu_si512(o + c * 512, interleave16(a + c * 16, a + b.v_stride + c * 16));
     } else if (p < end) {
       alignas(64) static const uint16_t kZero[16] = {};
       const uint16_t* a = b.v + p * b.v_stride;
-      for (int64_t c = 0; c < ct; ++c) _mm512_storeu_si512(o + c * 512, interleave16(a + c * 16, kZero));
+      for (int64_t c = 0; c < ct; ++c)
+        _mm512_storeu_si512(o + c * 512, interleave16(a + c * 16, kZero));
     } else {
       for (int64_t c = 0; c < ct; ++c) _mm512_storeu_si512(o + c * 512, _mm512_setzero_si512());
     }
@@ -224,9 +232,9 @@ QF_AMX_TARGET void weigh_tiles(const uint16_t* pp, int64_t row_tiles, const uint
 
 // Online softmax of one row's scores over key block [k0, k0 + kKeyBlock), visible keys
 // [begin, end) (some of them in this block): updates the row's max m (log2 domain) and sum l,
-// writes the BF16 probabilities and rescales the row's output when m grew.
+// writes the BF16 probabilities and rescales the row's output when m grew. l: the sum's 16 lanes.
 QF_AMX_TARGET void softmax_row(const float* s, int64_t k0, int64_t begin, int64_t end, float mul,
-                               float& m, float& l, uint16_t* p, float* o, int64_t vd) {
+                               float& m, float* l, uint16_t* p, float* o, int64_t vd) {
   constexpr int64_t kVecs = kKeyBlock / 16;
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
@@ -253,11 +261,13 @@ QF_AMX_TARGET void softmax_row(const float* s, int64_t k0, int64_t begin, int64_
     sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(
                                  _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(h)), 16)));
   }
-  l = l * alpha + _mm512_reduce_add_ps(sum);
+  // The sum stays 16 lanes wide until the end: one horizontal add per row, not per key block.
+  _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), _mm512_set1_ps(alpha), sum));
   m = m_new;
   if (alpha != 1.f) {
     const __m512 va = _mm512_set1_ps(alpha);
-    for (int64_t c = 0; c < vd; c += 16) _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_loadu_ps(o + c), va));
+    for (int64_t c = 0; c < vd; c += 16)
+      _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_loadu_ps(o + c), va));
   }
 }
 
@@ -265,7 +275,9 @@ QF_AMX_TARGET void attend_block(const PrefillAttentionBlock& b) {
   const int64_t hd = b.head_dim, vd = b.v_head_dim, H = b.heads;
   const int64_t rows = b.tokens * H, row_tiles = (rows + 15) / 16, padded = row_tiles * 16;
   const int64_t last_end = b.position + b.tokens;  // the last token's visible end
-  auto begin_of = [&](int64_t end) { return b.window > 0 ? std::max<int64_t>(0, end - b.window) : 0; };
+  auto begin_of = [&](int64_t end) {
+    return b.window > 0 ? std::max<int64_t>(0, end - b.window) : 0;
+  };
   const int64_t first = begin_of(b.position + 1) / kKeyTile * kKeyTile;
   const int64_t tiles_end = (last_end + kKeyTile - 1) / kKeyTile;
 
@@ -277,11 +289,11 @@ QF_AMX_TARGET void attend_block(const PrefillAttentionBlock& b) {
   float* s = sc.s.get(size_t(padded * kKeyBlock));
   float* o = sc.o.get(size_t(padded * vd));
   float* m = sc.m.get(size_t(padded));
-  float* l = sc.l.get(size_t(padded));
+  float* l = sc.l.get(size_t(padded * 16));
   pack_queries(b, rows, padded, qp);
   std::fill_n(o, padded * vd, 0.f);
   std::fill_n(m, padded, -INFINITY);
-  std::fill_n(l, padded, 0.f);
+  std::fill_n(l, padded * 16, 0.f);
   std::memset(pp, 0, size_t(padded * kKeyBlock) * 2);  // padding rows stay zero
 
   configure_tiles();
@@ -298,7 +310,7 @@ QF_AMX_TARGET void attend_block(const PrefillAttentionBlock& b) {
         std::memset(pr, 0, kKeyBlock * 2);  // nothing visible in this block
         continue;
       }
-      softmax_row(s + r * kKeyBlock, k0, begin, end, mul, m[r], l[r], pr, o + r * vd, vd);
+      softmax_row(s + r * kKeyBlock, k0, begin, end, mul, m[r], l + r * 16, pr, o + r * vd, vd);
     }
     weigh_tiles(pp, row_tiles, vp, vd, o);
   }
@@ -306,12 +318,13 @@ QF_AMX_TARGET void attend_block(const PrefillAttentionBlock& b) {
 
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = r % H;
-    float inv = 1.f / l[r];
+    const float sum = _mm512_reduce_add_ps(_mm512_loadu_ps(l + r * 16));
+    float inv = 1.f / sum;
     if (b.sinks) {
       // The sink joins the softmax's max and sum, not the weighted sum (as in attend()).
       const float sink = b.sinks[h] * kLog2e, mf = std::max(m[r], sink);
       const float w = std::exp2(m[r] - mf);
-      inv = w / (l[r] * w + std::exp2(sink - mf));
+      inv = w / (sum * w + std::exp2(sink - mf));
     }
     const __m512 vi = _mm512_set1_ps(inv);
     float* y = b.out + (r / H) * b.out_stride + h * vd;
@@ -323,7 +336,13 @@ QF_AMX_TARGET void attend_block(const PrefillAttentionBlock& b) {
 }  // namespace
 
 bool prefill_attention_amx_fits(int64_t head_dim, int64_t v_head_dim) {
-  return head_dim > 0 && v_head_dim > 0 && head_dim % 32 == 0 && v_head_dim % 32 == 0 &&
+  // QFORGE_NO_AMX_ATTENTION=1: attend() per token with the AMX products kept (before / after
+  // figures of whole-model prefill in one build); QFORGE_NO_AMX=1 turns off both.
+  static const bool off = [] {
+    const char* e = std::getenv("QFORGE_NO_AMX_ATTENTION");
+    return e != nullptr && *e != '\0' && std::strcmp(e, "0") != 0;
+  }();
+  return !off && head_dim > 0 && v_head_dim > 0 && head_dim % 32 == 0 && v_head_dim % 32 == 0 &&
          cpu_has_amx_bf16();
 }
 
@@ -339,7 +358,9 @@ void attend_prefill_amx(const PrefillAttentionBlock& b) { attend_block(b); }
 
 namespace qf::kernels {
 bool prefill_attention_amx_fits(int64_t, int64_t) { return false; }
-int64_t prefill_attention_block_tokens(int64_t heads) { return heads > 0 && heads < 64 ? 64 / heads : 1; }
+int64_t prefill_attention_block_tokens(int64_t heads) {
+  return heads > 0 && heads < 64 ? 64 / heads : 1;
+}
 void attend_prefill_amx(const PrefillAttentionBlock&) {}
 }  // namespace qf::kernels
 
