@@ -2,14 +2,20 @@
 // a long context, per KV cache type: GB/s of cache bytes read (the layer's keys and values),
 // next to a STREAM-style read of the same bytes in the same run. Threads split the KV heads as
 // the engine does. Several layers' caches rotate so no layer is cache-resident.
+// AttentionPrefill: the same layer's attention for a 512-token prefill over a BF16 cache,
+// attend() per (token, KV head) as without AMX (arg 0) against attend_prefill_amx's blocks
+// (arg 1), as GFLOP/s of the causal products (4 x heads x head_dim per visible key).
 // Run: qforge_bench --benchmark_filter='Attention' --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include "core/thread_pool.h"
+#include "engine/kv_cache.h"
 #include "kernels/attention.h"
 #include "kernels/memory_read.h"
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -105,6 +111,74 @@ void AttentionStreamRead(benchmark::State& state) {
                                               benchmark::Counter::kIsRate);
 }
 
+void AttentionPrefill(benchmark::State& state) {
+  const bool amx = state.range(0) != 0;
+  const int threads = int(state.range(1));
+  constexpr int64_t kTokens = 512;
+  if (amx && !kernels::prefill_attention_amx_fits(kHeadDim, kHeadDim)) {
+    state.SkipWithError("no AMX-BF16");
+    return;
+  }
+  const int64_t kv_mul = kHeads / kKvHeads, q_dim = kHeads * kHeadDim;
+  const int64_t kv_dim = kKvHeads * kHeadDim;
+  KvCache cache(KvCacheType::bf16, kKvHeads, kHeadDim, kHeadDim, {1.f}, {1.f});
+  std::vector<float> k(size_t(kTokens * kv_dim)), q(size_t(kTokens * q_dim)), out(q.size());
+  for (size_t i = 0; i < k.size(); ++i) k[i] = float((i * 31) % 17) / 17.f - 0.5f;
+  for (size_t i = 0; i < q.size(); ++i) q[i] = float((i * 13) % 11) / 11.f - 0.5f;
+  cache.ensure(kTokens, kTokens);
+  cache.store(0, 0, kTokens, k.data(), k.data());
+  ThreadPool pool(threads);
+  const float scale = 1.f / std::sqrt(float(kHeadDim));
+  const int64_t block = kernels::prefill_attention_block_tokens(kv_mul);
+  const int64_t blocks = (kTokens + block - 1) / block;
+  for (auto _ : state) {
+    if (amx) {
+      // The engine's tasks (Model::attention): the last blocks, which see the most keys, first.
+      pool.parallel_for(blocks * kKvHeads, [&](int64_t task) {
+        const int64_t kvh = task % kKvHeads, t0 = (blocks - 1 - task / kKvHeads) * block;
+        kernels::PrefillAttentionBlock b;
+        b.q = q.data() + t0 * q_dim + kvh * kv_mul * kHeadDim;
+        b.q_stride = q_dim;
+        b.tokens = std::min(block, kTokens - t0);
+        b.heads = kv_mul;
+        b.head_dim = b.v_head_dim = kHeadDim;
+        b.k = static_cast<const uint16_t*>(cache.keys(0, kvh));
+        b.v = static_cast<const uint16_t*>(cache.values(0, kvh));
+        b.k_stride = cache.key_tile_stride();
+        b.v_stride = cache.value_stride();
+        b.position = t0;
+        b.scale = scale;
+        b.out = out.data() + t0 * q_dim + kvh * kv_mul * kHeadDim;
+        b.out_stride = q_dim;
+        kernels::attend_prefill_amx(b);
+      });
+    } else {
+      pool.parallel_for(kTokens * kKvHeads, [&](int64_t task) {
+        const int64_t t = task / kKvHeads, kvh = task % kKvHeads;
+        kernels::AttentionGroup g;
+        g.q = q.data() + t * q_dim + kvh * kv_mul * kHeadDim;
+        g.heads = kv_mul;
+        g.head_dim = g.v_head_dim = kHeadDim;
+        g.type = KvCacheType::bf16;
+        g.k = cache.keys(0, kvh);
+        g.v = cache.values(0, kvh);
+        g.k_stride = cache.key_tile_stride();
+        g.v_stride = cache.value_stride();
+        g.begin = 0;
+        g.end = t + 1;
+        g.scale = scale;
+        g.out = out.data() + t * q_dim + kvh * kv_mul * kHeadDim;
+        kernels::attend(g);
+      });
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double flops = 4.0 * double(kHeads * kHeadDim) * double(kTokens * (kTokens + 1) / 2);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(amx ? "amx" : "attend");
+}
+
 void Args(benchmark::internal::Benchmark* b) {
   for (KvCacheType t : {KvCacheType::f32, KvCacheType::bf16, KvCacheType::fp8})
     for (int threads : {1, 2}) b->Args({int64_t(t), 4096, threads});
@@ -113,6 +187,7 @@ void Args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(AttentionDecode)->Apply(Args);
 BENCHMARK(AttentionStreamRead)->Apply(Args);
+BENCHMARK(AttentionPrefill)->ArgsProduct({{0, 1}, {1, 2}})->UseRealTime()->MinTime(0.5);
 
 }  // namespace
 }  // namespace qf

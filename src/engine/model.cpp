@@ -168,6 +168,7 @@ Model::Model(ModelWeights weights, const ModelOptions& opt)
                                : default_max_seq(w_.arch)),
       kernels_(opt.kernels),
       llama_cpp_attention_(opt.llama_cpp_attention),
+      prefill_attention_amx_(opt.prefill_attention_amx),
       pool_(std::make_unique<ThreadPool>(opt.threads > 0 ? opt.threads
                                                          : ThreadPool::hardware_threads())),
       kv_{make_kv_cache(w_, opt)},
@@ -401,6 +402,18 @@ void Model::decode_batch(std::span<const int32_t> tokens, std::span<const int64_
   head(x_.data(), n, logits);
 }
 
+bool Model::prefill_attention_on_amx(int64_t n) const {
+  // Fast kernels only (queries and probabilities are rounded to BF16, see attention.h), one
+  // sequence's consecutive positions, a BF16 cache, no soft-capping (its tanh per score is not
+  // in the AMX kernel), not llama.cpp's F16 numerics, and enough tokens for whole row tiles to
+  // pay (below 16 rows the tiles are mostly padding; decode keeps the flash-decoding split).
+  const Architecture& a = w_.arch;
+  return prefill_attention_amx_ && kernels_ == KernelMode::fast && batch_pos_ == nullptr &&
+         n >= 16 && !llama_cpp_attention_ && a.attn_softcap <= 0.f && !a.is_mla() &&
+         kv_[size_t(seq_)].type() == KvCacheType::bf16 &&
+         kernels::prefill_attention_amx_fits(a.head_dim, a.v_head_dim);
+}
+
 void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, int64_t pos,
                       int64_t n) {
   const Architecture& a = w_.arch;
@@ -408,6 +421,36 @@ void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, i
   const int64_t q_dim = nh * hd, att_dim = nh * vd;
   const int64_t kv_mul = nh / nkv;
   const int64_t window = spec.sliding_window;
+  if (prefill_attention_on_amx(n)) {
+    // A prefill (one sequence, consecutive positions) on AMX tiles: tasks are fixed blocks of
+    // query tokens per KV head, so the result does not depend on the thread count; the last
+    // blocks see the most keys and are handed out first (fewer idle threads at the end).
+    const int64_t block = kernels::prefill_attention_block_tokens(kv_mul);
+    const int64_t blocks = (n + block - 1) / block;
+    const KvCache& kv = row_cache(0);
+    pool_->parallel_for(blocks * nkv, [&](int64_t task) {
+      const int64_t kvh = task % nkv, t0 = (blocks - 1 - task / nkv) * block, h0 = kvh * kv_mul;
+      kernels::PrefillAttentionBlock b;
+      b.q = q_.data() + t0 * q_dim + h0 * hd;
+      b.q_stride = q_dim;
+      b.tokens = std::min(block, n - t0);
+      b.heads = kv_mul;
+      b.head_dim = hd;
+      b.v_head_dim = vd;
+      b.k = static_cast<const uint16_t*>(kv.keys(l, kvh));
+      b.v = static_cast<const uint16_t*>(kv.values(l, kvh));
+      b.k_stride = kv.key_tile_stride();
+      b.v_stride = kv.value_stride();
+      b.position = pos + t0;
+      b.window = window;
+      b.scale = a.attention_scale;
+      b.sinks = L.sinks.empty() ? nullptr : L.sinks.data() + h0;
+      b.out = att_.data() + t0 * att_dim + h0 * vd;
+      b.out_stride = att_dim;
+      kernels::attend_prefill_amx(b);
+    });
+    return;
+  }
   // Decode steps over long contexts split each row's positions into parts of kAttentionPart
   // (flash-decoding): more tasks than KV heads, for many cores. The split follows the lengths
   // alone, never the thread count, so results do not depend on it.

@@ -60,6 +60,10 @@ struct ModelOptions {
   // models whose activations are rounded to Q8_0 these roundings move the perplexity by about
   // 1e-3, the size of the agreement it is checked to.
   bool llama_cpp_attention = false;
+  // Fast kernels with a BF16 cache on a CPU with AMX: prefill attention on AMX tiles
+  // (kernels::attend_prefill_amx, queries and probabilities rounded to BF16). False: attend()
+  // per token, as without AMX (tests and benchmarks compare the two in one process).
+  bool prefill_attention_amx = true;
   // How the KV cache stores keys and values. Unset: fp8 when every attention layer carries the
   // checkpoint's k_scale and v_scale (its own KV quantization, read back exactly as
   // fake-quantizing with those scales gives), else kv_cache_default. A cache wider than fp8 on
@@ -170,6 +174,7 @@ class Model {
   int64_t max_seq_ = 0;
   KernelMode kernels_ = KernelMode::exact;
   bool llama_cpp_attention_ = false;
+  bool prefill_attention_amx_ = true;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<KvCache> kv_;  // per sequence (forward's `sequence`, decode_batch's rows)
   std::vector<MambaCache> mamba_;  // per sequence, beside kv_ (empty states without Mamba)
@@ -177,6 +182,8 @@ class Model {
   // seq_, or, during decode_batch, row t is sequence t at batch_pos_[t].
   int64_t seq_ = 0;
   const int64_t* batch_pos_ = nullptr;
+  // Whether attention(..., n) runs on kernels::attend_prefill_amx.
+  bool prefill_attention_on_amx(int64_t n) const;
   int64_t row_position(int64_t pos, int64_t t) const { return batch_pos_ ? batch_pos_[t] : pos + t; }
   KvCache& row_cache(int64_t t) { return kv_[size_t(batch_pos_ ? t : seq_)]; }
   KvCache& sequence_cache(int64_t s);

@@ -1,8 +1,11 @@
 // The 64-byte tile configuration `ldtilecfg` reads (palette 1), shared by the AMX kernels: per
-// tile register its rows and bytes per row.
+// tile register its rows and bytes per row; and the kernels' aligned scratch buffers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 
 namespace qf::kernels {
 
@@ -12,6 +15,27 @@ struct alignas(64) AmxTileConfig {
   uint8_t reserved[14] = {};
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
+};
+
+// A grow-only buffer on 64-byte boundaries: tile rows are 64 bytes, and a row that straddles two
+// cache lines costs two (with std::vector's 16-byte alignment the kernel ran at half speed).
+template <typename T>
+class TileBuffer {
+ public:
+  T* get(size_t n) {
+    if (n > size_) {
+      data_.reset(static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t(64))));
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<T[], Free> data_;
+  size_t size_ = 0;
 };
 
 }  // namespace qf::kernels

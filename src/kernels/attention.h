@@ -76,5 +76,44 @@ void combine_attention_parts(int64_t parts, int64_t heads, int64_t v_head_dim, c
                              const float* maxes, const float* sums, const float* sinks,
                              float* out);
 
+// Prefill attention on AMX-BF16 tiles (attention_prefill_bf16_amx.cpp), flash-attention style:
+// one KV head and a block of consecutive query tokens of one sequence, over a BF16 cache in the
+// layout above. The block's query heads are stacked token-major as the rows of the tiles' A
+// operand (GQA: a key tile is multiplied once for all the heads that share it); per block of
+// keys, the scores come from AMX products, the online softmax runs in float32 SIMD, and the
+// probabilities, rounded to BF16, multiply the values on AMX again. Queries and probabilities
+// are rounded to BF16 (the cache already is), so results differ from attend() by that rounding
+// (relative ~2^-9 per product term); both sums stay in float32.
+struct PrefillAttentionBlock {
+  // Token t's `heads` query heads, [heads, head_dim], at q + t * q_stride.
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int64_t tokens = 0, heads = 1, head_dim = 0, v_head_dim = 0;
+  // The KV head's BF16 keys and values, as in AttentionGroup (k_stride >= head_dim * kKeyTile).
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  int64_t k_stride = 0, v_stride = 0;
+  // Token t is at position `position` + t and sees the keys [begin, position + t + 1), begin = 0
+  // or, with a sliding window, max(0, position + t + 1 - window). The cache holds them all.
+  int64_t position = 0;
+  int64_t window = 0;
+  float scale = 1.f;             // multiplies q.k
+  const float* sinks = nullptr;  // [heads] gpt-oss sink logits, or none
+  // Token t's heads' outputs, [heads, v_head_dim], at out + t * out_stride.
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Whether attend_prefill_amx runs here for these head sizes: the CPU has AMX-BF16 and the OS
+// grants it (not with QFORGE_NO_AMX=1 nor QFORGE_NO_AMX_ATTENTION=1), and both sizes are whole
+// 32-element tile chunks.
+bool prefill_attention_amx_fits(int64_t head_dim, int64_t v_head_dim);
+// Query tokens per block for `heads` query heads per KV head: about 64 tile rows.
+int64_t prefill_attention_block_tokens(int64_t heads);
+// Writes the block's outputs. Its result depends on the block alone (not on the thread that
+// runs it), so callers that split a prefill into fixed blocks get the same bits at any thread
+// count. Only where prefill_attention_amx_fits.
+void attend_prefill_amx(const PrefillAttentionBlock& b);
+
 }  // namespace kernels
 }  // namespace qf

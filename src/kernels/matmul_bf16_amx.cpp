@@ -288,27 +288,6 @@ int64_t block_cols(const LinearWeight& w) {
   return std::max<int64_t>(unit, kKBlock / unit * unit);
 }
 
-// A grow-only buffer on 64-byte boundaries: tile rows are 64 bytes, and a row that straddles two
-// cache lines costs two (with std::vector's 16-byte alignment the kernel ran at half speed).
-template <typename T>
-class TileBuffer {
- public:
-  T* get(size_t n) {
-    if (n > size_) {
-      data_.reset(static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t(64))));
-      size_ = n;
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
-  };
-  std::unique_ptr<T[], Free> data_;
-  size_t size_ = 0;
-};
-
 struct TaskBuffers {
   TileBuffer<uint16_t> a;   // the decoded A block
   TileBuffer<float> c;      // C tiles of the task: [sub-block][token block][2][16][16]
