@@ -89,8 +89,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// The training windows of step `step`: an epoch-wise seeded permutation, a function of the seed
-// and the step only (a resumed run draws the same batches).
 // --calib-generate: each window's first `prompt` tokens, continued by the teacher's samples
 // (temperature 1, no nucleus, seeded by the seed and the window index) to the window's length.
 void generate_windows(Model& teacher, std::vector<std::vector<int32_t>>& windows, int64_t prompt,
@@ -114,6 +112,8 @@ void generate_windows(Model& teacher, std::vector<std::vector<int32_t>>& windows
   p.finish();
 }
 
+// The training windows of step `step`: an epoch-wise seeded permutation, a function of the seed
+// and the step only (a resumed run draws the same batches).
 std::vector<int64_t> batch_windows(uint64_t seed, int64_t step, int64_t batch, int64_t n) {
   std::vector<int64_t> out;
   int64_t cached_epoch = -1;
