@@ -25,11 +25,12 @@ namespace fs = std::filesystem;
 
 struct TuneArgs {
   std::string model, out, format = "nvfp4", algo = "max", group_size, export_format = "modelopt";
-  std::string activations = "none", checkpoint, html, tokenizer, from;
+  std::string activations = "none", checkpoint, html, tokenizer, train = "weights", from;
   std::vector<std::string> exclude, calib_files;
   CalibrationOptions calib;
   int64_t steps = 200, batch = 4, eval_samples = 8, eval_every = 0, checkpoint_every = 0;
-  double lr = 0.01;
+  int64_t calib_generate = 0;
+  double lr = 0.01, scale_lr = 0;
   int threads = 0;
   bool resume = false, force = false, json = false, quiet = false;
   bool algo_given = false;
@@ -77,6 +78,9 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
     j["resumed_from"] = r.resumed_from;
     j["batch"] = a.batch;
     j["lr"] = a.lr;
+    j["train"] = a.train;
+    j["scale_parameters"] = r.scale_parameters;
+    j["generated_windows"] = r.generated_windows;
     j["train_windows"] = r.train_windows;
     j["eval_windows"] = r.eval_windows;
     j["tokens_per_window"] = r.tokens_per_window;
@@ -109,6 +113,12 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
   fmt::print("  {:<28} {} steps x {} windows of {} tokens (train {}, held out {}), lr {}{}\n",
              "training", r.steps, a.batch, r.tokens_per_window, r.train_windows, r.eval_windows,
              a.lr, r.resumed_from ? fmt::format(", resumed at step {}", r.resumed_from) : "");
+  if (r.scale_parameters > 0)
+    fmt::print("  {:<28} {} block scales (LSQ, --train {})\n", "scales trained", r.scale_parameters,
+               a.train);
+  if (r.generated_windows > 0)
+    fmt::print("  {:<28} {} windows sampled by the teacher from {}-token prompts\n",
+               "distillation text", r.generated_windows, a.calib_generate);
   fmt::print("  {:<28} {:.5f} -> {:.5f} ({:.2f}x)\n", "held-out KL (nats/token)",
              r.eval_kl_before, r.eval_kl_after,
              r.eval_kl_before > 0 ? r.eval_kl_after / r.eval_kl_before : 0.0);
@@ -165,6 +175,22 @@ void register_tune(CLI::App& app, Action& run) {
   cmd->add_option("--batch", args->batch, "Calibration windows per step")->capture_default_str();
   cmd->add_option("--lr", args->lr, "Adam's peak learning rate (cosine decay to 0), in units of each weight's quantization step (the parameters are W / scale)")
       ->capture_default_str();
+  cmd->add_option("--train", args->train,
+                  "What is trained: weights (the latent weights through the straight-through "
+                  "estimator), scales (the NVFP4 FP8 block scales by LSQ, kept on the E4M3 grid) "
+                  "or both")
+      ->check(name_choice("training target", {"weights", "scales", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--scale-lr", args->scale_lr,
+                  "Adam's peak learning rate of the LSQ block scales, relative to each scale's "
+                  "initial value, in [0, 1] (0: --lr)")
+      ->capture_default_str();
+  cmd->add_option("--calib-generate", args->calib_generate,
+                  "Distil on teacher-generated text: keep each calibration window's first N "
+                  "tokens (BOS included) and let the original model sample the rest "
+                  "(temperature 1, seeded by --seed); the initial quantization calibrates on "
+                  "them too; 0: the calibration text")
+      ->capture_default_str();
   cmd->add_option("--eval-samples", args->eval_samples,
                   "Calibration windows held out for the evaluation KL")
       ->capture_default_str();
@@ -211,6 +237,11 @@ void register_tune(CLI::App& app, Action& run) {
       o.steps = a.steps;
       o.batch = a.batch;
       o.lr = float(a.lr);  // range-checked with the other flags by distill_checkpoint
+      o.train = a.train == "scales" ? DistillTrain::scales
+                : a.train == "both"   ? DistillTrain::both
+                                      : DistillTrain::weights;
+      o.scale_lr = float(a.scale_lr);
+      o.generate_prompt = a.calib_generate;
       o.eval_samples = a.eval_samples;
       o.eval_every = a.eval_every;
       o.checkpoint_every = a.checkpoint_every;
@@ -224,11 +255,12 @@ void register_tune(CLI::App& app, Action& run) {
       source.require_unquantized("tune");
       std::string key = fmt::format(
           "model={} bytes={} format={} algo={} group={} export={} activations={} exclude={} "
-          "steps={} batch={} lr={} eval={} samples={} seq={} seed={} from={}",
+          "steps={} batch={} lr={} train={} scale_lr={} generate={} eval={} samples={} "
+          "seq={} seed={} from={}",
           fs::absolute(a.model).string(), source.input_bytes(), a.format, a.algo, a.group_size,
-          a.export_format, a.activations, fmt::join(a.exclude, ","), a.steps, a.batch, a.lr, a.eval_samples,
-          a.calib.samples, a.calib.seq_len, a.calib.seed,
-          a.from.empty() ? "" : fs::absolute(a.from).string());
+          a.export_format, a.activations, fmt::join(a.exclude, ","), a.steps, a.batch, a.lr,
+          a.train, a.scale_lr, a.calib_generate, a.eval_samples, a.calib.samples,
+          a.calib.seq_len, a.calib.seed, a.from.empty() ? "" : fs::absolute(a.from).string());
       for (const auto& f : a.calib_files) {
         std::error_code ec;
         key += fmt::format(" calib={}:{}", f, fs::file_size(f, ec));

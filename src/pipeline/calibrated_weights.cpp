@@ -171,7 +171,9 @@ CalibrationOutcome calibrate(const SourceModel& source, const ModulePlan& plan,
   std::map<size_t, Precomputed>& precomputed = out.precomputed;
   std::unique_ptr<SpillFile>& spill_file = out.spill_file;
   std::map<std::string, std::vector<float>>& vector_override = out.norm_override;
-  const CalibrationData data = load_calibration_data(options.calib, source.tokenizer());
+  const CalibrationData data = options.calib_windows
+                                   ? *options.calib_windows
+                                   : load_calibration_data(options.calib, source.tokenizer());
   for (const auto& w : data.warnings) report.warnings.push_back(w);
   ModelOptions mo;
   mo.threads = options.threads;

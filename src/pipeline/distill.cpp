@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/numeric.h"
+#include "engine/generate.h"
 #include "engine/model.h"
 #include "formats/fake_quant.h"
 #include "io/json_file.h"
@@ -54,13 +56,30 @@ struct Tuned {
   std::unique_ptr<FakeQuantSte> ste;
   size_t offset = 0, size = 0;
   int64_t span = 1;  // elements per scale, scales in element order
+  std::vector<float> d0;  // the initial scales' divisors: the units of the latent weights
+  // LSQ (--train scales/both): the block scales' parameters at scale_offset (one per scale,
+  // e4m3_j = p_j · scale_factor · e4m3_j(init), rounded to the E4M3 grid in every forward);
+  // scale_count 0 when the scales stay frozen.
+  size_t scale_offset = 0, scale_count = 0;
+  std::vector<float> scale0;  // e4m3_j(init) as floats
 
-  // The parameters are the latent weights in units of their scale's step: W_i = u_i · d_j
-  // (d_j > 0; an all-zero block's d counts as 1), so one learning rate moves every block at
-  // the same pace relative to its own code grid.
+  // The parameters are the latent weights in units of their initial scale's step: W_i = u_i ·
+  // d0_j (d0_j > 0; an all-zero block's d counts as 1), so one learning rate moves every block
+  // at the same pace relative to its own code grid.
   float unit(size_t i) const {
-    const float d = ste->divisors()[i / size_t(span)];
+    const float d = d0[i / size_t(span)];
     return d > 0.f && std::isfinite(d) ? d : 1.f;
+  }
+  // The block scales from the LSQ parameters: each on the E4M3 grid, positive, at most 448
+  // (an all-zero block's scale stays 0), and the fake quantizer rebuilt on them.
+  void set_scales(const float* p, float scale_factor) {
+    if (scale_count == 0) return;
+    for (size_t j = 0; j < scale_count; ++j) {
+      if (scale0[j] == 0.f) continue;
+      const float s = std::clamp(p[j] * scale_factor * scale0[j], 0x1p-9f, 448.f);
+      scales.block_scales[j] = f32_to_e4m3(s);
+    }
+    ste = std::make_unique<FakeQuantSte>(scales);
   }
   void weights(const float* u, float* w) const {
     for (size_t i = 0; i < size; ++i) w[i] = u[i] * unit(i);
@@ -69,6 +88,29 @@ struct Tuned {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// --calib-generate: each window's first `prompt` tokens, continued by the teacher's samples
+// (temperature 1, no nucleus, seeded by the seed and the window index) to the window's length.
+void generate_windows(Model& teacher, std::vector<std::vector<int32_t>>& windows, int64_t prompt,
+                      uint64_t seed, bool show) {
+  int64_t total = 0;
+  for (const auto& w : windows) total += int64_t(w.size()) - prompt;
+  Progress p("generate", ProgressUnit::tokens, double(total), show);
+  for (size_t k = 0; k < windows.size(); ++k) {
+    std::vector<int32_t>& w = windows[k];
+    const int64_t n = int64_t(w.size());
+    SamplingOptions so;
+    so.temperature = 1.f;
+    so.seed = seed * 0x100000001B3ull + uint64_t(k) + 1;
+    w.resize(size_t(prompt));
+    const std::vector<int32_t> more = generate(teacher, w, n - prompt, so, /*eos=*/-1, nullptr);
+    if (int64_t(more.size()) != n - prompt)
+      fail("tune: --calib-generate: the teacher generated {} of {} tokens", more.size(), n - prompt);
+    w.insert(w.end(), more.begin(), more.end());
+    p.advance(double(n - prompt));
+  }
+  p.finish();
 }
 
 // The training windows of step `step`: an epoch-wise seeded permutation, a function of the seed
@@ -123,6 +165,15 @@ struct Reader {
 };
 
 }  // namespace
+
+std::string_view distill_train_name(DistillTrain t) {
+  switch (t) {
+    case DistillTrain::weights: return "weights";
+    case DistillTrain::scales: return "scales";
+    case DistillTrain::both: return "both";
+  }
+  return "?";
+}
 
 uint64_t distill_key_hash(const std::string& key) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
@@ -188,6 +239,14 @@ CalibrationData check_distill(const SourceModel& model, const DistillOptions& o)
     fail("tune: --eval-samples {} is out of range [1, 4096]", o.eval_samples);
   if (!std::isfinite(o.lr) || o.lr <= 0.f || o.lr > 1.f)
     fail("tune: --lr {} is out of range (0, 1]", o.lr);
+  if (!std::isfinite(o.scale_lr) || o.scale_lr < 0.f || o.scale_lr > 1.f)
+    fail("tune: --scale-lr {} is out of range [0, 1] (0: --lr)", o.scale_lr);
+  if (o.train != DistillTrain::weights && q.format != Format::nvfp4)
+    fail("tune: --train {}: learnable scales are implemented for --format nvfp4 only",
+         distill_train_name(o.train));
+  if (o.generate_prompt < 0 || (o.generate_prompt > 0 && o.generate_prompt >= q.calib.seq_len))
+    fail("tune: --calib-generate {} is out of range: 0 (off) or 1 to --calib-seq - 1 ({})",
+         o.generate_prompt, q.calib.seq_len - 1);
   if (o.eval_every < 0) fail("tune: --eval-every {} is negative", o.eval_every);
   if (o.checkpoint_every < 0) fail("tune: --checkpoint-every {} is negative", o.checkpoint_every);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint.empty())
@@ -234,19 +293,13 @@ CalibrationData check_distill(const SourceModel& model, const DistillOptions& o)
 DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_dir,
                                  const DistillOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  const CalibrationData data = check_distill(model, o);
+  CalibrationData data = check_distill(model, o);
   DistillReport rep;
   rep.algo = o.from.empty() ? std::string(weight_algo_name(o.quantize.algo)) : "from checkpoint";
   const Architecture& arch = model.arch;
 
-  // 1. The start: the initial quantization (or the checkpoint given by --from), its tensors
-  // kept in memory.
-  DistillStart init = o.from.empty() ? quantize_start(model, out_dir, o.quantize)
-                                     : read_start(model, o.from, o.quantize);
-  std::map<size_t, QuantizedTensor>& initial = init.tensors;
-  rep.quantize_seconds = seconds_since(start);
-
-  // 2. Teacher (the engine on the original weights) and student (train's float model).
+  // The teacher (the engine on the original weights); with --calib-generate it samples the
+  // distillation windows, which the initial quantization then calibrates on too.
   const int64_t n = o.quantize.calib.seq_len;
   ModelOptions mo;
   mo.threads = o.quantize.threads;
@@ -254,6 +307,22 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   mo.max_seq = n;
   std::unique_ptr<Model> teacher = Model::load(model.checkpoint, mo);
   ThreadPool& pool = teacher->pool();
+  QuantizeOptions base = o.quantize;
+  if (o.generate_prompt > 0) {
+    generate_windows(*teacher, data.windows, o.generate_prompt, o.quantize.calib.seed,
+                     o.quantize.progress);
+    rep.generated_windows = int64_t(data.windows.size());
+    base.calib_windows = std::make_shared<const CalibrationData>(data);
+  }
+
+  // 1. The start: the initial quantization (on those windows), or the checkpoint given by
+  // --from; its tensors kept in memory.
+  DistillStart init = o.from.empty() ? quantize_start(model, out_dir, base)
+                                     : read_start(model, o.from, o.quantize);
+  std::map<size_t, QuantizedTensor>& initial = init.tensors;
+  rep.quantize_seconds = seconds_since(start);
+
+  // 2. The student (train's float model).
   DenseModel<float> student = dense_model(teacher->weights(), n);
   student.act = std::move(init.act);
   const int64_t H = student.block.hidden, V = student.vocab;
@@ -274,38 +343,58 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     t.offset = total;
     t.size = size_t(q.rows * q.cols);
     t.span = int64_t(t.size) / t.ste->scale_count();
+    t.d0 = t.ste->divisors();
     total += t.size;
     tuned.push_back(std::move(t));
   }
+  const bool train_weights = o.train != DistillTrain::scales;
+  const bool train_scales = o.train != DistillTrain::weights;
+  // LSQ parameters after all the weights: p_j = (e4m3_j / e4m3_j(init)) / c, c = scale_lr /
+  // lr, so Adam's step of lr moves a scale by about scale_lr of its initial value.
+  const float scale_factor = o.scale_lr > 0.f ? o.scale_lr / o.lr : 1.f;
+  const size_t weight_total = total;
+  if (train_scales) {
+    for (Tuned& t : tuned) {
+      t.scale_offset = total;
+      t.scale_count = t.scales.block_scales.size();
+      t.scale0.resize(t.scale_count);
+      for (size_t j = 0; j < t.scale_count; ++j) t.scale0[j] = e4m3_to_f32(t.scales.block_scales[j]);
+      total += t.scale_count;
+      rep.scale_parameters += int64_t(t.scale_count);
+    }
+  }
   if (tuned.empty()) fail("tune: no Linear was quantized (everything excluded?)");
   rep.tuned_linears = int64_t(tuned.size());
-  rep.parameters = int64_t(total);
+  rep.parameters = int64_t(weight_total);
 
   DistillState st;
   st.key_hash = distill_key_hash(o.config_key);
-  if (o.resume) {
-    st = read_distill_state(o.checkpoint);
-    if (st.params.size() != total)
-      fail("{}: the checkpoint holds {} parameters, this run has {}", o.checkpoint.string(),
-           st.params.size(), total);
-    rep.resumed_from = st.step;
-  } else {
-    st.params.resize(total);
+  if (!o.resume) {
+    std::vector<float>& p0 = st.params;
+    p0.resize(total);
     // The start: each weight's original value where it rounds to the quantization's code
     // (every weight after round-to-nearest algorithms), else the code's value (where GPTQ chose
     // another code), so the first forward is exactly the quantization's and the latent weights
     // keep where they lie inside their rounding interval.
     pool.parallel_for(int64_t(tuned.size()), [&](int64_t k) {
       const Tuned& t = tuned[size_t(k)];
-      float* u = st.params.data() + t.offset;
+      float* u = p0.data() + t.offset;
       std::vector<float> q(t.size), rounded(t.size);
       dequantize(initial.at(t.linear), q.data());
       const float* original = role_slot(student.blocks[size_t(t.layer)], t.role)->data();
       t.ste->forward(original, nullptr, rounded.data());
       for (size_t i = 0; i < t.size; ++i)
         u[i] = (rounded[i] == q[i] ? original[i] : q[i]) / t.unit(i);
+      std::fill(p0.begin() + ptrdiff_t(t.scale_offset),
+                p0.begin() + ptrdiff_t(t.scale_offset + t.scale_count), 1.f / scale_factor);
     });
     st.adam = AdamState(total);
+  } else {
+    st = read_distill_state(o.checkpoint);
+    if (st.params.size() != total)
+      fail("{}: the checkpoint holds {} parameters, this run has {}", o.checkpoint.string(),
+           st.params.size(), total);
+    rep.resumed_from = st.step;
   }
   initial.clear();
 
@@ -350,10 +439,11 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     }
     return b;
   };
-  // Ŵ of every tuned Linear into the student.
+  // Ŵ of every tuned Linear into the student (the LSQ scales first).
   auto apply = [&] {
     pool.parallel_for(int64_t(tuned.size()), [&](int64_t i) {
-      const Tuned& t = tuned[size_t(i)];
+      Tuned& t = tuned[size_t(i)];
+      t.set_scales(st.params.data() + t.scale_offset, scale_factor);
       std::vector<float> w(t.size);
       t.weights(st.params.data() + t.offset, w.data());
       t.ste->forward(w.data(), nullptr, role_slot(student.blocks[size_t(t.layer)], t.role)->data());
@@ -400,7 +490,13 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
                       fq[size_t(i)]);
       const std::vector<float>& gw = fq[size_t(i)].w;
       float* gu = flat_grad.data() + t.offset;
-      for (size_t k = 0; k < t.size; ++k) gu[k] = gw[k] * t.unit(k);  // dL/du = dL/dW · d
+      for (size_t k = 0; k < t.size; ++k)  // dL/du = dL/dW · d0
+        gu[k] = train_weights ? gw[k] * t.unit(k) : 0.f;
+      // dL/dp_j = dL/dd_j · dd_j/dp_j, d_j = e4m3_j · g, e4m3_j ≈ p_j · c · e4m3_j(init) (the
+      // E4M3 rounding passed straight through): c · d0_j · dL/dd_j.
+      float* gp = flat_grad.data() + t.scale_offset;
+      for (size_t j = 0; j < t.scale_count; ++j)
+        gp[j] = scale_factor * t.d0[j] * fq[size_t(i)].scale[j];
     });
     AdamOptions ao;
     ao.lr = float(double(o.lr) * 0.5 * (1.0 + std::cos(M_PI * double(s) / double(o.steps))));
@@ -440,16 +536,18 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   // 3. Export: the trained weights encoded with the frozen scales, through the normal writer.
   std::map<size_t, const Tuned*> by_linear;
   for (const Tuned& t : tuned) by_linear[t.linear] = &t;
-  QuantizeOptions fo = o.quantize;
+  QuantizeOptions fo = base;
   fo.algo = WeightAlgo::max;  // nothing to calibrate: every quantized Linear is replaced
   fo.replace_linear = [&](size_t li) -> std::optional<QuantizedTensor> {
     auto it = by_linear.find(li);
     if (it == by_linear.end()) return std::nullopt;
-    const Tuned& t = *it->second;
+    const Tuned& t = *it->second;  // its scales set by the last evaluation's apply()
     QuantizedTensor q = t.scales;
     std::vector<float> w(t.size);
     t.weights(st.params.data() + t.offset, w.data());
     encode_with_scales(q, w.data(), pool);
+    if (o.on_student_weights)
+      o.on_student_weights(li, role_slot(student.blocks[size_t(t.layer)], t.role)->data());
     return q;
   };
   fo.on_linear = nullptr;

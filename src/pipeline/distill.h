@@ -29,9 +29,16 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace qf {
+
+// What `qforge tune` trains (--train): the latent weights through the straight-through estimator,
+// the NVFP4 FP8 block scales by LSQ (each block scale e4m3_j is a latent float, rounded to the
+// E4M3 grid in every forward, so the export equals the trained forward), or both.
+enum class DistillTrain { weights, scales, both };
+std::string_view distill_train_name(DistillTrain t);
 
 struct DistillOptions {
   // The initial quantization (format, algorithm, export target, calibration windows, threads,
@@ -48,10 +55,23 @@ struct DistillOptions {
   // Adam's peak learning rate (cosine decay to 0 over `steps`), in units of each weight's
   // quantization step (its scale's divisor d: the parameters are W / d).
   float lr = 0.01f;
+  DistillTrain train = DistillTrain::weights;
+  // LSQ block scales: Adam's peak learning rate for the scales, in units of each scale's initial
+  // value (the parameters are e4m3_j / e4m3_j(init)); 0: the same as `lr`.
+  float scale_lr = 0.f;
+  // Teacher-generated distillation windows (LLM-QAT's data-free distillation): each calibration
+  // window keeps its first `generate_prompt` tokens (BOS included) and the teacher samples the
+  // rest (temperature 1, seeded by --seed and the window), so the student is distilled on the
+  // teacher's own distribution, and the initial quantization (GPTQ's statistics, W4A4's input
+  // scales) calibrates on the same windows; 0: the calibration text as it is.
+  int64_t generate_prompt = 0;
   int64_t checkpoint_every = 0;         // 0: no checkpoints
   std::filesystem::path checkpoint;     // the checkpoint file (written and, with resume, read)
   bool resume = false;
   std::string config_key;  // the flags and inputs as text: its hash guards --resume
+  // Test seam: called at export for each tuned Linear (Architecture::linears index) with the
+  // weights [rows, cols] the student's final forward used (its Ŵ after the last step).
+  std::function<void(size_t, const float*)> on_student_weights;
   // Test seam: stop (throwing qf::Error "interrupted") once this many steps are done; 0: never.
   int64_t stop_after = 0;
   // Teacher logits larger than this are recomputed per step instead of cached.
@@ -69,6 +89,8 @@ struct DistillReport {
   std::string algo;               // the initial quantization's algorithm
   int64_t train_windows = 0, eval_windows = 0, tokens_per_window = 0;
   int64_t steps = 0, resumed_from = 0, parameters = 0, tuned_linears = 0;
+  int64_t scale_parameters = 0;      // LSQ block scales trained (0 unless --train scales/both)
+  int64_t generated_windows = 0;     // windows the teacher sampled (--calib-generate)
   double eval_kl_before = 0, eval_kl_after = 0;
   // train_seconds includes the evaluations (eval_seconds); seconds_per_step excludes them.
   double quantize_seconds = 0, train_seconds = 0, eval_seconds = 0, seconds_per_step = 0;

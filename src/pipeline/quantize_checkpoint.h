@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,6 +60,9 @@ struct QuantizeOptions {
                                           // int8 and format int8 need each other
   bool kv_fp8 = false;                    // --kv-cache fp8
   CalibrationOptions calib;               // --calib files (required when anything calibrates)
+  // When set, these windows (calib.seq_len tokens each) are calibrated on instead of reading
+  // calib.files (qforge tune --calib-generate: the teacher's sampled windows).
+  std::shared_ptr<const CalibrationData> calib_windows;
   bool calib_quantized_inputs = false;    // layers see the outputs of quantized predecessors
   // Block-wise tuning (--algo ...tune): --tune-iters, --tune-lr (0: 1/iters), --tune-batch
   // (windows per step), --tune-optimizer, --tune-target (the output each block is tuned toward:

@@ -67,12 +67,42 @@ TEST(TuneE2E, W4A4TrainsThroughTheActivationQuantizer) {
   EXPECT_EQ(schemes["model.layers.0.self_attn.q_proj"], "nvfp4 W4A4") << schemes;
 }
 
+// --train both (LSQ block scales with the weights) on teacher-generated text (--calib-generate):
+// the held-out KL falls, the export is an ordinary NVFP4 checkpoint that inspect reads, and eval
+// kl on the stories text beats round to nearest. (That the export equals the trained forward bit
+// for bit is Distill.LsqScalesExportIsTheStudentsForwardBitForBit.)
+TEST(TuneE2E, LsqScalesOnTeacherTextExportAnOrdinaryCheckpoint) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const auto q = test::run_qforge("quantize " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(tmp / "rtn") + " --format nvfp4 -q");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto r = test::run_qforge("tune " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(tmp / "tuned") + " --format nvfp4 --steps 24 --batch 4 " +
+                                  "--eval-samples 4 --train both --scale-lr 0.001 --calib-generate 8 " +
+                                  "--threads 2 " +
+                                  "--json" + kCalib);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["train"], "both");
+  EXPECT_GT(j["scale_parameters"].get<int64_t>(), 0);
+  EXPECT_EQ(j["generated_windows"].get<int64_t>(), 24);
+  EXPECT_LT(j["eval_kl_after"].get<double>(), j["eval_kl_before"].get<double>());
+  EXPECT_LT(test::eval_kl_mean("stories260K-hf", tmp / "tuned"),
+            test::eval_kl_mean("stories260K-hf", tmp / "rtn"));
+  const nlohmann::json schemes = test::inspect_json(tmp / "tuned")["module_schemes"];
+  EXPECT_EQ(schemes["model.layers.0.self_attn.q_proj"], "nvfp4") << schemes;
+}
+
 TEST(TuneE2E, BadFlagsFailWithOneLine) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
   const std::string base = "tune " + quote(model_dir("stories260K-hf")) + " -o " + quote(tmp / "o");
   for (const std::string& bad :
-       {std::string(" --lr 5"), std::string(" --steps 0"), std::string(" --batch 30")}) {
+       {std::string(" --lr 5"), std::string(" --steps 0"), std::string(" --batch 30"),
+        std::string(" --train scales --format int4"),
+        std::string(" --calib-generate 64"),
+        std::string(" --scale-lr 3")}) {
     const auto r = test::run_qforge(base + bad + kCalib);
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;

@@ -3,15 +3,20 @@
 // input is refused before any work starts.
 #include "algo/round_to_nearest.h"
 #include "core/error.h"
+#include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "formats/fake_quant.h"
+#include "io/checkpoint.h"
+#include "model/architecture.h"
 #include "pipeline/distill.h"
 #include "train/fake_quant_ste.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 namespace qf {
@@ -95,6 +100,88 @@ TEST(Distill, ResumedRunWritesTheSameBytes) {
   EXPECT_FALSE(fs::exists(o.checkpoint));  // removed once the output is complete
 }
 
+// The bytes of a stored tensor of `ck`.
+std::vector<uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name) {
+  const CheckpointTensor* t = ck.find(name);
+  if (!t) return {};
+  const TensorView v = t->file->view(*t->entry);
+  return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data),
+                              reinterpret_cast<const uint8_t*>(v.data) + v.nbytes);
+}
+
+// --train both: the NVFP4 block scales are trained (LSQ, on the E4M3 grid) with the weights;
+// every exported Linear dequantizes bit for bit to the weights the student's last forward used,
+// and the exported block scales differ from the initial quantization's (a high scale rate so
+// that 4 steps cross E4M3 steps).
+TEST(Distill, LsqScalesExportIsTheStudentsForwardBitForBit) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const SourceModel src = SourceModel::open(test::model_dir("stories260K-hf"));
+  DistillOptions o = small_options(tmp / "s.state");
+  o.train = DistillTrain::both;
+  o.scale_lr = 0.05f;
+  std::map<size_t, std::vector<float>> student;
+  o.on_student_weights = [&](size_t li, const float* w) {
+    const LinearModule& m = src.arch.linears[li];
+    student[li].assign(w, w + m.in_features * m.out_features);
+  };
+  const DistillReport r = distill_checkpoint(src, tmp / "lsq", o);
+  EXPECT_GT(r.scale_parameters, 0);
+  EXPECT_TRUE(std::isfinite(r.eval_kl_after));  // a rate this high is for moving scales, not KL
+  quantize_checkpoint(src, tmp / "init", o.quantize);  // the same initial quantization (max)
+  const Checkpoint out = Checkpoint::open(tmp / "lsq");
+  const Checkpoint init = Checkpoint::open(tmp / "init");
+  ASSERT_FALSE(student.empty());
+  int64_t moved = 0;
+  for (const auto& [li, w] : student) {
+    const LinearModule& m = src.arch.linears[li];
+    SCOPED_TRACE(m.name);
+    QuantizedTensor q;
+    q.format = Format::nvfp4;
+    q.rows = m.out_features;
+    q.cols = m.in_features;
+    q.block = 16;
+    q.codes = tensor_bytes(out, m.name + ".weight");
+    q.block_scales = tensor_bytes(out, m.name + ".weight_scale");
+    const std::vector<uint8_t> g = tensor_bytes(out, m.name + ".weight_scale_2");
+    ASSERT_EQ(g.size(), 4u);
+    std::memcpy(&q.global_scale, g.data(), 4);
+    ASSERT_EQ(q.codes.size(), w.size() / 2);
+    ASSERT_EQ(q.block_scales.size(), w.size() / 16);
+    std::vector<float> exported(w.size());
+    dequantize(q, exported.data());
+    EXPECT_EQ(std::memcmp(exported.data(), w.data(), w.size() * sizeof(float)), 0);
+    const std::vector<uint8_t> s0 = tensor_bytes(init, m.name + ".weight_scale");
+    ASSERT_EQ(s0.size(), q.block_scales.size());
+    for (size_t j = 0; j < s0.size(); ++j) {
+      moved += s0[j] != q.block_scales[j];
+      EXPECT_TRUE(std::isfinite(e4m3_to_f32(q.block_scales[j])));
+      EXPECT_GE(e4m3_to_f32(q.block_scales[j]), 0.f);
+    }
+  }
+  EXPECT_GT(moved, 0);
+}
+
+// --calib-generate: the teacher's sampled windows are a function of the seed (two runs write
+// the same bytes) and the distillation on them lowers the held-out KL.
+TEST(Distill, TeacherGeneratedWindowsAreReproducible) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const SourceModel src = SourceModel::open(test::model_dir("stories260K-hf"));
+  DistillOptions o = small_options(tmp / "s.state");
+  o.generate_prompt = 4;
+  const DistillReport a = distill_checkpoint(src, tmp / "a", o);
+  const DistillReport b = distill_checkpoint(src, tmp / "b", o);
+  EXPECT_EQ(a.generated_windows, 8);
+  EXPECT_LT(a.eval_kl_after, a.eval_kl_before);
+  EXPECT_EQ(a.eval_kl_after, b.eval_kl_after);
+  EXPECT_EQ(test::read_file(tmp / "a" / "model.safetensors"),
+            test::read_file(tmp / "b" / "model.safetensors"));
+  o.generate_prompt = 0;
+  const DistillReport c = distill_checkpoint(src, tmp / "c", o);
+  EXPECT_NE(a.eval_kl_before, c.eval_kl_before);  // other windows held out
+}
+
 std::string error_of(const SourceModel& src, const DistillOptions& o) {
   try {
     check_distill(src, o);
@@ -120,6 +207,16 @@ TEST(Distill, BadInputIsRefusedUpFront) {
     b = o;
     b.batch = 7;  // 8 windows: 7 + 2 held out do not fit
     EXPECT_NE(error_of(src, b).find("too small"), std::string::npos);
+    b = o;
+    b.scale_lr = 2.f;
+    EXPECT_NE(error_of(src, b).find("--scale-lr"), std::string::npos);
+    b = o;
+    b.train = DistillTrain::scales;
+    b.quantize.format = Format::int4;
+    EXPECT_NE(error_of(src, b).find("nvfp4 only"), std::string::npos);
+    b = o;
+    b.generate_prompt = 32;  // the whole window: nothing left to generate
+    EXPECT_NE(error_of(src, b).find("--calib-generate"), std::string::npos);
     b = o;
     b.quantize.algo = WeightAlgo::awq;
     EXPECT_NE(error_of(src, b).find("--algo awq"), std::string::npos);
