@@ -159,9 +159,10 @@ TEST(GgmlMatVec, FastProductMatchesScalarModelOfGgml) {
           // The scalar model in the kernels (the portable fallback) in ggml's float order.
           const float scalar = kernels::ggml_vec_dot_scalar(m.w, r, a, t) * m.w.global_scale;
           ASSERT_NEAR(scalar, want, 1e-6 * mag + 1e-30) << ggml_type_info(type).name;
-          // Bit-exact where the float order is the same: the scalar fallback, and the k-quant
-          // kernels (exact integer sums per super-block, the model's float combine).
-          if (!kernels::ggml_has_simd(m.w) ||
+          // Bit-exact where the float order is the same: the scalar fallback (no AVX-512 VNNI
+          // and no AVX2 kernel), and the k-quant kernels of either (exact integer sums per
+          // super-block, the model's float combine).
+          if ((!kernels::ggml_has_simd(m.w) && !kernels::ggml_has_avx2_kernel(m.w)) ||
               kernels::ggml_act_kind(m.w) == kernels::GgmlActKind::q8_k) {
             ASSERT_EQ(got, scalar) << ggml_type_info(type).name << " row " << r;
           }
