@@ -29,6 +29,15 @@ std::vector<std::vector<T>*> parts(BlockWeights<T>& w) {
   return {&w.attn_norm, &w.mlp_norm, &w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down};
 }
 
+// log Σ exp of a row of `vocab` logits, in double (the max subtracted first).
+template <typename T>
+double log_sum_exp(const T* row, int64_t vocab) {
+  const T m = *std::max_element(row, row + vocab);
+  double s = 0;
+  for (int64_t v = 0; v < vocab; ++v) s += std::exp(double(row[v] - m));
+  return double(m) + std::log(s);
+}
+
 // Mean over the rows of KL(softmax(p_logits) ‖ softmax(q_logits)), [tokens, vocab] each.
 template <typename T>
 double kl_rows(const T* p_logits, const T* q_logits, int64_t tokens, int64_t vocab) {
@@ -36,13 +45,7 @@ double kl_rows(const T* p_logits, const T* q_logits, int64_t tokens, int64_t voc
   for (int64_t t = 0; t < tokens; ++t) {
     const T* p = p_logits + t * vocab;
     const T* q = q_logits + t * vocab;
-    const T pm = *std::max_element(p, p + vocab), qm = *std::max_element(q, q + vocab);
-    double ps = 0, qs = 0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      ps += std::exp(double(p[v] - pm));
-      qs += std::exp(double(q[v] - qm));
-    }
-    const double plse = double(pm) + std::log(ps), qlse = double(qm) + std::log(qs);
+    const double plse = log_sum_exp(p, vocab), qlse = log_sum_exp(q, vocab);
     double kl = 0;
     for (int64_t v = 0; v < vocab; ++v) {
       const double lp = double(p[v]) - plse, lq = double(q[v]) - qlse;
@@ -57,13 +60,7 @@ double kl_rows(const T* p_logits, const T* q_logits, int64_t tokens, int64_t voc
 // times `mean` (the gradient of the mean over the window's tokens).
 template <typename T>
 double kl_row_grad(const T* p, T* q, int64_t vocab, T mean) {
-  const T pm = *std::max_element(p, p + vocab), qm = *std::max_element(q, q + vocab);
-  double ps = 0, qs = 0;
-  for (int64_t v = 0; v < vocab; ++v) {
-    ps += std::exp(double(p[v] - pm));
-    qs += std::exp(double(q[v] - qm));
-  }
-  const double plse = double(pm) + std::log(ps), qlse = double(qm) + std::log(qs);
+  const double plse = log_sum_exp(p, vocab), qlse = log_sum_exp(q, vocab);
   double kl = 0;
   for (int64_t v = 0; v < vocab; ++v) {
     const double lp = double(p[v]) - plse, lq = double(q[v]) - qlse;
