@@ -7,6 +7,11 @@
 #include <memory>
 #include <new>
 
+// The target of the AMX kernels' functions: every kernel runs only where cpu_has_amx_bf16()
+// (which checks all of these) holds.
+#define QF_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+
 namespace qf::kernels {
 
 struct alignas(64) AmxTileConfig {

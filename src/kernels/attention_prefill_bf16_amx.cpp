@@ -41,9 +41,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#define QF_AMX_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
-
 namespace qf::kernels {
 namespace {
 

@@ -48,9 +48,6 @@
 #include <numeric>
 #include <vector>
 
-#define QF_AMX_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
-
 namespace qf::kernels {
 namespace {
 

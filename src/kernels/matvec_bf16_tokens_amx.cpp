@@ -22,9 +22,6 @@
 #include <algorithm>
 #include <vector>
 
-#define QF_AMX_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
-
 namespace qf::kernels {
 namespace {
 
