@@ -241,6 +241,9 @@ CalibrationData check_distill(const SourceModel& model, const DistillOptions& o)
     fail("tune: --lr {} is out of range (0, 1]", o.lr);
   if (!std::isfinite(o.scale_lr) || o.scale_lr < 0.f || o.scale_lr > 1.f)
     fail("tune: --scale-lr {} is out of range [0, 1] (0: --lr)", o.scale_lr);
+  if (o.scale_lr > 0.f && o.train == DistillTrain::weights)
+    fail("tune: --scale-lr {} sets the block scales' rate; it needs --train scales or both",
+         o.scale_lr);
   if (o.train != DistillTrain::weights && q.format != Format::nvfp4)
     fail("tune: --train {}: learnable scales are implemented for --format nvfp4 only",
          distill_train_name(o.train));

@@ -211,6 +211,9 @@ TEST(Distill, BadInputIsRefusedUpFront) {
     b.scale_lr = 2.f;
     EXPECT_NE(error_of(src, b).find("--scale-lr"), std::string::npos);
     b = o;
+    b.scale_lr = 0.001f;  // weights only: no scales to set a rate for
+    EXPECT_NE(error_of(src, b).find("--train scales or both"), std::string::npos);
+    b = o;
     b.train = DistillTrain::scales;
     b.quantize.format = Format::int4;
     EXPECT_NE(error_of(src, b).find("nvfp4 only"), std::string::npos);
