@@ -59,30 +59,42 @@ void matvec_int8(const LinearWeight& w, const float* x, float* y, ThreadPool* po
 void matvec_int4_row_pairs(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_int4_packed32(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 
-// ---- Int8-activation matrix-vector products (AVX-512 VNNI) --------------------------------
+// ---- Int8-activation matrix-vector products (AVX-512 VNNI or AVX2) ------------------------
 // The activation is quantized once per call to int8 per kActBlock elements (scale = amax / 127,
 // q = round-to-nearest-even(x * (127 / amax))); 4-bit weights become unsigned bytes
-// (value + offset) and vpdpbusd forms exact integer dot products. quantize_activation_int8 is
+// (value + offset) and vpdpbusd (AVX2: vpmaddubsw + vpmaddwd) forms exact integer dot products. quantize_activation_int8 is
 // the scalar model of that quantization (natural order), shared with the reference.
 constexpr int64_t kActBlock = 16;
 // n is a multiple of kActBlock; q[n], scales[n / kActBlock].
 void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scales);
 
 // Whether a fast-mode linear_forward of up to kSmallBatchTokens tokens of w takes the
-// int8-activation path: the CPU has AVX-512 VNNI (BW, VL, F16C), and w's row has the path and
-// its shape fits it. The path decodes each weight chunk once for up to 8 tokens (batched
-// decode), where the BF16 matrix-matrix kernel's panel packing would cost more than the
-// products.
+// int8-activation path: w's row has the path and its shape fits the kernels this CPU runs. The
+// path decodes each weight chunk once for up to 8 tokens (batched decode), where the BF16
+// matrix-matrix kernel's panel packing would cost more than the products.
 bool use_int8_matvec(const LinearWeight& w);
 inline constexpr int64_t kSmallBatchTokens = 8;
 bool cpu_has_avx512vnni();
-// The int8-activation products per 4-bit layout (matvec_q4_avx512vnni.cpp) and whether w's
-// block layout suits them; call a product only if use_int8_matvec(w).
-bool fits_vnni_nvfp4(const LinearWeight& w);
-bool fits_vnni_mxfp4(const LinearWeight& w);
-bool fits_vnni_int4_row_pairs(const LinearWeight& w);
-bool fits_vnni_int4_packed32(const LinearWeight& w);
-// x [tokens, cols] -> y [tokens, rows].
+// AVX2 with FMA and F16C (the AVX2 kernels of matvec_q4_avx2.cpp and matvec_ggml_avx2.cpp).
+bool cpu_has_avx2();
+// The int8-activation products per 4-bit layout, x [tokens, cols] -> y [tokens, rows]: on
+// AVX-512 VNNI (BW, VL, F16C; matvec_q4_avx512vnni.cpp), else on AVX2 + FMA + F16C
+// (matvec_q4_avx2.cpp; not the row-pair INT4 layout), both in q4_int8_activation.cpp's
+// activation layout. fits_int8act_* say whether w's shape suits the kernels of this CPU (false
+// where it runs neither); call a product only if it holds.
+bool fits_int8act_nvfp4(const LinearWeight& w);
+bool fits_int8act_mxfp4(const LinearWeight& w);
+bool fits_int8act_int4_row_pairs(const LinearWeight& w);
+bool fits_int8act_int4_packed32(const LinearWeight& w);
+void matvec_nvfp4_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                          ThreadPool* pool);
+void matvec_mxfp4_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                          ThreadPool* pool);
+void matvec_int4_row_pairs_int8act(const LinearWeight& w, const float* x, int64_t tokens,
+                                   float* y, ThreadPool* pool);
+void matvec_int4_packed32_int8act(const LinearWeight& w, const float* x, int64_t tokens,
+                                  float* y, ThreadPool* pool);
+// The VNNI kernels themselves (only where cpu_has_avx512vnni()).
 void matvec_nvfp4_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                              ThreadPool* pool);
 void matvec_mxfp4_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens, float* y,

@@ -62,7 +62,7 @@ namespace {
 enum class Route {
   transposed_stream,  // a few tokens over a transposed float weight: its stored rows streamed
   ggml_int8,          // GGUF blocks in fast mode: llama.cpp's arithmetic
-  int8_matvec,        // up to kSmallBatchTokens tokens, int8 activations (VNNI)
+  int8_matvec,        // up to kSmallBatchTokens tokens, int8 activations (VNNI / AVX2)
   float_tokens,       // a few tokens over F32/F16/BF16 rows: streamed once
   amx,                // BF16 matrix-matrix on AMX tiles
   avx512bf16,         // BF16 matrix-matrix on vdpbf16ps
@@ -198,8 +198,7 @@ void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scale
 
 bool use_int8_matvec(const LinearWeight& w) {
   const WeightFormatRow& row = weight_format_row(w.format);
-  return row.fits_int8_activation != nullptr &&
-         row.fits_int8_activation(w) && cpu_has_avx512vnni();
+  return row.fits_int8_activation != nullptr && row.fits_int8_activation(w);
 }
 
 bool use_bf16_matmul(const LinearWeight& w) {

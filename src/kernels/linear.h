@@ -66,9 +66,9 @@ int weight_block(const LinearWeight& w);
 //         the result is the float model of the checkpoint (what evaluation and calibration use).
 //  fast:  on CPUs that have them, products of up to 8 tokens (decode, batched decode) of
 //         NVFP4, MXFP4 and INT4 weights quantize each activation to int8 per 16 elements
-//         (scale = amax / 127) and use VNNI integer dot products (about 4x faster; relative
-//         activation error below 1/254 of each block's largest element; a token's result does
-//         not depend on the others), F32/F16 weights of 2-8 tokens stream once with float
+//         (scale = amax / 127) and use integer dot products (AVX-512 VNNI, else AVX2; about
+//         3-4x faster; relative activation error below 1/254 of each block's largest element;
+//         a token's result does not depend on the others), F32/F16 weights of 2-8 tokens stream once with float
 //         activations and BF16 ones with BF16 activations (AMX-BF16 tiles or vdpbf16ps), and
 //         larger matrix-matrix products of BF16/F16 and 4-bit weights round the
 //         activations to BF16 for AVX512-BF16 or AMX-BF16 dot products (float32 sums; what bench

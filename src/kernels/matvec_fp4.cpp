@@ -1,7 +1,8 @@
 // NVFP4 and MXFP4 matrix-vector products: E2M1 nibbles decoded on the fly through a byte table
 // in a register (values doubled so that they are integers), one block scale per 16 (E4M3) or
 // 32 (E8M0) elements, the tensor scale (1 for MXFP4) applied once per row. Highway, runtime
-// dispatch, split by rows. The float path: the AVX-512 VNNI kernels take over where available.
+// dispatch, split by rows. The float path: the int8-activation kernels
+// (AVX-512 VNNI or AVX2) take over in fast mode where available.
 #include "kernels/kernels_internal.h"
 
 #undef HWY_TARGET_INCLUDE

@@ -12,6 +12,7 @@
 // super-block in the scalar model's own float order, so they equal it bit for bit, as the
 // AVX-512 kernels do.
 #include "kernels/ggml_vec_dot.h"
+#include "kernels/kernels_internal.h"
 
 #include "core/numeric.h"
 #include "formats/ggml_quants.h"
@@ -208,13 +209,13 @@ QF_AVX2_TARGET float row_q6_k(const uint8_t* b, int64_t cols, const int8_t* q, c
   return _mm_cvtss_f32(sum);
 }
 
+}  // namespace
+
 bool cpu_has_avx2() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                          __builtin_cpu_supports("f16c");
   return ok;
 }
-
-}  // namespace
 
 bool ggml_has_avx2_kernel(const LinearWeight& w) {
   if (!cpu_has_avx2() || ggml_act_kind(w) == GgmlActKind::none) return false;
@@ -260,6 +261,7 @@ void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
 #else
 
 namespace qf::kernels {
+bool cpu_has_avx2() { return false; }
 bool ggml_has_avx2_kernel(const LinearWeight&) { return false; }
 void ggml_rows_avx2(const LinearWeight&, const GgmlActivations&, int64_t, int64_t, int64_t,
                     int64_t, float, float*) {}

@@ -155,30 +155,12 @@ void row_range(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0
 template <bool kLut, class Scales>
 void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
          int offset, const Scales& scales, float factor) {
-  struct Group {
-    int64_t t0, size;
-    QuantizedX qx;
-  };
-  std::vector<Group> groups;
-  for (int64_t t0 = 0; t0 < tokens;) {
-    const int64_t left = tokens - t0;
-    const int64_t size = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-    Group& g = groups.emplace_back(Group{t0, size, {}});
-    if (size == 1) {
-      quantize_x(x + t0 * w.cols, w.cols, offset, g.qx);
-    } else {
-      std::vector<QuantizedX> one(static_cast<size_t>(size));
-      for (int64_t t = 0; t < size; ++t)
-        quantize_x(x + (t0 + t) * w.cols, w.cols, offset, one[size_t(t)]);
-      interleave_tokens(one, g.qx);
-    }
-    t0 += size;
-  }
+  const std::vector<TokenGroup> groups = quantize_token_groups(x, tokens, w.cols, offset);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = w.cols / 2, cols = w.cols, rows = w.rows;
   const int64_t ahead = prefetch_ahead_bytes(row_bytes);
   for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
-    for (const Group& g : groups) {
+    for (const TokenGroup& g : groups) {
       float* yt = y + g.t0 * rows;
       switch (g.size) {
         case 8: row_range<2, 8, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;

@@ -13,7 +13,7 @@
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored as value + offset (E2M1
 // doubled + 12 in [0, 24]; INT4 nibble = q + 8 as stored) and each lane starts from the bias
 // -offset * (sum of its 8 activation bytes), computed once per call.
-#include "kernels/kernels_internal.h"
+#include "kernels/q4_int8_activation.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -33,151 +33,7 @@
 namespace qf::kernels {
 namespace {
 
-constexpr int64_t kChunk = 128;  // elements per 64-byte weight load
-constexpr int kLanes = 16;  // 32-bit lanes; lane L covers chunk elements 8L .. 8L+7
-// Software prefetch. Rows are processed 4 at a time, and 4 rows are contiguous in memory: while
-// a block of rows is read, the same columns of a later block (whole blocks, at least 8 KB ahead)
-// are prefetched to L2, so the loads see one sequential stream well ahead; and 8 lines ahead in
-// each row to L1. The hardware prefetchers alone left the 4 interleaved row streams well short
-// of one core's bandwidth. One thread streaming NVFP4 from memory, GB/s of CPU time on a shared
-// machine: 4096 x 14336 16.9 (L1 prefetch only) -> ~22; 8192 x 2048 (short rows: one block is
-// only 4 KB, too close) 14.5 with one block ahead -> ~23.5 with 8 KB. Prefetches never fault, so
-// those past the matrix's end are harmless. The NVFP4 scale codes (1/8 of the weight bytes, 4
-// more streams) get the same L2 prefetch: +10% per core.
-constexpr int64_t kPrefetchBytes = 512;
-constexpr int64_t kPrefetchAheadBytes = 8192;
-inline int64_t prefetch_ahead_bytes(int64_t row_bytes) {
-  const int64_t block = 4 * row_bytes;
-  return block * std::max<int64_t>(1, (kPrefetchAheadBytes + block - 1) / block);
-}
-
-// Rows per task: about 512 KB of weights (8x the usual matrix-vector task), at least 4 tasks
-// (an MoE expert's 768 x 2048 in 4 tasks of 221 KB, not 16 of 55 KB, streamed 7% faster with
-// 2 threads: each task starts its prefetch stream cold).
-// The L2 lookahead runs past a task's end into rows that the other core may take (tasks are
-// handed out in turn), where it is wasted and leaves that core's first rows unprefetched; long
-// tasks make that rare. With 64 KB tasks two threads streamed 4096 x 14336 at ~27 GB/s while a
-// STREAM read reached 44-47 in the same minutes; with 512 KB tasks 34 GB/s (STREAM 31 then).
-inline int64_t q4_rows_per_task(const LinearWeight& w) {
-  return std::min(matvec_rows_per_task(w, 4) * 8, std::max<int64_t>(4, w.rows / 4 / 4 * 4));
-}
-
-// The activation in kernel layout, per chunk c: bytes [128c, 128c+64) hold q of the even
-// elements, [128c+64, 128c+128) the odd ones; per lane, its float scale and int32 bias.
-struct QuantizedX {
-  int64_t chunks = 0;
-  std::vector<int8_t> q;
-  std::vector<float> lane_scale;
-  std::vector<int32_t> lane_bias;
-  // Per pair of chunks (2p, 2p+1), the 16 block scales in the lane order of pair_dot: lane
-  // 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk 2p + 1 (j >= 2).
-  std::vector<float> pair_scale;
-};
-
-// T tokens' activations in one QuantizedX, interleaved per chunk: chunk c of token t at
-// (c * T + t) * kChunk in q, (c * T + t) * kLanes in lane_scale / lane_bias, and pair p of token
-// t at (p * T + t) * kLanes in pair_scale. With T = 1 that is QuantizedX's own layout; the
-// kernels address token t of chunk c with a constant offset from one base.
-void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out) {
-  const int64_t T = int64_t(xs.size()), chunks = xs[0].chunks;
-  out.chunks = chunks;
-  out.q.resize(size_t(T * chunks * kChunk));
-  out.lane_scale.resize(size_t(T * chunks * kLanes));
-  out.lane_bias.resize(size_t(T * chunks * kLanes));
-  out.pair_scale.resize(size_t(T * (chunks / 2) * kLanes));
-  for (int64_t c = 0; c < chunks; ++c)
-    for (int64_t t = 0; t < T; ++t) {
-      const QuantizedX& x = xs[size_t(t)];
-      std::copy_n(x.q.data() + c * kChunk, kChunk, out.q.data() + (c * T + t) * kChunk);
-      std::copy_n(x.lane_scale.data() + c * kLanes, kLanes,
-                  out.lane_scale.data() + (c * T + t) * kLanes);
-      std::copy_n(x.lane_bias.data() + c * kLanes, kLanes,
-                  out.lane_bias.data() + (c * T + t) * kLanes);
-    }
-  for (int64_t p = 0; p < chunks / 2; ++p)
-    for (int64_t t = 0; t < T; ++t)
-      std::copy_n(xs[size_t(t)].pair_scale.data() + p * kLanes, kLanes,
-                  out.pair_scale.data() + (p * T + t) * kLanes);
-}
-
-inline int64_t pair_lane_block(int j, int q) { return (j >= 2 ? 8 : 0) + 2 * q + (j & 1); }
-
-// One block of 16 activations (the first `valid`, the rest 0) to int8 in element order, with
-// the same arithmetic as quantize_activation_int8, so every layout agrees with it bit for bit.
-QF_VNNI_TARGET inline __m128i quantize_block16(const float* x, int64_t valid, float& amax) {
-  const __m512 v = _mm512_maskz_loadu_ps(__mmask16((1u << valid) - 1), x);
-  amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
-  const float inv = amax > 0.f ? 127.f / amax : 0.f;
-  return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv))));
-}
-
-QF_VNNI_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX& out) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  const int64_t padded = chunks * kChunk;
-  out.chunks = chunks;
-  out.q.assign(size_t(padded), 0);
-  out.lane_scale.assign(size_t(chunks * kLanes), 0.f);
-  out.lane_bias.assign(size_t(chunks * kLanes), 0);
-  // Evens to the low 8 bytes, odds to the high 8 bytes of a block's 16 bytes.
-  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  for (int64_t b = 0; b < padded / kActBlock; ++b) {
-    const int64_t e0 = b * kActBlock;
-    const int64_t valid = std::clamp<int64_t>(n - e0, 0, kActBlock);
-    float amax;
-    const __m128i q8 = _mm_shuffle_epi8(quantize_block16(x + e0, valid, amax), split);
-    const int64_t chunk = e0 / kChunk, in = (e0 % kChunk) / 2;  // byte index within halves
-    int8_t* base = out.q.data() + chunk * kChunk;
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(base + in), q8);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(base + 64 + in), _mm_unpackhi_epi64(q8, q8));
-    const float s = amax / 127.f;
-    const int64_t lane = chunk * kLanes + in / 4;  // a block of 16 covers two lanes
-    out.lane_scale[size_t(lane)] = s;
-    out.lane_scale[size_t(lane + 1)] = s;
-  }
-  out.pair_scale.assign(size_t(chunks / 2 * kLanes), 0.f);
-  for (int64_t p = 0; p < chunks / 2; ++p)
-    for (int q = 0; q < 4; ++q)
-      for (int j = 0; j < 4; ++j)  // a block's scale is that of its first lane
-        out.pair_scale[size_t(p * kLanes + 4 * q + j)] =
-            out.lane_scale[size_t(2 * p * kLanes + 2 * pair_lane_block(j, q))];
-  // Per-lane bias: -offset * (sum of the lane's 4 even and 4 odd bytes), by vpdpbusd with ones.
-  const __m512i ones = _mm512_set1_epi8(1);
-  const __m512i neg_off = _mm512_set1_epi32(-offset);
-  for (int64_t c = 0; c < chunks; ++c) {
-    const __m512i lo = _mm512_loadu_si512(out.q.data() + c * kChunk);
-    const __m512i hi = _mm512_loadu_si512(out.q.data() + c * kChunk + 64);
-    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, lo);
-    sum = _mm512_dpbusd_epi32(sum, ones, hi);
-    _mm512_storeu_si512(out.lane_bias.data() + c * kLanes, _mm512_mullo_epi32(sum, neg_off));
-  }
-}
-
-// The activation in natural order for the row-pair INT4 layout (a byte holds one column of two
-// rows): chunks of 64 elements, lane L covering elements 4L .. 4L+3, the same quantization.
-QF_VNNI_TARGET void quantize_x_natural(const float* x, int64_t n, int offset, QuantizedX& out) {
-  constexpr int64_t kNat = 64;
-  const int64_t chunks = (n + kNat - 1) / kNat;
-  const int64_t padded = chunks * kNat;
-  out.chunks = chunks;
-  out.q.assign(size_t(padded), 0);
-  out.lane_scale.assign(size_t(chunks * kLanes), 0.f);
-  out.lane_bias.assign(size_t(chunks * kLanes), 0);
-  for (int64_t b = 0; b < padded / kActBlock; ++b) {
-    const int64_t e0 = b * kActBlock;
-    const int64_t valid = std::clamp<int64_t>(n - e0, 0, kActBlock);
-    float amax;
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q.data() + e0),
-                     quantize_block16(x + e0, valid, amax));
-    for (int k = 0; k < 4; ++k) out.lane_scale[size_t(e0 / 4 + k)] = amax / 127.f;
-  }
-  const __m512i ones = _mm512_set1_epi8(1);
-  const __m512i neg_off = _mm512_set1_epi32(-offset);
-  for (int64_t c = 0; c < chunks; ++c) {
-    const __m512i q = _mm512_loadu_si512(out.q.data() + c * kNat);
-    const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q);
-    _mm512_storeu_si512(out.lane_bias.data() + c * kLanes, _mm512_mullo_epi32(sum, neg_off));
-  }
-}
+using namespace q4;  // the activation layout, quantize_x*, prefetch distances
 
 // Rows 2i .. 2i+2P of the row-pair INT4 layout: a 64-byte load holds 64 columns of two rows
 // (low nibble: the even row); nibble ^ 8 is q + 8. Lane L of a chunk covers columns 4L .. 4L+3,
@@ -359,18 +215,6 @@ bool cpu_has_avx512vnni() {
   return ok;
 }
 
-// The layout predicates: whole activation blocks, and block sizes the lane arithmetic covers.
-bool fits_vnni_nvfp4(const LinearWeight& w) { return w.cols % kActBlock == 0 && w.cols % 16 == 0; }
-bool fits_vnni_mxfp4(const LinearWeight& w) { return w.cols % kActBlock == 0 && w.cols % 32 == 0; }
-bool fits_vnni_int4_row_pairs(const LinearWeight& w) {
-  return w.cols % kActBlock == 0 && w.rows % 2 == 0 && w.group >= 4 && w.group % 4 == 0 &&
-         w.cols % w.group == 0 && (64 % w.group == 0 || w.group % 64 == 0);
-}
-bool fits_vnni_int4_packed32(const LinearWeight& w) {
-  return w.cols % kActBlock == 0 && w.group >= 8 && w.group % 8 == 0 && w.cols % w.group == 0 &&
-         (kChunk % w.group == 0 || w.group % kChunk == 0);
-}
-
 void matvec_nvfp4_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                              ThreadPool* pool) {
   // Doubled E2M1 (x 0.5) and F16-shifted scales (x 2^8).
@@ -417,10 +261,6 @@ void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, int
 
 namespace qf::kernels {
 bool cpu_has_avx512vnni() { return false; }
-bool fits_vnni_nvfp4(const LinearWeight&) { return false; }
-bool fits_vnni_mxfp4(const LinearWeight&) { return false; }
-bool fits_vnni_int4_row_pairs(const LinearWeight&) { return false; }
-bool fits_vnni_int4_packed32(const LinearWeight&) { return false; }
 void matvec_nvfp4_avx512vnni(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
 void matvec_mxfp4_avx512vnni(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
 void matvec_int4_row_pairs_avx512vnni(const LinearWeight&, const float*, int64_t, float*,

@@ -33,8 +33,8 @@ struct WeightFormatRow {
   uint64_t (*stored_bytes)(const LinearWeight& w);
   // y[rows] = W x with float activations (the precise path; Highway runtime dispatch).
   MatVecFn matvec;
-  // The int8-activation path (AVX-512 VNNI) and whether w's shape suits it; null where the
-  // layout has none.
+  // The int8-activation path (AVX-512 VNNI or AVX2) and whether w's shape suits it on this
+  // CPU; null where the layout has none.
   bool (*fits_int8_activation)(const LinearWeight& w);
   MatVecTokensFn matvec_int8_activation;
   // Whether the BF16 matrix-matrix kernel may take it: the decoded values, with `factor` kept

@@ -12,6 +12,7 @@
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/linear.h"
+#include "kernels/q4_int8_activation.h"
 #include "kernels/ops.h"
 
 #include <gtest/gtest.h>
@@ -250,6 +251,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::mxfp4, 6, 32, 0},
                       Case{WeightFormat::int4_packed32, 9, 768, 256},
                       Case{WeightFormat::int4_packed32, 6, 208, 8},
+                      Case{WeightFormat::int4_packed32, 7, 336, 16},
+                      Case{WeightFormat::int4_packed32, 5, 320, 64},
                       Case{WeightFormat::bf16, 35, 129, 0},  // odd K: padded BF16 pairs
                       // INT4 per channel (group = in_features): stories260K's down_proj (172),
                       // a group no SIMD chunk divides (168), whole rows of 64 and 384.
@@ -445,9 +448,10 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
 }
 
 // Fast mode on a few tokens (batched decode): the weights read once for groups of 8, 4, 2 and 1
-// tokens. 4-bit int8-activation products (AVX-512 VNNI) give each token exactly what it gets
-// alone; without VNNI a 4-bit product of several tokens takes the decoded float tiles and one
-// token the float matrix-vector kernel (another summation order: within float rounding); F32
+// tokens. 4-bit int8-activation products (AVX-512 VNNI or AVX2) give each token exactly what it
+// gets alone; where neither runs (or the layout has no AVX2 kernel) a 4-bit product of several
+// tokens takes the decoded float tiles and one token the float matrix-vector kernel (another
+// summation order: within float rounding); F32
 // weights sum in another order (within float rounding), BF16 ones take BF16 activations
 // (within their rounding, 2^-9 relative).
 TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
@@ -557,6 +561,47 @@ TEST(KernelLinear, Int8ActivationQuantizationRoundsPerBlock) {
   EXPECT_FLOAT_EQ(s[1], 2.f / 127);
 }
 
+// The kernels' activation layouts (q4_int8_activation.h) hold quantize_activation_int8's codes
+// and scales, with each lane's bias -offset * (sum of its bytes) and zero padding: nibble order
+// (evens then odds per 128-element chunk, 8 elements a lane) and natural order (4 a lane).
+TEST(KernelLinear, Int8ActivationLayoutsHoldTheScalarQuantization) {
+  if (!kernels::cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  const int64_t n = 336;  // two chunks and a tail of 80; 5 natural chunks and a tail of 16
+  const auto x = random_vector(size_t(n), 3);
+  std::vector<int8_t> q(static_cast<size_t>(n));
+  std::vector<float> s(static_cast<size_t>(n / 16));
+  kernels::quantize_activation_int8(x.data(), n, q.data(), s.data());
+  kernels::q4::QuantizedX nib, nat;
+  kernels::q4::quantize_x(x.data(), n, 12, nib);
+  kernels::q4::quantize_x_natural(x.data(), n, 8, nat);
+  ASSERT_EQ(nib.chunks, 3);
+  ASSERT_EQ(nat.chunks, 6);
+  for (int64_t e = 0; e < nib.chunks * 128; ++e) {
+    const int64_t c = e / 128, in = e % 128;
+    const int64_t at = c * 128 + (in % 2) * 64 + in / 2;  // evens, then odds
+    EXPECT_EQ(nib.q[size_t(at)], e < n ? q[size_t(e)] : 0) << e;
+    EXPECT_EQ(nat.q[size_t(e)], e < n ? q[size_t(e)] : 0) << e;
+  }
+  for (int64_t lane = 0; lane < nib.chunks * 16; ++lane) {
+    const int64_t e0 = lane / 16 * 128 + lane % 16 * 8;  // its 8 elements
+    int32_t sum = 0;
+    for (int64_t e = e0; e < std::min(n, e0 + 8); ++e) sum += q[size_t(e)];
+    EXPECT_EQ(nib.lane_bias[size_t(lane)], -12 * sum) << lane;
+    EXPECT_EQ(nib.lane_scale[size_t(lane)], e0 < n ? s[size_t(e0 / 16)] : 0.f) << lane;
+  }
+  for (int64_t lane = 0; lane < nat.chunks * 16; ++lane) {
+    int32_t sum = 0;
+    for (int64_t e = 4 * lane; e < std::min(n, 4 * lane + 4); ++e) sum += q[size_t(e)];
+    EXPECT_EQ(nat.lane_bias[size_t(lane)], -8 * sum) << lane;
+    EXPECT_EQ(nat.lane_scale[size_t(lane)], 4 * lane < n ? s[size_t(4 * lane / 16)] : 0.f) << lane;
+  }
+  for (int64_t c = 0; c < nib.chunks; ++c)
+    for (int j = 0; j < 8; ++j) {
+      const int64_t e0 = c * 128 + 16 * kernels::q4::kHaddBlock[j];
+      EXPECT_EQ(nib.block_scale[size_t(c * 8 + j)], e0 < n ? s[size_t(e0 / 16)] : 0.f);
+    }
+}
+
 // Every finite E4M3 scale code (subnormals, negatives, the largest) and every nibble through the
 // int8-activation NVFP4 kernel, with a chunk tail, against its scalar model.
 TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
@@ -578,7 +623,7 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
   w.data = bytes.data();
   w.block_scales = scales.data();
   w.global_scale = 0.75f;
-  if (!matvec_uses_int8_activation(w)) GTEST_SKIP() << "no AVX-512 VNNI";
+  if (!matvec_uses_int8_activation(w)) GTEST_SKIP() << "no int8-activation kernel on this CPU";
   const auto x = random_vector(size_t(cols), 11);
   std::vector<float> y(static_cast<size_t>(rows)), ref(y.size()), row(static_cast<size_t>(cols));
   ThreadPool two(2);
@@ -589,6 +634,45 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
     double mag = 0;
     for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(row[size_t(c)]) * x[size_t(c)]);
     ASSERT_NEAR(y[size_t(r)], ref[size_t(r)], 4e-6 * mag) << "row " << r;
+  }
+}
+
+// The AVX2 int8-activation kernels, called directly so that CPUs with AVX-512 VNNI (where
+// linear_forward takes the VNNI ones) test them too: each token within float summation error of
+// the int8 reference, a token's result the same bits alone or in a batch of any size (groups of
+// 8, 4, 2, 1), whole chunks and tails, every INT4 group size the kernel takes.
+TEST(KernelLinear, Int8ActivationAvx2MatchesReference) {
+  if (!kernels::cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  ThreadPool two(2);
+  for (const Case& c : {Case{WeightFormat::nvfp4, 70, 256, 0}, Case{WeightFormat::nvfp4, 9, 80, 0},
+                        Case{WeightFormat::nvfp4, 13, 4096 + 48, 0},
+                        Case{WeightFormat::mxfp4, 65, 256, 0}, Case{WeightFormat::mxfp4, 8, 96, 0},
+                        Case{WeightFormat::mxfp4, 6, 32, 0},
+                        Case{WeightFormat::int4_packed32, 65, 256, 32},
+                        Case{WeightFormat::int4_packed32, 5, 64, 8},
+                        Case{WeightFormat::int4_packed32, 6, 208, 8},
+                        Case{WeightFormat::int4_packed32, 7, 336, 16},
+                        Case{WeightFormat::int4_packed32, 5, 320, 64},
+                        Case{WeightFormat::int4_packed32, 7, 512, 128},
+                        Case{WeightFormat::int4_packed32, 9, 768, 256}}) {
+    auto t = make_weight(c.format, c.rows, c.cols, c.group);
+    const auto product = c.format == WeightFormat::nvfp4   ? kernels::q4::matvec_nvfp4_avx2
+                         : c.format == WeightFormat::mxfp4 ? kernels::q4::matvec_mxfp4_avx2
+                                                           : kernels::q4::matvec_int4_packed32_avx2;
+    const int64_t tokens = 15;  // groups of 8, 4, 2 and 1
+    const auto x = random_vector(size_t(tokens * c.cols), 9);
+    std::vector<float> y(size_t(tokens * c.rows)), one(size_t(c.rows)), ref(size_t(c.rows));
+    product(t->w, x.data(), tokens, y.data(), &two);
+    for (int64_t k = 0; k < tokens; ++k) {
+      const std::vector<float> xk(x.begin() + k * c.cols, x.begin() + (k + 1) * c.cols);
+      product(t->w, xk.data(), 1, one.data(), nullptr);
+      linear_reference(t->w, xk.data(), 1, ref.data());
+      expect_int8_activation_close(t->w, xk, one, ref);
+      for (int64_t r = 0; r < c.rows; ++r)
+        ASSERT_EQ(y[size_t(k * c.rows + r)], one[size_t(r)])
+            << weight_format_name(c.format) << " " << c.cols << " group " << c.group << " token "
+            << k << " row " << r;
+    }
   }
 }
 

@@ -1,0 +1,100 @@
+// The activation side of the 4-bit int8-activation products, shared by the AVX-512 VNNI
+// kernels (matvec_q4_avx512vnni.cpp) and the AVX2 ones (matvec_q4_avx2.cpp) so that both
+// quantize x identically (quantize_activation_int8's arithmetic) and read one layout; and the
+// per-CPU choice between them. Internal to kernels/.
+#pragma once
+
+#include "kernels/kernels_internal.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace qf::kernels::q4 {
+
+constexpr int64_t kChunk = 128;  // elements per 64 bytes of nibbles
+constexpr int kLanes = 16;       // 32-bit lanes per chunk; lane L covers elements 8L .. 8L+7
+
+// One activation in kernel layout. Per chunk c: bytes [128c, 128c+64) hold q of the even
+// elements, [128c+64, 128c+128) the odd ones (the order nibbles come out of a byte: low = even);
+// per lane, the float scale of its 16-element block and the int32 bias -offset * (sum of its 8
+// bytes), which turns an unsigned product with weights stored as value + offset into the signed
+// one. Padding past n is q = 0, scale 0, bias 0.
+struct QuantizedX {
+  int64_t chunks = 0;
+  std::vector<int8_t> q;
+  std::vector<float> lane_scale;
+  std::vector<int32_t> lane_bias;
+  // Per pair of chunks (2p, 2p+1), the 16 block scales in the lane order of the VNNI kernel's
+  // pair_dot: lane 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk
+  // 2p + 1 (j >= 2).
+  std::vector<float> pair_scale;
+  // Per chunk, its 8 block scales in the order the AVX2 kernel's vphaddd leaves blocks in:
+  // 0, 1, 4, 5, 2, 3, 6, 7.
+  std::vector<float> block_scale;
+};
+
+// block_scale lane j of a chunk holds block kHaddBlock[j].
+inline constexpr int kHaddBlock[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+
+// x [n] (any n) in that layout, for weights stored as value + `offset`. Requires AVX2, FMA and
+// F16C (cpu_has_avx2).
+void quantize_x(const float* x, int64_t n, int offset, QuantizedX& out);
+
+// The same quantization in natural order (the row-pair INT4 layout, whose byte holds one column
+// of two rows): chunks of 64 elements, lane L covering elements 4L .. 4L+3.
+void quantize_x_natural(const float* x, int64_t n, int offset, QuantizedX& out);
+
+// T tokens' activations in one QuantizedX, interleaved per chunk: chunk c of token t at
+// (c * T + t) * kChunk in q, (c * T + t) * kLanes in lane_scale / lane_bias, and pair p of token
+// t at (p * T + t) * kLanes in pair_scale, (c * T + t) * 8 in block_scale. With T = 1 that is QuantizedX's own layout; the
+// kernels address token t of chunk c with a constant offset from one base.
+void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out);
+
+// x [tokens, cols] in groups of 8, 4, 2 and 1 tokens (in that order of preference), each
+// quantized and interleaved: a kernel reads the weights once per group.
+struct TokenGroup {
+  int64_t t0, size;
+  QuantizedX qx;
+};
+std::vector<TokenGroup> quantize_token_groups(const float* x, int64_t tokens, int64_t cols,
+                                              int offset);
+
+// Software prefetch. Rows are processed 4 at a time, and 4 rows are contiguous in memory: while
+// a block of rows is read, the same columns of a later block (whole blocks, at least 8 KB ahead)
+// are prefetched to L2, so the loads see one sequential stream well ahead; and 8 lines ahead in
+// each row to L1. The hardware prefetchers alone left the 4 interleaved row streams well short
+// of one core's bandwidth. One thread streaming NVFP4 from memory, GB/s of CPU time on a shared
+// machine: 4096 x 14336 16.9 (L1 prefetch only) -> ~22; 8192 x 2048 (short rows: one block is
+// only 4 KB, too close) 14.5 with one block ahead -> ~23.5 with 8 KB. Prefetches never fault, so
+// those past the matrix's end are harmless. The NVFP4 scale codes (1/8 of the weight bytes, 4
+// more streams) get the same L2 prefetch: +10% per core.
+constexpr int64_t kPrefetchBytes = 512;
+constexpr int64_t kPrefetchAheadBytes = 8192;
+inline int64_t prefetch_ahead_bytes(int64_t row_bytes) {
+  const int64_t block = 4 * row_bytes;
+  return block * std::max<int64_t>(1, (kPrefetchAheadBytes + block - 1) / block);
+}
+
+// Rows per task: about 512 KB of weights (8x the usual matrix-vector task), at least 4 tasks
+// (an MoE expert's 768 x 2048 in 4 tasks of 221 KB, not 16 of 55 KB, streamed 7% faster with
+// 2 threads: each task starts its prefetch stream cold).
+// The L2 lookahead runs past a task's end into rows that the other core may take (tasks are
+// handed out in turn), where it is wasted and leaves that core's first rows unprefetched; long
+// tasks make that rare. With 64 KB tasks two threads streamed 4096 x 14336 at ~27 GB/s while a
+// STREAM read reached 44-47 in the same minutes; with 512 KB tasks 34 GB/s (STREAM 31 then).
+inline int64_t q4_rows_per_task(const LinearWeight& w) {
+  return std::min(matvec_rows_per_task(w, 4) * 8, std::max<int64_t>(4, w.rows / 4 / 4 * 4));
+}
+
+// The AVX2 products (matvec_q4_avx2.cpp), for CPUs without AVX-512 VNNI where cpu_has_avx2();
+// the same shapes as the VNNI ones except the row-pair INT4 layout, which has none.
+// x [tokens, cols] -> y [tokens, rows].
+void matvec_nvfp4_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                       ThreadPool* pool);
+void matvec_mxfp4_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                       ThreadPool* pool);
+void matvec_int4_packed32_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                               ThreadPool* pool);
+
+}  // namespace qf::kernels::q4
