@@ -241,22 +241,17 @@ void row_range(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0
 template <bool kLut, class Scales>
 void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
          int offset, const Scales& scales, float factor) {
-  const std::vector<TokenGroup> groups = quantize_token_groups(x, tokens, w.cols, offset);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = w.cols / 2, cols = w.cols, rows = w.rows;
   const int64_t ahead = prefetch_ahead_bytes(row_bytes);
-  for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
-    for (const TokenGroup& g : groups) {
-      float* yt = y + g.t0 * rows;
-      switch (g.size) {
-        case 8: row_range<1, 8, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
-        case 4: row_range<2, 4, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
-        case 2: row_range<2, 2, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
-        default: row_range<4, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
-      }
+  run_row_tasks(w, x, tokens, y, pool, offset, factor,
+                [&](int64_t r0, int64_t r1, const TokenGroup& g, float* yt) {
+    switch (g.size) {
+      case 8: row_range<1, 8, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+      case 4: row_range<2, 4, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+      case 2: row_range<2, 2, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+      default: row_range<4, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
     }
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t i = r0; i < r1; ++i) y[t * rows + i] *= factor;
   });
 }
 

@@ -87,6 +87,21 @@ inline int64_t q4_rows_per_task(const LinearWeight& w) {
   return std::min(matvec_rows_per_task(w, 4) * 8, std::max<int64_t>(4, w.rows / 4 / 4 * 4));
 }
 
+// The products' driver: x quantized in token groups once, then for each row task [r0, r1) and
+// each group g, row_range(r0, r1, g, y + g.t0 * w.rows) (the CPU's kernels: y[t * rows + r] for
+// its rows r and the group's tokens t), then the per-tensor factor on the task's outputs.
+template <class RowRange>
+void run_row_tasks(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                   ThreadPool* pool, int offset, float factor, const RowRange& row_range) {
+  const std::vector<TokenGroup> groups = quantize_token_groups(x, tokens, w.cols, offset);
+  const int64_t rows = w.rows;
+  for_row_tasks(pool, rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
+    for (const TokenGroup& g : groups) row_range(r0, r1, g, y + g.t0 * rows);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t i = r0; i < r1; ++i) y[t * rows + i] *= factor;
+  });
+}
+
 // The AVX2 products (matvec_q4_avx2.cpp), for CPUs without AVX-512 VNNI where cpu_has_avx2();
 // the same shapes as the VNNI ones except the row-pair INT4 layout, which has none.
 // x [tokens, cols] -> y [tokens, rows].
