@@ -1,4 +1,4 @@
-// 4-bit matrix-vector products (NVFP4, MXFP4, INT4 in int32 words) with int8 activations on
+// 4-bit matrix-vector products (NVFP4, MXFP4, both INT4 layouts) with int8 activations on
 // AVX2, for x86 CPUs without AVX-512 VNNI (AMD Zen 2-3, Intel client cores since Alder Lake).
 // There the float kernels (matvec_fp4.cpp) turn every nibble into a float and run
 // compute-bound: measured on a 2-core AMD EPYC VM, NVFP4 decode of the llama-1b shape was no
@@ -255,7 +255,99 @@ void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, Thread
   });
 }
 
+// Rows r0 .. r0+2P of the row-pair INT4 layout against one token (quantize_x_natural): a
+// 32-byte load holds 32 columns of two rows (low nibble: the even row); nibble ^ 8 is q + 8.
+// Lane l of a 32-column half covers its columns 4l .. 4l+3, each within one group (group % 4 ==
+// 0, dividing 64 or a multiple of it). The last chunk may hold 16 or 48 columns: bytes past them
+// are not read, and their lanes' scales are 0.
+template <int P>
+QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int64_t group,
+                                  int64_t r0, int64_t cols, int64_t ahead, const QuantizedX& qx,
+                                  float* y) {
+  constexpr int64_t kNat = 64;
+  const int64_t groups = cols / group;
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  // Lane l -> group (e0 + 4l) / group - e0 / group for a half starting at e0, and the half's
+  // groups to load (group < 32).
+  const __m256i idx = group >= 32 ? _mm256_setzero_si256()
+                                  : _mm256_srli_epi32(_mm256_slli_epi32(lanes, 2),
+                                                      __builtin_ctzll(uint64_t(group)));
+  const __m256i smask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(32 / group)), lanes);
+  const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[2 * P];
+  for (int i = 0; i < 2 * P; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < qx.chunks; ++c) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int64_t e0 = c * kNat + 32 * h;
+      const int64_t valid = std::clamp<int64_t>(cols - e0, 0, 32);
+      if (valid == 0) break;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q.data() + e0));
+      const __m256i bias =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.lane_bias.data() + e0 / 4));
+      const __m256 xs = _mm256_loadu_ps(qx.lane_scale.data() + e0 / 4);
+      const __m256i vmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(valid / 4)), lanes);
+#pragma GCC unroll 2
+      for (int i = 0; i < P; ++i) {
+        const int64_t r = r0 + 2 * i;
+        const uint8_t* p = data + (r / 2) * cols + e0;
+        if (h == 0) {
+          _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
+        }
+        const __m256i wb =
+            valid == 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                        : _mm256_maskload_epi32(reinterpret_cast<const int*>(p), vmask);
+        // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
+        const __m256i lo = _mm256_xor_si256(_mm256_and_si256(wb, low), eight);
+        const __m256i hi =
+            _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(wb, 4), low), eight);
+        __m256 sa, sb;
+        const float* s0 = scales + r * groups + e0 / group;
+        const float* s1 = s0 + groups;
+        if (valid < 32) {
+          alignas(32) float a[8], b[8];
+          for (int l = 0; l < 8; ++l) {
+            const bool in = 4 * l < valid;
+            a[l] = in ? scales[r * groups + (e0 + 4 * l) / group] : 0.f;
+            b[l] = in ? scales[(r + 1) * groups + (e0 + 4 * l) / group] : 0.f;
+          }
+          sa = _mm256_load_ps(a);
+          sb = _mm256_load_ps(b);
+        } else if (group >= 32) {
+          sa = _mm256_set1_ps(*s0);
+          sb = _mm256_set1_ps(*s1);
+        } else {
+          sa = _mm256_permutevar8x32_ps(_mm256_maskload_ps(s0, smask), idx);
+          sb = _mm256_permutevar8x32_ps(_mm256_maskload_ps(s1, smask), idx);
+        }
+        const __m256i da =
+            _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xq), ones), bias);
+        const __m256i db =
+            _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(hi, xq), ones), bias);
+        acc[2 * i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(da), _mm256_mul_ps(sa, xs), acc[2 * i]);
+        acc[2 * i + 1] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(db), _mm256_mul_ps(sb, xs), acc[2 * i + 1]);
+      }
+    }
+  }
+  for (int i = 0; i < 2 * P; ++i) y[i] = hsum(acc[i]);
+}
+
 }  // namespace
+
+void matvec_int4_row_pairs_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                                ThreadPool* pool) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  run_row_pair_tasks(w, x, tokens, y, pool,
+                     [&](const QuantizedX& qx, int64_t r, int pairs, int64_t ahead, float* out) {
+                       if (pairs == 2)
+                         row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, out);
+                       else
+                         row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, out);
+                     });
+}
 
 void matvec_nvfp4_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                        ThreadPool* pool) {

@@ -236,23 +236,14 @@ void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, int6
 
 void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens,
                                       float* y, ThreadPool* pool) {
-  // One token at a time: ModelOpt's INT4 row pairs are rare next to the nibble layouts, and
-  // their weights are read once per token here.
-  for (int64_t t = 0; t < tokens; ++t) {
-    QuantizedX qx;
-    quantize_x_natural(x + t * w.cols, w.cols, 8, qx);
-    const auto* data = static_cast<const uint8_t*>(w.data);
-    // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
-    const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
-    float* yt = y + t * w.rows;
-    for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
-      int64_t r = r0;
-      for (; r + 4 <= r1; r += 4)
-        row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, yt + r);
-      for (; r < r1; r += 2)
-        row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, yt + r);
-    });
-  }
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  run_row_pair_tasks(w, x, tokens, y, pool,
+                     [&](const QuantizedX& qx, int64_t r, int pairs, int64_t ahead, float* out) {
+                       if (pairs == 2)
+                         row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, out);
+                       else
+                         row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, out);
+                     });
 }
 
 }  // namespace qf::kernels

@@ -162,25 +162,23 @@ std::vector<TokenGroup> quantize_token_groups(const float* x, int64_t tokens, in
 namespace {
 
 // Which kernel family the CPU runs: VNNI first, then AVX2.
-bool int8act_cpu(bool avx2_has_layout) {
-  return cpu_has_avx512vnni() || (avx2_has_layout && cpu_has_avx2());
-}
+bool int8act_cpu() { return cpu_has_avx512vnni() || cpu_has_avx2(); }
 
 }  // namespace
 
 bool fits_int8act_nvfp4(const LinearWeight& w) {
-  return w.cols % kActBlock == 0 && w.cols % 16 == 0 && int8act_cpu(true);
+  return w.cols % kActBlock == 0 && w.cols % 16 == 0 && int8act_cpu();
 }
 bool fits_int8act_mxfp4(const LinearWeight& w) {
-  return w.cols % kActBlock == 0 && w.cols % 32 == 0 && int8act_cpu(true);
+  return w.cols % kActBlock == 0 && w.cols % 32 == 0 && int8act_cpu();
 }
 bool fits_int8act_int4_row_pairs(const LinearWeight& w) {
   return w.cols % kActBlock == 0 && w.rows % 2 == 0 && w.group >= 4 && w.group % 4 == 0 &&
-         w.cols % w.group == 0 && (64 % w.group == 0 || w.group % 64 == 0) && int8act_cpu(false);
+         w.cols % w.group == 0 && (64 % w.group == 0 || w.group % 64 == 0) && int8act_cpu();
 }
 bool fits_int8act_int4_packed32(const LinearWeight& w) {
   return w.cols % kActBlock == 0 && w.group >= 8 && w.group % 8 == 0 && w.cols % w.group == 0 &&
-         (q4::kChunk % w.group == 0 || w.group % q4::kChunk == 0) && int8act_cpu(true);
+         (q4::kChunk % w.group == 0 || w.group % q4::kChunk == 0) && int8act_cpu();
 }
 
 void matvec_nvfp4_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
@@ -195,7 +193,8 @@ void matvec_mxfp4_int8act(const LinearWeight& w, const float* x, int64_t tokens,
 }
 void matvec_int4_row_pairs_int8act(const LinearWeight& w, const float* x, int64_t tokens,
                                    float* y, ThreadPool* pool) {
-  matvec_int4_row_pairs_avx512vnni(w, x, tokens, y, pool);
+  if (cpu_has_avx512vnni()) matvec_int4_row_pairs_avx512vnni(w, x, tokens, y, pool);
+  else q4::matvec_int4_row_pairs_avx2(w, x, tokens, y, pool);
 }
 void matvec_int4_packed32_int8act(const LinearWeight& w, const float* x, int64_t tokens,
                                   float* y, ThreadPool* pool) {

@@ -102,14 +102,36 @@ void run_row_tasks(const LinearWeight& w, const float* x, int64_t tokens, float*
   });
 }
 
+// The row-pair INT4 layout's driver: one token at a time (ModelOpt's INT4 row pairs are rare
+// next to the nibble layouts, and their weights are read once per token), its activation in
+// natural order (offset 8), each row task's rows 4 at a time then 2:
+// rows_dot(qx, r, pairs, ahead, y_t + r) for `pairs` = 2 or 1 pairs of rows from row r.
+template <class RowsDot>
+void run_row_pair_tasks(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                        ThreadPool* pool, const RowsDot& rows_dot) {
+  // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
+  const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
+  for (int64_t t = 0; t < tokens; ++t) {
+    QuantizedX qx;
+    quantize_x_natural(x + t * w.cols, w.cols, 8, qx);
+    float* yt = y + t * w.rows;
+    for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
+      int64_t r = r0;
+      for (; r + 4 <= r1; r += 4) rows_dot(qx, r, 2, ahead, yt + r);
+      for (; r < r1; r += 2) rows_dot(qx, r, 1, ahead, yt + r);
+    });
+  }
+}
+
 // The AVX2 products (matvec_q4_avx2.cpp), for CPUs without AVX-512 VNNI where cpu_has_avx2();
-// the same shapes as the VNNI ones except the row-pair INT4 layout, which has none.
-// x [tokens, cols] -> y [tokens, rows].
+// the same shapes as the VNNI ones. x [tokens, cols] -> y [tokens, rows].
 void matvec_nvfp4_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                        ThreadPool* pool);
 void matvec_mxfp4_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                        ThreadPool* pool);
 void matvec_int4_packed32_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                                ThreadPool* pool);
+void matvec_int4_row_pairs_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                                ThreadPool* pool);
 
 }  // namespace qf::kernels::q4

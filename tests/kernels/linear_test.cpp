@@ -654,11 +654,19 @@ TEST(KernelLinear, Int8ActivationAvx2MatchesReference) {
                         Case{WeightFormat::int4_packed32, 7, 336, 16},
                         Case{WeightFormat::int4_packed32, 5, 320, 64},
                         Case{WeightFormat::int4_packed32, 7, 512, 128},
-                        Case{WeightFormat::int4_packed32, 9, 768, 256}}) {
+                        Case{WeightFormat::int4_packed32, 9, 768, 256},
+                        Case{WeightFormat::int4_row_pairs, 66, 256, 32},
+                        Case{WeightFormat::int4_row_pairs, 8, 384, 128},
+                        Case{WeightFormat::int4_row_pairs, 10, 64, 64},
+                        Case{WeightFormat::int4_row_pairs, 6, 208, 16},
+                        Case{WeightFormat::int4_row_pairs, 4, 80, 4},
+                        Case{WeightFormat::int4_row_pairs, 6, 240, 8}}) {
     auto t = make_weight(c.format, c.rows, c.cols, c.group);
     const auto product = c.format == WeightFormat::nvfp4   ? kernels::q4::matvec_nvfp4_avx2
                          : c.format == WeightFormat::mxfp4 ? kernels::q4::matvec_mxfp4_avx2
-                                                           : kernels::q4::matvec_int4_packed32_avx2;
+                         : c.format == WeightFormat::int4_packed32
+                             ? kernels::q4::matvec_int4_packed32_avx2
+                             : kernels::q4::matvec_int4_row_pairs_avx2;
     const int64_t tokens = 15;  // groups of 8, 4, 2 and 1
     const auto x = random_vector(size_t(tokens * c.cols), 9);
     std::vector<float> y(size_t(tokens * c.rows)), one(size_t(c.rows)), ref(size_t(c.rows));
