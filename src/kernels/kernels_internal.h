@@ -79,9 +79,9 @@ bool cpu_has_avx512vnni();
 bool cpu_has_avx2();
 // The int8-activation products per 4-bit layout, x [tokens, cols] -> y [tokens, rows]: on
 // AVX-512 VNNI (BW, VL, F16C; matvec_q4_avx512vnni.cpp), else on AVX2 + FMA + F16C
-// (matvec_q4_avx2.cpp), both in q4_int8_activation.cpp's
-// activation layout. fits_int8act_* say whether w's shape suits the kernels of this CPU (false
-// where it runs neither); call a product only if it holds.
+// (matvec_q4_avx2.cpp), both in q4_int8_activation.cpp's activation layout. fits_int8act_* say
+// whether w's shape suits the kernels of this CPU (false where it runs neither); call a product
+// only if it holds.
 bool fits_int8act_nvfp4(const LinearWeight& w);
 bool fits_int8act_mxfp4(const LinearWeight& w);
 bool fits_int8act_int4_row_pairs(const LinearWeight& w);
