@@ -600,6 +600,14 @@ TEST(KernelLinear, Int8ActivationLayoutsHoldTheScalarQuantization) {
       const int64_t e0 = c * 128 + 16 * kernels::q4::kHaddBlock[j];
       EXPECT_EQ(nib.block_scale[size_t(c * 8 + j)], e0 < n ? s[size_t(e0 / 16)] : 0.f);
     }
+  // The VNNI kernel's pairs of chunks: lane 4k + j holds block 2k + (j & 1) of chunk 2p + j / 2.
+  ASSERT_EQ(nib.pair_scale.size(), size_t(nib.chunks / 2 * 16));
+  for (int64_t p = 0; p < nib.chunks / 2; ++p)
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 4; ++j) {
+        const int64_t e0 = (2 * p + j / 2) * 128 + (2 * k + (j & 1)) * 16;
+        EXPECT_EQ(nib.pair_scale[size_t(p * 16 + 4 * k + j)], e0 < n ? s[size_t(e0 / 16)] : 0.f);
+      }
 }
 
 // Every finite E4M3 scale code (subnormals, negatives, the largest) and every nibble through the
