@@ -92,14 +92,19 @@ QF_AVX2_TARGET inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-// The 8 exact lane sums of one half: decoded weights lo (even elements) and hi (odd) against the
-// activation bytes at x (evens) and x + 64 (odds), from the lane biases at b.
-QF_AVX2_TARGET inline __m256i half_lanes(__m256i lo, __m256i hi, const int8_t* x,
-                                         const int32_t* b) {
+// One half's 16 exact 16-bit sums of 4 products (element 4k .. 4k+3 of the half in lane k, at
+// most 4 x 24 x 127): decoded weights lo (even elements) and hi (odd) against the activation
+// bytes at x (evens) and x + 64 (odds).
+QF_AVX2_TARGET inline __m256i half_products(__m256i lo, __m256i hi, const int8_t* x) {
   const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64));
-  const __m256i prod = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
-  return _mm256_add_epi32(_mm256_madd_epi16(prod, _mm256_set1_epi16(1)),
+  return _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+}
+
+// The 8 exact lane sums of one half (8 elements each), from the lane biases at b.
+QF_AVX2_TARGET inline __m256i half_lanes(__m256i lo, __m256i hi, const int8_t* x,
+                                         const int32_t* b) {
+  return _mm256_add_epi32(_mm256_madd_epi16(half_products(lo, hi, x), _mm256_set1_epi16(1)),
                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
 }
 
@@ -163,9 +168,10 @@ QF_AVX2_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int
   }
 }
 
-// The same for a whole chunk of NVFP4 (16-element blocks): the two halves' 8-element lane sums
-// are added in pairs by vphaddd, so that each lane holds one block (in kHaddBlock order) and one
-// scale conversion and one float multiply-add serve 16 elements instead of 8.
+// The same for a whole chunk of NVFP4 (16-element blocks): the two halves' 16-bit sums of 4
+// products are added in pairs by vphaddw (at most 8 x 24 x 127 = 24384: no wrap) before one
+// vpmaddwd, so that each 32-bit lane holds one block (in kHaddBlock order) and one scale
+// conversion, one bias add and one float multiply-add serve 16 elements instead of 8.
 template <int R, int T>
 QF_AVX2_TARGET inline void chunk_dot_blocks16(const uint8_t* data, int64_t row_bytes,
                                               int64_t ahead, int64_t r0, int64_t c,
@@ -175,8 +181,9 @@ QF_AVX2_TARGET inline void chunk_dot_blocks16(const uint8_t* data, int64_t row_b
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m256i low = _mm256_set1_epi8(0x0F);
   const int8_t* xq = qx.q.data() + c * T * kChunk;
-  const int32_t* xb = qx.lane_bias.data() + c * T * kLanes;
+  const int32_t* xb = qx.block_bias.data() + c * T * 8;
   const float* xs = qx.block_scale.data() + c * T * 8;
+  const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
     const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
@@ -193,9 +200,11 @@ QF_AVX2_TARGET inline void chunk_dot_blocks16(const uint8_t* data, int64_t row_b
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const int8_t* x = xq + t * kChunk;
-      const int32_t* b = xb + t * kLanes;
+      const __m256i sums =
+          _mm256_hadd_epi16(half_products(lo0, hi0, x), half_products(lo1, hi1, x + 32));
       const __m256i d =
-          _mm256_hadd_epi32(half_lanes(lo0, hi0, x, b), half_lanes(lo1, hi1, x + 32, b + 8));
+          _mm256_add_epi32(_mm256_madd_epi16(sums, ones),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + t * 8)));
       acc[i * T + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
                                        _mm256_mul_ps(ws, _mm256_loadu_ps(xs + t * 8)),
                                        acc[i * T + t]);

@@ -72,10 +72,6 @@ QF_AVX2_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX
       for (int j = 0; j < 4; ++j)  // a block's scale is that of its first lane
         out.pair_scale[size_t(p * kLanes + 4 * q + j)] =
             out.lane_scale[size_t(2 * p * kLanes + 2 * pair_lane_block(j, q))];
-  out.block_scale.resize(size_t(chunks * 8));
-  for (int64_t c = 0; c < chunks; ++c)
-    for (int j = 0; j < 8; ++j)
-      out.block_scale[size_t(c * 8 + j)] = out.lane_scale[size_t(c * kLanes + 2 * kHaddBlock[j])];
   // Lane L of a chunk: bytes 4L .. 4L+3 of the even half and of the odd half.
   const __m256i neg_off = _mm256_set1_epi32(-offset);
   for (int64_t c = 0; c < chunks; ++c)
@@ -86,6 +82,14 @@ QF_AVX2_TARGET void quantize_x(const float* x, int64_t n, int offset, QuantizedX
                            sum4_i8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64))));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.lane_bias.data() + c * kLanes + 8 * h),
                           _mm256_mullo_epi32(sum, neg_off));
+    }
+  out.block_scale.resize(size_t(chunks * 8));
+  out.block_bias.resize(size_t(chunks * 8));
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int j = 0; j < 8; ++j) {
+      const size_t lane = size_t(c * kLanes + 2 * kHaddBlock[j]);
+      out.block_scale[size_t(c * 8 + j)] = out.lane_scale[lane];
+      out.block_bias[size_t(c * 8 + j)] = out.lane_bias[lane] + out.lane_bias[lane + 1];
     }
 }
 
@@ -121,6 +125,7 @@ void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out) {
   out.lane_bias.resize(size_t(T * chunks * kLanes));
   out.pair_scale.resize(size_t(T * (chunks / 2) * kLanes));
   out.block_scale.resize(size_t(T * chunks * 8));
+  out.block_bias.resize(size_t(T * chunks * 8));
   for (int64_t c = 0; c < chunks; ++c)
     for (int64_t t = 0; t < T; ++t) {
       const QuantizedX& x = xs[size_t(t)];
@@ -130,6 +135,7 @@ void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out) {
       std::copy_n(x.lane_bias.data() + c * kLanes, kLanes,
                   out.lane_bias.data() + (c * T + t) * kLanes);
       std::copy_n(x.block_scale.data() + c * 8, 8, out.block_scale.data() + (c * T + t) * 8);
+      std::copy_n(x.block_bias.data() + c * 8, 8, out.block_bias.data() + (c * T + t) * 8);
     }
   for (int64_t p = 0; p < chunks / 2; ++p)
     for (int64_t t = 0; t < T; ++t)

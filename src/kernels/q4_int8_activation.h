@@ -29,9 +29,10 @@ struct QuantizedX {
   // pair_dot: lane 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk
   // 2p + 1 (j >= 2).
   std::vector<float> pair_scale;
-  // Per chunk, its 8 block scales in the order the AVX2 kernel's vphaddd leaves blocks in:
-  // 0, 1, 4, 5, 2, 3, 6, 7.
+  // Per chunk, its 8 block scales and block biases (the sums of the block's two lane biases) in
+  // the order the AVX2 NVFP4 kernel's vphaddw + vpmaddwd leave blocks in: 0, 1, 4, 5, 2, 3, 6, 7.
   std::vector<float> block_scale;
+  std::vector<int32_t> block_bias;
 };
 
 // block_scale lane j of a chunk holds block kHaddBlock[j].
@@ -47,7 +48,7 @@ void quantize_x_natural(const float* x, int64_t n, int offset, QuantizedX& out);
 
 // T tokens' activations in one QuantizedX, interleaved per chunk: chunk c of token t at
 // (c * T + t) * kChunk in q, (c * T + t) * kLanes in lane_scale / lane_bias, and pair p of token
-// t at (p * T + t) * kLanes in pair_scale, (c * T + t) * 8 in block_scale. With T = 1 that is QuantizedX's own layout; the
+// t at (p * T + t) * kLanes in pair_scale, (c * T + t) * 8 in block_scale and block_bias. With T = 1 that is QuantizedX's own layout; the
 // kernels address token t of chunk c with a constant offset from one base.
 void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out);
 

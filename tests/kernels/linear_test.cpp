@@ -599,6 +599,9 @@ TEST(KernelLinear, Int8ActivationLayoutsHoldTheScalarQuantization) {
     for (int j = 0; j < 8; ++j) {
       const int64_t e0 = c * 128 + 16 * kernels::q4::kHaddBlock[j];
       EXPECT_EQ(nib.block_scale[size_t(c * 8 + j)], e0 < n ? s[size_t(e0 / 16)] : 0.f);
+      int32_t sum = 0;
+      for (int64_t e = e0; e < std::min(n, e0 + 16); ++e) sum += q[size_t(e)];
+      EXPECT_EQ(nib.block_bias[size_t(c * 8 + j)], -12 * sum);
     }
   // The VNNI kernel's pairs of chunks: lane 4k + j holds block 2k + (j & 1) of chunk 2p + j / 2.
   ASSERT_EQ(nib.pair_scale.size(), size_t(nib.chunks / 2 * 16));
