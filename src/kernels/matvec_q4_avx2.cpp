@@ -10,8 +10,11 @@
 // signed activation: pairs of at most 2 x 24 x 127, no saturation), one 16-bit add and one
 // vpmaddwd against ones. The 32-bit lanes (8 elements each, exact) start from the activation's
 // lane bias -offset x sum(x bytes) and are scaled per lane in float: weight block scale x
-// activation block scale. Each (row, token)'s arithmetic is the same whatever the grouping of
-// rows and tokens, so a token's result does not depend on the batch or the thread count.
+// activation block scale. NVFP4's whole chunks add the two halves' 16-bit sums in pairs first,
+// so that each lane holds one 16-element block (chunk_dot_blocks16); the row-pair INT4 layout
+// reads a natural-order activation against two rows per byte (row_pairs_dot). Each (row,
+// token)'s arithmetic is the same whatever the grouping of rows and tokens, so a token's result
+// does not depend on the batch or the thread count.
 #include "kernels/q4_int8_activation.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
