@@ -43,13 +43,15 @@ inline constexpr int kHaddBlock[8] = {0, 1, 4, 5, 2, 3, 6, 7};
 void quantize_x(const float* x, int64_t n, int offset, QuantizedX& out);
 
 // The same quantization in natural order (the row-pair INT4 layout, whose byte holds one column
-// of two rows): chunks of 64 elements, lane L covering elements 4L .. 4L+3.
+// of two rows): chunks of 64 elements, lane L covering elements 4L .. 4L+3; q, lane_scale and
+// lane_bias only.
 void quantize_x_natural(const float* x, int64_t n, int offset, QuantizedX& out);
 
 // T tokens' activations in one QuantizedX, interleaved per chunk: chunk c of token t at
-// (c * T + t) * kChunk in q, (c * T + t) * kLanes in lane_scale / lane_bias, and pair p of token
-// t at (p * T + t) * kLanes in pair_scale, (c * T + t) * 8 in block_scale and block_bias. With T = 1 that is QuantizedX's own layout; the
-// kernels address token t of chunk c with a constant offset from one base.
+// (c * T + t) * kChunk in q, (c * T + t) * kLanes in lane_scale / lane_bias, (c * T + t) * 8 in
+// block_scale / block_bias, and pair p of token t at (p * T + t) * kLanes in pair_scale. With
+// T = 1 that is QuantizedX's own layout; the kernels address token t of chunk c with a constant
+// offset from one base.
 void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out);
 
 // x [tokens, cols] in groups of 8, 4, 2 and 1 tokens (in that order of preference), each
