@@ -95,6 +95,22 @@ QF_AVX2_TARGET inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+// 32 bytes of nibbles as unsigned bytes: lo the low nibbles (even elements), hi the high ones;
+// kLut: through the E2M1 table (doubled + 12), else as stored (INT4's q + 8).
+template <bool kLut>
+QF_AVX2_TARGET inline void decode_nibbles(__m256i wb, __m256i& lo, __m256i& hi) {
+  // E2M1 doubled + 12: {0, .5, 1, 1.5, 2, 3, 4, 6} * 2 + 12, then the negatives.
+  const __m256i lut = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  lo = _mm256_and_si256(wb, low);
+  hi = _mm256_and_si256(_mm256_srli_epi16(wb, 4), low);
+  if constexpr (kLut) {
+    lo = _mm256_shuffle_epi8(lut, lo);
+    hi = _mm256_shuffle_epi8(lut, hi);
+  }
+}
+
 // One half's 16 exact 16-bit sums of 4 products (element 4k .. 4k+3 of the half in lane k, at
 // most 4 x 24 x 127): decoded weights lo (even elements) and hi (odd) against the activation
 // bytes at x (evens) and x + 64 (odds).
@@ -118,10 +134,6 @@ template <int R, int T, bool kLut, bool kTail, class Scales>
 QF_AVX2_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
                                      int64_t r0, int64_t c, int64_t count, const QuantizedX& qx,
                                      const Scales& scales, __m256* acc) {
-  // E2M1 doubled + 12: {0, .5, 1, 1.5, 2, 3, 4, 6} * 2 + 12, then the negatives.
-  const __m256i lut = _mm256_broadcastsi128_si256(
-      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m256i low = _mm256_set1_epi8(0x0F);
   const int8_t* xq0 = qx.q.data() + c * T * kChunk;
   const int32_t* xb0 = qx.lane_bias.data() + c * T * kLanes;
   const float* xs0 = qx.lane_scale.data() + c * T * kLanes;
@@ -151,12 +163,8 @@ QF_AVX2_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int
         wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h));
         ws = scales.half(r0 + i, c, h);
       }
-      __m256i lo = _mm256_and_si256(wb, low);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wb, 4), low);
-      if constexpr (kLut) {
-        lo = _mm256_shuffle_epi8(lut, lo);
-        hi = _mm256_shuffle_epi8(lut, hi);
-      }
+      __m256i lo, hi;
+      decode_nibbles<kLut>(wb, lo, hi);
       const int8_t* xq = xq0 + 32 * h;
       const int32_t* xb = xb0 + 8 * h;
       const float* xs = xs0 + 8 * h;
@@ -180,9 +188,6 @@ QF_AVX2_TARGET inline void chunk_dot_blocks16(const uint8_t* data, int64_t row_b
                                               int64_t ahead, int64_t r0, int64_t c,
                                               const QuantizedX& qx, const Nvfp4Scales& scales,
                                               __m256* acc) {
-  const __m256i lut = _mm256_broadcastsi128_si256(
-      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m256i low = _mm256_set1_epi8(0x0F);
   const int8_t* xq = qx.q.data() + c * T * kChunk;
   const int32_t* xb = qx.block_bias.data() + c * T * 8;
   const float* xs = qx.block_scale.data() + c * T * 8;
@@ -195,10 +200,9 @@ QF_AVX2_TARGET inline void chunk_dot_blocks16(const uint8_t* data, int64_t row_b
     if (c % 4 == 0) scales.prefetch(r0 + i, c, ahead);
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
-    const __m256i lo0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(w0, low));
-    const __m256i hi0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w0, 4), low));
-    const __m256i lo1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(w1, low));
-    const __m256i hi1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w1, 4), low));
+    __m256i lo0, hi0, lo1, hi1;
+    decode_nibbles<true>(w0, lo0, hi0);
+    decode_nibbles<true>(w1, lo1, hi1);
     const __m256 ws = scales.chunk(r0 + i, c);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
