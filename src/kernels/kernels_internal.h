@@ -108,6 +108,9 @@ void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, int6
 // (matmul_bf16_avx512bf16.cpp); a fast-mode linear_forward uses it when use_bf16_matmul(w).
 bool cpu_has_avx512bf16();
 bool use_bf16_matmul(const LinearWeight& w);
+// Whether linear_forward of `tokens` tokens of w in `mode` takes the int8-activation products:
+// fast mode, up to kSmallBatchTokens tokens, use_int8_matvec(w).
+bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode);
 void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                             ThreadPool* pool);
 

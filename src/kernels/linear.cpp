@@ -78,8 +78,7 @@ Route route(const LinearWeight& w, int64_t tokens, KernelMode mode) {
   }
   const bool fast = mode == KernelMode::fast;
   if (fast && kernels::ggml_act_kind(w) != kernels::GgmlActKind::none) return Route::ggml_int8;
-  if (tokens <= kernels::kSmallBatchTokens && fast && kernels::use_int8_matvec(w))
-    return Route::int8_matvec;
+  if (kernels::takes_int8_activations(w, tokens, mode)) return Route::int8_matvec;
   const bool float_rows = (w.format == WeightFormat::f32 || w.format == WeightFormat::f16 ||
                            w.format == WeightFormat::bf16) && !w.transposed;
   // A few tokens (batched decode): the weights streamed once, as for one token; the BF16
@@ -199,6 +198,10 @@ void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scale
 bool use_int8_matvec(const LinearWeight& w) {
   const WeightFormatRow& row = weight_format_row(w.format);
   return row.fits_int8_activation != nullptr && row.fits_int8_activation(w);
+}
+
+bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode) {
+  return mode == KernelMode::fast && tokens <= kSmallBatchTokens && use_int8_matvec(w);
 }
 
 bool use_bf16_matmul(const LinearWeight& w) {

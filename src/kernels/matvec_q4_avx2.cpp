@@ -271,15 +271,16 @@ void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, Thread
   });
 }
 
-// Rows r0 .. r0+2P of the row-pair INT4 layout against one token (quantize_x_natural): a
-// 32-byte load holds 32 columns of two rows (low nibble: the even row); nibble ^ 8 is q + 8.
-// Lane l of a 32-column half covers its columns 4l .. 4l+3, each within one group (group % 4 ==
-// 0, dividing 64 or a multiple of it). The last chunk may hold 16 or 48 columns: bytes past them
-// are not read, and their lanes' scales are 0.
-template <int P>
+// Rows r0 .. r0+2P of the row-pair INT4 layout against T tokens (quantize_x_natural, qx[t]):
+// a 32-byte load holds 32 columns of two rows (low nibble: the even row), decoded once for the T
+// tokens; nibble ^ 8 is q + 8. Lane l of a 32-column half covers its columns 4l .. 4l+3, each
+// within one group (group % 4 == 0, dividing 64 or a multiple of it). The last chunk may hold 16
+// or 48 columns: bytes past them are not read, and their lanes' scales are 0. Outputs
+// y[t * y_stride + i] for row r0 + i; each (row, token)'s arithmetic is the same for any T.
+template <int P, int T>
 QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int64_t group,
-                                  int64_t r0, int64_t cols, int64_t ahead, const QuantizedX& qx,
-                                  float* y) {
+                                  int64_t r0, int64_t cols, int64_t ahead, const QuantizedX* qx,
+                                  float* y, int64_t y_stride) {
   constexpr int64_t kNat = 64;
   const int64_t groups = cols / group;
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -291,18 +292,14 @@ QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
   const __m256i smask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(32 / group)), lanes);
   const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[2 * P];
-  for (int i = 0; i < 2 * P; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < qx.chunks; ++c) {
+  __m256 acc[2 * P * T];
+  for (int i = 0; i < 2 * P * T; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < qx[0].chunks; ++c) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const int64_t e0 = c * kNat + 32 * h;
       const int64_t valid = std::clamp<int64_t>(cols - e0, 0, 32);
       if (valid == 0) break;
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q.data() + e0));
-      const __m256i bias =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.lane_bias.data() + e0 / 4));
-      const __m256 xs = _mm256_loadu_ps(qx.lane_scale.data() + e0 / 4);
       const __m256i vmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(valid / 4)), lanes);
 #pragma GCC unroll 2
       for (int i = 0; i < P; ++i) {
@@ -338,17 +335,27 @@ QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
           sa = _mm256_permutevar8x32_ps(_mm256_maskload_ps(s0, smask), idx);
           sb = _mm256_permutevar8x32_ps(_mm256_maskload_ps(s1, smask), idx);
         }
-        const __m256i da =
-            _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xq), ones), bias);
-        const __m256i db =
-            _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(hi, xq), ones), bias);
-        acc[2 * i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(da), _mm256_mul_ps(sa, xs), acc[2 * i]);
-        acc[2 * i + 1] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(db), _mm256_mul_ps(sb, xs), acc[2 * i + 1]);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          const __m256i xq =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx[t].q.data() + e0));
+          const __m256i bias = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(qx[t].lane_bias.data() + e0 / 4));
+          const __m256 xs = _mm256_loadu_ps(qx[t].lane_scale.data() + e0 / 4);
+          const __m256i da =
+              _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xq), ones), bias);
+          const __m256i db =
+              _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(hi, xq), ones), bias);
+          __m256& a0 = acc[2 * i * T + t];
+          __m256& a1 = acc[(2 * i + 1) * T + t];
+          a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(da), _mm256_mul_ps(sa, xs), a0);
+          a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(db), _mm256_mul_ps(sb, xs), a1);
+        }
       }
     }
   }
-  for (int i = 0; i < 2 * P; ++i) y[i] = hsum(acc[i]);
+  for (int i = 0; i < 2 * P; ++i)
+    for (int t = 0; t < T; ++t) y[t * y_stride + i] = hsum(acc[i * T + t]);
 }
 
 }  // namespace
@@ -356,12 +363,17 @@ QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
 void matvec_int4_row_pairs_avx2(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                                 ThreadPool* pool) {
   const auto* data = static_cast<const uint8_t*>(w.data);
-  run_row_pair_tasks(w, x, tokens, y, pool,
-                     [&](const QuantizedX& qx, int64_t r, int pairs, int64_t ahead, float* out) {
-                       if (pairs == 2)
-                         row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, out);
+  // Groups of 4 tokens: 2 rows x 4 tokens of accumulators beside the decoded pair.
+  const int64_t rows = w.rows, cols = w.cols, group = w.group;
+  run_row_pair_tasks(w, x, tokens, y, pool, 4,
+                     [&](const QuantizedX* qx, int T, int64_t r, int pairs, int64_t ahead,
+                         float* out) {
+                       if (T == 4)
+                         row_pairs_dot<1, 4>(data, w.scales, group, r, cols, ahead, qx, out, rows);
+                       else if (pairs == 2)
+                         row_pairs_dot<2, 1>(data, w.scales, group, r, cols, ahead, qx, out, rows);
                        else
-                         row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, out);
+                         row_pairs_dot<1, 1>(data, w.scales, group, r, cols, ahead, qx, out, rows);
                      });
 }
 

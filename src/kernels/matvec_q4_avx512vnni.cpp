@@ -237,12 +237,14 @@ void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, int6
 void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens,
                                       float* y, ThreadPool* pool) {
   const auto* data = static_cast<const uint8_t*>(w.data);
-  run_row_pair_tasks(w, x, tokens, y, pool,
-                     [&](const QuantizedX& qx, int64_t r, int pairs, int64_t ahead, float* out) {
+  // One token at a time (group 1).
+  run_row_pair_tasks(w, x, tokens, y, pool, 1,
+                     [&](const QuantizedX* qx, int, int64_t r, int pairs, int64_t ahead,
+                         float* out) {
                        if (pairs == 2)
-                         row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, qx, out);
+                         row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, *qx, out);
                        else
-                         row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, qx, out);
+                         row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, *qx, out);
                      });
 }
 

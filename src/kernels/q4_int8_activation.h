@@ -105,25 +105,30 @@ void run_row_tasks(const LinearWeight& w, const float* x, int64_t tokens, float*
   });
 }
 
-// The row-pair INT4 layout's driver: one token at a time (ModelOpt's INT4 row pairs are rare
-// next to the nibble layouts, and their weights are read once per token), its activation in
-// natural order (offset 8), each row task's rows 4 at a time then 2:
-// rows_dot(qx, r, pairs, ahead, y_t + r) for `pairs` = 2 or 1 pairs of rows from row r.
+// The row-pair INT4 layout's driver: each token's activation quantized in natural order (offset
+// 8), then for each row task and each group of `group` tokens (the rest one at a time), the
+// task's rows 2 at a time for a group, 4 then 2 for one token:
+// rows_dot(qx, T, r, pairs, ahead, y + t0 * rows + r) for tokens t0 .. t0+T-1 (qx: their
+// activations, consecutive), `pairs` = 2 or 1 pairs of rows from row r, outputs y[t * rows + i].
+// With `group` 1 the weights are read once per token.
 template <class RowsDot>
 void run_row_pair_tasks(const LinearWeight& w, const float* x, int64_t tokens, float* y,
-                        ThreadPool* pool, const RowsDot& rows_dot) {
+                        ThreadPool* pool, int group, const RowsDot& rows_dot) {
   // 4 rows are 2 * cols bytes, as 4 rows of cols / 2 bytes in the nibble layouts.
   const int64_t ahead = prefetch_ahead_bytes(w.cols / 2);
-  for (int64_t t = 0; t < tokens; ++t) {
-    QuantizedX qx;
-    quantize_x_natural(x + t * w.cols, w.cols, 8, qx);
-    float* yt = y + t * w.rows;
-    for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
+  std::vector<QuantizedX> qx(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) quantize_x_natural(x + t * w.cols, w.cols, 8, qx[size_t(t)]);
+  for_row_tasks(pool, w.rows, q4_rows_per_task(w), [&](int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < tokens;) {
+      const int T = tokens - t0 >= group ? group : 1;
+      float* yt = y + t0 * w.rows;
       int64_t r = r0;
-      for (; r + 4 <= r1; r += 4) rows_dot(qx, r, 2, ahead, yt + r);
-      for (; r < r1; r += 2) rows_dot(qx, r, 1, ahead, yt + r);
-    });
-  }
+      if (T == 1)
+        for (; r + 4 <= r1; r += 4) rows_dot(&qx[size_t(t0)], 1, r, 2, ahead, yt + r);
+      for (; r < r1; r += 2) rows_dot(&qx[size_t(t0)], T, r, 1, ahead, yt + r);
+      t0 += T;
+    }
+  });
 }
 
 // The AVX2 products (matvec_q4_avx2.cpp), for CPUs without AVX-512 VNNI where cpu_has_avx2();

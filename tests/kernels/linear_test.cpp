@@ -211,7 +211,7 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
     // Which fast path linear_forward takes (kernels/linear.cpp): up to 8 tokens the int8 path;
     // else BF16 activations where the BF16 kernels take the weight (a few tokens of BF16
     // weights stream once on vdpbf16ps, more take the matrix product), float ones otherwise.
-    if (tokens <= kernels::kSmallBatchTokens && matvec_uses_int8_activation(t->w)) {
+    if (kernels::takes_int8_activations(t->w, tokens, KernelMode::fast)) {
       // Each token as alone: its activation quantized to int8 per 16 elements.
       for (int64_t k = 0; k < tokens; ++k) {
         auto part = [&](const std::vector<float>& v, int64_t n) {
@@ -447,13 +447,12 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
   }
 }
 
-// Fast mode on a few tokens (batched decode): the weights read once for groups of 8, 4, 2 and 1
-// tokens. 4-bit int8-activation products (AVX-512 VNNI or AVX2) give each token exactly what it
-// gets alone; where neither runs (or the layout has no AVX2 kernel) a 4-bit product of several
-// tokens takes the decoded float tiles and one token the float matrix-vector kernel (another
-// summation order: within float rounding); F32
-// weights sum in another order (within float rounding), BF16 ones take BF16 activations
-// (within their rounding, 2^-9 relative).
+// Fast mode on a few tokens (batched decode): the weights read once per token group (8, 4, 2,
+// 1; row-pair INT4 on AVX2: 4, 1). 4-bit int8-activation products (AVX-512 VNNI or AVX2) give
+// each token exactly what it gets alone; where neither runs a 4-bit product of several tokens
+// takes the decoded float tiles and one token the float matrix-vector kernel (another summation
+// order: within float rounding); F32 weights sum in another order (within float rounding),
+// BF16 ones take BF16 activations (within their rounding, 2^-9 relative).
 TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
   ThreadPool two(2);
   const int64_t rows = 70, cols = 512;
@@ -468,7 +467,7 @@ TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
         linear_forward(t->w, x.data() + k * cols, 1, one.data(), &two, KernelMode::fast);
         for (int64_t r = 0; r < rows; ++r) {
           const float got = y[size_t(k * rows + r)], want = one[size_t(r)];
-          if (f == WeightFormat::bf16 || f == WeightFormat::f32 || !kernels::use_int8_matvec(t->w))
+          if (!kernels::takes_int8_activations(t->w, tokens, KernelMode::fast))
             ASSERT_NEAR(got, want, (f == WeightFormat::bf16 ? 1e-2f : 1e-5f) * (1.f + std::fabs(want)))
                 << weight_format_name(f) << " tokens " << tokens << " token " << k << " row " << r;
           else
