@@ -10,7 +10,8 @@
 // float lanes (weight scale x activation scale per block, added per lane, lanes summed at the
 // end of the row): the scalar model's results to float rounding. The K-quants combine each
 // super-block in the scalar model's own float order, so they equal it bit for bit, as the
-// AVX-512 kernels do.
+// AVX-512 kernels do. In prefill the Q8_0-activation types decode each weight block once for 4
+// tokens (the same arithmetic per token: a token's result does not depend on its group).
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 
@@ -91,32 +92,47 @@ QF_AVX2_TARGET inline __m256i fp4_values(__m256i nib) {
   return _mm256_shuffle_epi8(lut, nib);
 }
 
-// One row against one token's Q8_0 activations (q [cols], d [cols / 32]).
-QF_AVX2_TARGET float row_q8_0_act(GgmlType type, const uint8_t* b, int64_t cols, const int8_t* q,
-                                  const float* d) {
-  __m256 acc = _mm256_setzero_ps();
+// One row against T tokens' Q8_0 activations (q[t] [cols], d[t] [cols / 32]) into out[t]: each
+// block's weights decoded once (|x| for vpmaddubsw) for the T tokens. A token's arithmetic is
+// the same for any T.
+template <int T>
+QF_AVX2_TARGET void row_q8_0_act(GgmlType type, const uint8_t* b, int64_t cols,
+                                 const int8_t* const* q, const float* const* d, float* out) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const float* ue4m3 = ue4m3_half_table();
   const float* e8m0 = e8m0_half_table();
+  // The products of signed weight bytes x (|x| given) with block e of every token, each scaled
+  // by scale(t) (a vector).
+  auto blocks = [&](__m256i x, int64_t e, auto scale) QF_AVX2_TARGET {
+    const __m256i ax = _mm256_sign_epi8(x, x);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(load32(q[t] + e), x));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1))),
+                               scale(t), acc[t]);
+    }
+  };
   switch (type) {
     case GgmlType::Q4_0:
       for (int64_t i = 0; i < cols / 32; ++i, b += 18) {
-        const __m256i x = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 32 * i))),
-                              _mm256_set1_ps(f16(b) * d[i]), acc);
+        const float dw = f16(b);
+        blocks(_mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8)), 32 * i,
+               [&](int t) QF_AVX2_TARGET { return _mm256_set1_ps(dw * d[t][i]); });
       }
       break;
     case GgmlType::Q8_0:
       for (int64_t i = 0; i < cols / 32; ++i, b += 34) {
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 32 * i))),
-                              _mm256_set1_ps(f16(b) * d[i]), acc);
+        const float dw = f16(b);
+        blocks(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), 32 * i,
+               [&](int t) QF_AVX2_TARGET { return _mm256_set1_ps(dw * d[t][i]); });
       }
       break;
     case GgmlType::MXFP4:
       for (int64_t i = 0; i < cols / 32; ++i, b += 17) {
-        const __m256i x = fp4_values(nibbles(b + 1));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 32 * i))),
-                              _mm256_set1_ps(d[i] * e8m0[b[0]]), acc);
+        const float dw = e8m0[b[0]];
+        blocks(fp4_values(nibbles(b + 1)), 32 * i,
+               [&](int t) QF_AVX2_TARGET { return _mm256_set1_ps(d[t][i] * dw); });
       }
       break;
     case GgmlType::NVFP4:
@@ -126,19 +142,19 @@ QF_AVX2_TARGET float row_q8_0_act(GgmlType type, const uint8_t* b, int64_t cols,
         for (int h = 0; h < 2; ++h) {
           const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4 + 16 * h));
           const __m128i lo = _mm_and_si128(w, m), hi = _mm_and_si128(_mm_srli_epi16(w, 4), m);
-          const __m256i x = fp4_values(
-              _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi)));
-          const float dx = d[2 * i + h];
-          const __m256 s = _mm256_set_m128(_mm_set1_ps(dx * ue4m3[b[2 * h + 1]]),
-                                           _mm_set1_ps(dx * ue4m3[b[2 * h]]));
-          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(x, load32(q + 64 * i + 32 * h))), s, acc);
+          const float s0 = ue4m3[b[2 * h]], s1 = ue4m3[b[2 * h + 1]];
+          blocks(fp4_values(_mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi))),
+                 64 * i + 32 * h, [&](int t) QF_AVX2_TARGET {
+                   const float dx = d[t][2 * i + h];
+                   return _mm256_set_m128(_mm_set1_ps(dx * s1), _mm_set1_ps(dx * s0));
+                 });
         }
       }
       break;
     default:
       break;
   }
-  return hsum(acc);
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
 }
 
 // Q4_K / Q6_K against Q8_K: per super-block the exact integer sum, then the scalar model's float
@@ -238,18 +254,31 @@ void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
   const uint64_t row_bytes = uint64_t(w.cols / info.block_size) * uint64_t(info.block_bytes);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const GgmlType type = GgmlType(w.ggml_type);
+  auto q = [&](int64_t t) { return a.q.data() + t * a.padded; };
+  auto d = [&](int64_t t) { return a.d.data() + t * a.d_stride(); };
+  const bool k_quant = type == GgmlType::Q4_K || type == GgmlType::Q6_K;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = data + uint64_t(r) * row_bytes;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int8_t* q = a.q.data() + t * a.padded;
-      const float* d = a.d.data() + t * a.d_stride();
+    int64_t t = t0;
+    // The Q8_0-activation types decode each weight block once for 4 tokens.
+    if (!k_quant)
+      for (; t + 4 <= t1; t += 4) {
+        const int8_t* qs[4] = {q(t), q(t + 1), q(t + 2), q(t + 3)};
+        const float* ds[4] = {d(t), d(t + 1), d(t + 2), d(t + 3)};
+        float v[4];
+        row_q8_0_act<4>(type, row, w.cols, qs, ds, v);
+        for (int k = 0; k < 4; ++k) y[(t + k) * w.rows + r] = v[k] * factor;
+      }
+    for (; t < t1; ++t) {
       float v;
       if (type == GgmlType::Q4_K) {
-        v = row_q4_k(row, w.cols, q, d, a.bsums.data() + t * a.padded / 16);
+        v = row_q4_k(row, w.cols, q(t), d(t), a.bsums.data() + t * a.padded / 16);
       } else if (type == GgmlType::Q6_K) {
-        v = row_q6_k(row, w.cols, q, d, a.bsums.data() + t * a.padded / 16);
+        v = row_q6_k(row, w.cols, q(t), d(t), a.bsums.data() + t * a.padded / 16);
       } else {
-        v = row_q8_0_act(type, row, w.cols, q, d);
+        const int8_t* qs[1] = {q(t)};
+        const float* ds[1] = {d(t)};
+        row_q8_0_act<1>(type, row, w.cols, qs, ds, &v);
       }
       y[t * w.rows + r] = v * factor;
     }
