@@ -10,8 +10,8 @@
 // float lanes (weight scale x activation scale per block, added per lane, lanes summed at the
 // end of the row): the scalar model's results to float rounding. The K-quants combine each
 // super-block in the scalar model's own float order, so they equal it bit for bit, as the
-// AVX-512 kernels do. In prefill the Q8_0-activation types decode each weight block once for 4
-// tokens (the same arithmetic per token: a token's result does not depend on its group).
+// AVX-512 kernels do. In prefill each weight block is decoded once for 4 tokens (the same
+// arithmetic per token: a token's result does not depend on its group).
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 
@@ -157,46 +157,61 @@ QF_AVX2_TARGET void row_q8_0_act(GgmlType type, const uint8_t* b, int64_t cols,
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
 }
 
-// Q4_K / Q6_K against Q8_K: per super-block the exact integer sum, then the scalar model's float
-// combine (its order, so the same bits).
-QF_AVX2_TARGET float row_q4_k(const uint8_t* b, int64_t cols, const int8_t* q, const float* d,
-                              const int16_t* bsums) {
-  __m128 sum = _mm_setzero_ps();
+// Q4_K / Q6_K against Q8_K for T tokens (q[t], d[t], bsums[t]) into out[t]: per super-block the
+// weights decoded once, each token's exact integer sum, then the scalar model's float combine
+// (its order, so the same bits, whatever T).
+template <int T>
+QF_AVX2_TARGET void row_q4_k(const uint8_t* b, int64_t cols, const int8_t* const* q,
+                             const float* const* d, const int16_t* const* bsums, float* out) {
+  __m128 sum[T];
+  for (int t = 0; t < T; ++t) sum[t] = _mm_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t i = 0; i < cols / kQK; ++i, b += 144, q += kQK, bsums += 16) {
+  for (int64_t i = 0; i < cols / kQK; ++i, b += 144) {
     uint8_t sm[16];  // scales, then mins
     ggml_k4_scales_mins(b + 4, sm);
     const uint8_t* sc = sm;
     const uint8_t* mn = sm + 8;
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * j));
-      const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * j));
-      const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * j + 32));
-      const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(w, m4), y0);
-      const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), y1);
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+      const __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+      const __m256i s0 = _mm256_set1_epi16(sc[2 * j]), s1 = _mm256_set1_epi16(sc[2 * j + 1]);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const int8_t* y = q[t] + i * kQK + 64 * j;
+        const __m256i p0 = _mm256_maddubs_epi16(lo, load32(y));
+        const __m256i p1 = _mm256_maddubs_epi16(hi, load32(y + 32));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p0, s0));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p1, s1));
+      }
     }
-    int mins = 0;
-    for (int j = 0; j < 8; ++j) mins += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
-    // (d * dx) * isum - (dmin * dx) * mins, never contracted into a fused multiply-add.
-    const __m128 dx = _mm_set_ss(d[i]);
-    const __m128 x1 = _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b)), dx),
-                                 _mm_cvtsi32_ss(dx, hsum_i32(isum)));
-    const __m128 x2 = _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b + 2)), dx), _mm_cvtsi32_ss(dx, mins));
-    sum = _mm_add_ss(sum, _mm_sub_ss(x1, x2));
+    for (int t = 0; t < T; ++t) {
+      const int16_t* bs = bsums[t] + i * 16;
+      int mins = 0;
+      for (int j = 0; j < 8; ++j) mins += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+      // (d * dx) * isum - (dmin * dx) * mins, never contracted into a fused multiply-add.
+      const __m128 dx = _mm_set_ss(d[t][i]);
+      const __m128 x1 = _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b)), dx),
+                                   _mm_cvtsi32_ss(dx, hsum_i32(isum[t])));
+      const __m128 x2 =
+          _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b + 2)), dx), _mm_cvtsi32_ss(dx, mins));
+      sum[t] = _mm_add_ss(sum[t], _mm_sub_ss(x1, x2));
+    }
   }
-  return _mm_cvtss_f32(sum);
+  for (int t = 0; t < T; ++t) out[t] = _mm_cvtss_f32(sum[t]);
 }
 
-QF_AVX2_TARGET float row_q6_k(const uint8_t* b, int64_t cols, const int8_t* q, const float* d,
-                              const int16_t* bsums) {
-  __m128 sum = _mm_setzero_ps();
+template <int T>
+QF_AVX2_TARGET void row_q6_k(const uint8_t* b, int64_t cols, const int8_t* const* q,
+                             const float* const* d, const int16_t* const* bsums, float* out) {
+  __m128 sum[T];
+  for (int t = 0; t < T; ++t) sum[t] = _mm_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
-  for (int64_t i = 0; i < cols / kQK; ++i, b += 210, q += kQK, bsums += 16) {
+  for (int64_t i = 0; i < cols / kQK; ++i, b += 210) {
     const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
       const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
@@ -210,19 +225,44 @@ QF_AVX2_TARGET float row_q6_k(const uint8_t* b, int64_t cols, const int8_t* q, c
                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
       for (int k = 0; k < 4; ++k) {
         const int e = 128 * h + 32 * k;  // elements e .. e+31: sub-blocks e/16, e/16 + 1
-        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + e));
         const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[e / 16 + 1]), _mm_set1_epi16(sc[e / 16]));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], y), s));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          const __m256i y = load32(q[t] + i * kQK + e);
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], y), s));
+        }
       }
     }
-    // The levels carry +32: less 32 * sum_j sc_j * bsum_j.
-    int corr = 0;
-    for (int j = 0; j < 16; ++j) corr += int(sc[j]) * bsums[j];
-    const __m128 dx = _mm_set_ss(d[i]);
-    sum = _mm_add_ss(sum, _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b + 208)), dx),
-                                     _mm_cvtsi32_ss(dx, hsum_i32(isum) - 32 * corr)));
+    for (int t = 0; t < T; ++t) {
+      // The levels carry +32: less 32 * sum_j sc_j * bsum_j.
+      const int16_t* bs = bsums[t] + i * 16;
+      int corr = 0;
+      for (int j = 0; j < 16; ++j) corr += int(sc[j]) * bs[j];
+      const __m128 dx = _mm_set_ss(d[t][i]);
+      sum[t] = _mm_add_ss(sum[t], _mm_mul_ss(_mm_mul_ss(_mm_set_ss(f16(b + 208)), dx),
+                                             _mm_cvtsi32_ss(dx, hsum_i32(isum[t]) - 32 * corr)));
+    }
   }
-  return _mm_cvtss_f32(sum);
+  for (int t = 0; t < T; ++t) out[t] = _mm_cvtss_f32(sum[t]);
+}
+
+// Row r against T tokens from t: the type's kernel.
+template <int T>
+QF_AVX2_TARGET void row_tokens(GgmlType type, const uint8_t* row, int64_t cols,
+                               const GgmlActivations& a, int64_t t, float* out) {
+  const int8_t* q[T];
+  const float* d[T];
+  const int16_t* bs[T];
+  for (int k = 0; k < T; ++k) {
+    q[k] = a.q.data() + (t + k) * a.padded;
+    d[k] = a.d.data() + (t + k) * a.d_stride();
+    bs[k] = type == GgmlType::Q4_K || type == GgmlType::Q6_K
+                ? a.bsums.data() + (t + k) * a.padded / 16
+                : nullptr;
+  }
+  if (type == GgmlType::Q4_K) row_q4_k<T>(row, cols, q, d, bs, out);
+  else if (type == GgmlType::Q6_K) row_q6_k<T>(row, cols, q, d, bs, out);
+  else row_q8_0_act<T>(type, row, cols, q, d, out);
 }
 
 }  // namespace
@@ -254,33 +294,18 @@ void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
   const uint64_t row_bytes = uint64_t(w.cols / info.block_size) * uint64_t(info.block_bytes);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const GgmlType type = GgmlType(w.ggml_type);
-  auto q = [&](int64_t t) { return a.q.data() + t * a.padded; };
-  auto d = [&](int64_t t) { return a.d.data() + t * a.d_stride(); };
-  const bool k_quant = type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+  // Each weight block decoded once for 4 tokens, the rest one at a time.
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = data + uint64_t(r) * row_bytes;
     int64_t t = t0;
-    // The Q8_0-activation types decode each weight block once for 4 tokens.
-    if (!k_quant)
-      for (; t + 4 <= t1; t += 4) {
-        const int8_t* qs[4] = {q(t), q(t + 1), q(t + 2), q(t + 3)};
-        const float* ds[4] = {d(t), d(t + 1), d(t + 2), d(t + 3)};
-        float v[4];
-        row_q8_0_act<4>(type, row, w.cols, qs, ds, v);
-        for (int k = 0; k < 4; ++k) y[(t + k) * w.rows + r] = v[k] * factor;
-      }
+    float v[4];
+    for (; t + 4 <= t1; t += 4) {
+      row_tokens<4>(type, row, w.cols, a, t, v);
+      for (int k = 0; k < 4; ++k) y[(t + k) * w.rows + r] = v[k] * factor;
+    }
     for (; t < t1; ++t) {
-      float v;
-      if (type == GgmlType::Q4_K) {
-        v = row_q4_k(row, w.cols, q(t), d(t), a.bsums.data() + t * a.padded / 16);
-      } else if (type == GgmlType::Q6_K) {
-        v = row_q6_k(row, w.cols, q(t), d(t), a.bsums.data() + t * a.padded / 16);
-      } else {
-        const int8_t* qs[1] = {q(t)};
-        const float* ds[1] = {d(t)};
-        row_q8_0_act<1>(type, row, w.cols, qs, ds, &v);
-      }
-      y[t * w.rows + r] = v * factor;
+      row_tokens<1>(type, row, w.cols, a, t, v);
+      y[t * w.rows + r] = v[0] * factor;
     }
   }
 }
