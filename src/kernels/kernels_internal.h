@@ -74,6 +74,9 @@ void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scale
 // matrix-matrix kernel's panel packing would cost more than the products.
 bool use_int8_matvec(const LinearWeight& w);
 inline constexpr int64_t kSmallBatchTokens = 8;
+// Whether linear_forward of `tokens` tokens of w in `mode` takes the int8-activation products:
+// fast mode, up to kSmallBatchTokens tokens, use_int8_matvec(w).
+bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode);
 bool cpu_has_avx512vnni();
 // AVX2 with FMA and F16C (the AVX2 kernels of matvec_q4_avx2.cpp and matvec_ggml_avx2.cpp).
 bool cpu_has_avx2();
@@ -108,9 +111,6 @@ void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, int6
 // (matmul_bf16_avx512bf16.cpp); a fast-mode linear_forward uses it when use_bf16_matmul(w).
 bool cpu_has_avx512bf16();
 bool use_bf16_matmul(const LinearWeight& w);
-// Whether linear_forward of `tokens` tokens of w in `mode` takes the int8-activation products:
-// fast mode, up to kSmallBatchTokens tokens, use_int8_matvec(w).
-bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode);
 void matmul_bf16_avx512bf16(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                             ThreadPool* pool);
 

@@ -290,7 +290,7 @@ QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
                                   : _mm256_srli_epi32(_mm256_slli_epi32(lanes, 2),
                                                       __builtin_ctzll(uint64_t(group)));
   const __m256i smask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(32 / group)), lanes);
-  const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  const __m256i eight = _mm256_set1_epi8(8);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2 * P * T];
   for (int i = 0; i < 2 * P * T; ++i) acc[i] = _mm256_setzero_ps();
@@ -313,9 +313,10 @@ QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
             valid == 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
                         : _mm256_maskload_epi32(reinterpret_cast<const int*>(p), vmask);
         // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
-        const __m256i lo = _mm256_xor_si256(_mm256_and_si256(wb, low), eight);
-        const __m256i hi =
-            _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(wb, 4), low), eight);
+        __m256i lo, hi;
+        decode_nibbles<false>(wb, lo, hi);
+        lo = _mm256_xor_si256(lo, eight);
+        hi = _mm256_xor_si256(hi, eight);
         __m256 sa, sb;
         const float* s0 = scales + r * groups + e0 / group;
         const float* s1 = s0 + groups;
