@@ -271,89 +271,127 @@ void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, Thread
   });
 }
 
+// One 32-column half of P row pairs against T tokens: wb[i] the half's 32 bytes of pair i
+// (low nibble: the even row) XORed with 0x88 (nibble ^ 8 is q + 8), sa[i] / sb[i] the per-lane
+// scales of its even / odd row, xq / xb / xs the tokens' activation bytes, lane biases and lane
+// scales at the half. Lane l covers columns 4l .. 4l+3; acc[(2i + b) * T + t].
+template <int P, int T>
+QF_AVX2_TARGET inline void row_pairs_half(const __m256i* wb, const __m256* sa, const __m256* sb,
+                                          const int8_t* const* xq, const int32_t* const* xb,
+                                          const float* const* xs, __m256* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+  for (int i = 0; i < P; ++i) {
+    __m256i lo, hi;
+    decode_nibbles<false>(wb[i], lo, hi);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t]));
+      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[t]));
+      const __m256 s = _mm256_loadu_ps(xs[t]);
+      const __m256i da =
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones), bias);
+      const __m256i db =
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), ones), bias);
+      __m256& a0 = acc[2 * i * T + t];
+      __m256& a1 = acc[(2 * i + 1) * T + t];
+      a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(da), _mm256_mul_ps(sa[i], s), a0);
+      a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(db), _mm256_mul_ps(sb[i], s), a1);
+    }
+  }
+}
+
 // Rows r0 .. r0+2P of the row-pair INT4 layout against T tokens (quantize_x_natural, qx[t]):
-// a 32-byte load holds 32 columns of two rows (low nibble: the even row), decoded once for the T
-// tokens; nibble ^ 8 is q + 8. Lane l of a 32-column half covers its columns 4l .. 4l+3, each
-// within one group (group % 4 == 0, dividing 64 or a multiple of it). The last chunk may hold 16
-// or 48 columns: bytes past them are not read, and their lanes' scales are 0. Outputs
-// y[t * y_stride + i] for row r0 + i; each (row, token)'s arithmetic is the same for any T.
+// a 32-byte load holds 32 columns of two rows, decoded once for the T tokens (row_pairs_half).
+// Each lane's columns lie within one group (group % 4 == 0, dividing 64 or a multiple of it).
+// Whole halves run in a loop with the pointers and the group index kept in registers (group a
+// multiple of 32: one scale per row and half; smaller groups: a scale per lane by a permute);
+// the last half may hold 16 columns: bytes past them are not read, and their lanes' scales are
+// 0. Outputs y[t * y_stride + i] for row r0 + i; each (row, token)'s arithmetic is the same for
+// any T.
 template <int P, int T>
 QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int64_t group,
                                   int64_t r0, int64_t cols, int64_t ahead, const QuantizedX* qx,
                                   float* y, int64_t y_stride) {
-  constexpr int64_t kNat = 64;
   const int64_t groups = cols / group;
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   // Lane l -> group (e0 + 4l) / group - e0 / group for a half starting at e0, and the half's
   // groups to load (group < 32).
+  const int shift = __builtin_ctzll(uint64_t(group));
   const __m256i idx = group >= 32 ? _mm256_setzero_si256()
-                                  : _mm256_srli_epi32(_mm256_slli_epi32(lanes, 2),
-                                                      __builtin_ctzll(uint64_t(group)));
+                                  : _mm256_srli_epi32(_mm256_slli_epi32(lanes, 2), shift);
   const __m256i smask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(32 / group)), lanes);
-  const __m256i eight = _mm256_set1_epi8(8);
-  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i flip = _mm256_set1_epi8(int8_t(0x88));
+  const uint8_t* rp[P];
+  const float* sr[2 * P];
+  for (int i = 0; i < P; ++i) {
+    rp[i] = data + ((r0 + 2 * i) / 2) * cols;
+    sr[2 * i] = scales + (r0 + 2 * i) * groups;
+    sr[2 * i + 1] = sr[2 * i] + groups;
+  }
+  const int8_t* xq[T];
+  const int32_t* xb[T];
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) {
+    xq[t] = qx[t].q.data();
+    xb[t] = qx[t].lane_bias.data();
+    xs[t] = qx[t].lane_scale.data();
+  }
   __m256 acc[2 * P * T];
   for (int i = 0; i < 2 * P * T; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < qx[0].chunks; ++c) {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const int64_t e0 = c * kNat + 32 * h;
-      const int64_t valid = std::clamp<int64_t>(cols - e0, 0, 32);
-      if (valid == 0) break;
-      const __m256i vmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(valid / 4)), lanes);
-#pragma GCC unroll 2
+  __m256i wb[P];
+  __m256 sa[P], sb[P];
+  const int64_t full = cols / 32;
+  int64_t g = 0, next = group;  // the group of column e0 (group >= 32), and where it ends
+  for (int64_t k = 0; k < full; ++k) {
+    const int64_t e0 = 32 * k;
+    for (int i = 0; i < P; ++i) {
+      if (k % 2 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(rp[i] + e0) + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rp[i] + e0) + ahead, _MM_HINT_T1);
+      }
+      wb[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[i] + e0)),
+                               flip);
+    }
+    if (group >= 32) {
+      if (e0 == next) {
+        ++g;
+        next += group;
+      }
       for (int i = 0; i < P; ++i) {
-        const int64_t r = r0 + 2 * i;
-        const uint8_t* p = data + (r / 2) * cols + e0;
-        if (h == 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
-        }
-        const __m256i wb =
-            valid == 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
-                        : _mm256_maskload_epi32(reinterpret_cast<const int*>(p), vmask);
-        // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
-        __m256i lo, hi;
-        decode_nibbles<false>(wb, lo, hi);
-        lo = _mm256_xor_si256(lo, eight);
-        hi = _mm256_xor_si256(hi, eight);
-        __m256 sa, sb;
-        const float* s0 = scales + r * groups + e0 / group;
-        const float* s1 = s0 + groups;
-        if (valid < 32) {
-          alignas(32) float a[8], b[8];
-          for (int l = 0; l < 8; ++l) {
-            const bool in = 4 * l < valid;
-            a[l] = in ? scales[r * groups + (e0 + 4 * l) / group] : 0.f;
-            b[l] = in ? scales[(r + 1) * groups + (e0 + 4 * l) / group] : 0.f;
-          }
-          sa = _mm256_load_ps(a);
-          sb = _mm256_load_ps(b);
-        } else if (group >= 32) {
-          sa = _mm256_set1_ps(*s0);
-          sb = _mm256_set1_ps(*s1);
-        } else {
-          sa = _mm256_permutevar8x32_ps(_mm256_maskload_ps(s0, smask), idx);
-          sb = _mm256_permutevar8x32_ps(_mm256_maskload_ps(s1, smask), idx);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-          const __m256i xq =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx[t].q.data() + e0));
-          const __m256i bias = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(qx[t].lane_bias.data() + e0 / 4));
-          const __m256 xs = _mm256_loadu_ps(qx[t].lane_scale.data() + e0 / 4);
-          const __m256i da =
-              _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xq), ones), bias);
-          const __m256i db =
-              _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(hi, xq), ones), bias);
-          __m256& a0 = acc[2 * i * T + t];
-          __m256& a1 = acc[(2 * i + 1) * T + t];
-          a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(da), _mm256_mul_ps(sa, xs), a0);
-          a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(db), _mm256_mul_ps(sb, xs), a1);
-        }
+        sa[i] = _mm256_broadcast_ss(sr[2 * i] + g);
+        sb[i] = _mm256_broadcast_ss(sr[2 * i + 1] + g);
+      }
+    } else {
+      for (int i = 0; i < P; ++i) {
+        sa[i] = _mm256_permutevar8x32_ps(_mm256_maskload_ps(sr[2 * i] + (e0 >> shift), smask), idx);
+        sb[i] = _mm256_permutevar8x32_ps(
+            _mm256_maskload_ps(sr[2 * i + 1] + (e0 >> shift), smask), idx);
       }
     }
+    row_pairs_half<P, T>(wb, sa, sb, xq, xb, xs, acc);
+    for (int t = 0; t < T; ++t) {
+      xq[t] += 32;
+      xb[t] += 8;
+      xs[t] += 8;
+    }
+  }
+  if (const int64_t e0 = full * 32, valid = cols - e0; valid > 0) {
+    // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
+    const __m256i vmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(valid / 4)), lanes);
+    for (int i = 0; i < P; ++i) {
+      wb[i] = _mm256_xor_si256(_mm256_maskload_epi32(reinterpret_cast<const int*>(rp[i] + e0), vmask),
+                               flip);
+      alignas(32) float a[8], b[8];
+      for (int l = 0; l < 8; ++l) {
+        const bool in = 4 * l < valid;
+        a[l] = in ? sr[2 * i][(e0 + 4 * l) / group] : 0.f;
+        b[l] = in ? sr[2 * i + 1][(e0 + 4 * l) / group] : 0.f;
+      }
+      sa[i] = _mm256_load_ps(a);
+      sb[i] = _mm256_load_ps(b);
+    }
+    row_pairs_half<P, T>(wb, sa, sb, xq, xb, xs, acc);
   }
   for (int i = 0; i < 2 * P; ++i)
     for (int t = 0; t < T; ++t) y[t * y_stride + i] = hsum(acc[i * T + t]);
