@@ -345,6 +345,8 @@ void KernelMatVecBf16Transposed(benchmark::State& s) {
 void KernelMatVecInt4(benchmark::State& s) { MatVec(s, WeightFormat::int4_row_pairs); }
 void KernelMatVecMxfp4(benchmark::State& s) { MatVec(s, WeightFormat::mxfp4); }
 void KernelMatVecNvfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::nvfp4); }
+void KernelMatVecMxfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::mxfp4); }
+void KernelMatVecInt4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::int4_row_pairs); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4Precise(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4, true); }
@@ -361,6 +363,8 @@ BENCHMARK(KernelMatVecBf16Transposed)->Args({2, 0})->Args({2, 1})->UseRealTime()
 BENCHMARK(KernelMatVecInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);
+BENCHMARK(KernelMatVecMxfp4Cached)->MinTime(0.5);
+BENCHMARK(KernelMatVecInt4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelGgmlMatVecQ4_0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelGgmlMatVecQ8_0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
