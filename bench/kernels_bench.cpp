@@ -90,7 +90,8 @@ std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_
     s->block_scales.assign(n / 32, uint8_t(120));
     fill_random(s->data.data(), s->data.size(), seed);
     s->w.block_scales = s->block_scales.data();
-  } else if (f == WeightFormat::int4_row_pairs) {  // ModelOpt W4A16_AWQ, group 128
+  } else if (f == WeightFormat::int4_row_pairs || f == WeightFormat::int4_packed32) {
+    // ModelOpt W4A16_AWQ (row pairs) or compressed-tensors pack-quantized (words), group 128
     s->data.resize(n / 2);
     fill_random(s->data.data(), s->data.size(), seed);
     s->w.group = 128;
@@ -347,6 +348,8 @@ void KernelMatVecMxfp4(benchmark::State& s) { MatVec(s, WeightFormat::mxfp4); }
 void KernelMatVecNvfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::nvfp4); }
 void KernelMatVecMxfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::mxfp4); }
 void KernelMatVecInt4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::int4_row_pairs); }
+void KernelMatVecInt4Words(benchmark::State& s) { MatVec(s, WeightFormat::int4_packed32); }
+void KernelMatVecInt4WordsCached(benchmark::State& s) { MatVecCached(s, WeightFormat::int4_packed32); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4Precise(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4, true); }
@@ -365,6 +368,8 @@ BENCHMARK(KernelMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecMxfp4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecInt4Cached)->MinTime(0.5);
+BENCHMARK(KernelMatVecInt4Words)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecInt4WordsCached)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelGgmlMatVecQ4_0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelGgmlMatVecQ8_0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
