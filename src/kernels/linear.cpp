@@ -201,7 +201,10 @@ bool use_int8_matvec(const LinearWeight& w) {
 }
 
 bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode) {
-  return mode == KernelMode::fast && tokens <= kSmallBatchTokens && use_int8_matvec(w);
+  if (mode != KernelMode::fast || !use_int8_matvec(w)) return false;
+  if (tokens <= kSmallBatchTokens) return true;
+  if (use_bf16_matmul(w) || cpu_has_avx512vnni()) return false;
+  return w.format != WeightFormat::int4_row_pairs || tokens <= kRowPairInt8PrefillTokens;
 }
 
 bool use_bf16_matmul(const LinearWeight& w) {

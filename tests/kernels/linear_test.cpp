@@ -447,27 +447,35 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
   }
 }
 
-// Fast mode on a few tokens (batched decode): the weights read once per token group (8, 4, 2,
-// 1; row-pair INT4 on AVX2: 4, 1). 4-bit int8-activation products (AVX-512 VNNI or AVX2) give
-// each token exactly what it gets alone; where neither runs a 4-bit product of several tokens
-// takes the decoded float tiles and one token the float matrix-vector kernel (another summation
-// order: within float rounding); F32 weights sum in another order (within float rounding),
-// BF16 ones take BF16 activations (within their rounding, 2^-9 relative).
+// Fast mode on several tokens (batched decode, and prefill where the AVX2 int8 kernels take it:
+// takes_int8_activations): the weights read once per token group (8, 4, 2, 1; row-pair INT4 on
+// AVX2: 4, 1). 4-bit int8-activation products (AVX-512 VNNI or AVX2) give each token exactly
+// what it gets alone; elsewhere a 4-bit product of several tokens takes the decoded float tiles
+// (or the BF16 matrix-matrix kernels) and one token the float matrix-vector kernel (another
+// summation order: within float rounding); F32 weights sum in another order (within float
+// rounding), BF16 ones take BF16 activations (within their rounding, 2^-9 relative).
 TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
   ThreadPool two(2);
   const int64_t rows = 70, cols = 512;
   for (WeightFormat f : {WeightFormat::nvfp4, WeightFormat::mxfp4, WeightFormat::int4_packed32,
                          WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32}) {
     auto t = make_weight(f, rows, cols);
-    for (int64_t tokens : {2, 3, 7, 8}) {
+    for (int64_t tokens : {int64_t(2), int64_t(3), int64_t(7), int64_t(8), int64_t(9), int64_t(64),
+                           kernels::kRowPairInt8PrefillTokens + 1}) {
       const auto x = random_vector(size_t(tokens * cols), 5);
       std::vector<float> y(size_t(tokens * rows)), one(static_cast<size_t>(rows));
       linear_forward(t->w, x.data(), tokens, y.data(), &two, KernelMode::fast);
+      // Past kRowPairInt8PrefillTokens the row-pair layout's prefill leaves the int8 kernels
+      // that one token takes: the token alone in exact mode is then its float counterpart.
+      const bool int8 = kernels::takes_int8_activations(t->w, tokens, KernelMode::fast);
+      const KernelMode alone =
+          int8 == kernels::takes_int8_activations(t->w, 1, KernelMode::fast) ? KernelMode::fast
+                                                                               : KernelMode::exact;
       for (int64_t k = 0; k < tokens; ++k) {
-        linear_forward(t->w, x.data() + k * cols, 1, one.data(), &two, KernelMode::fast);
+        linear_forward(t->w, x.data() + k * cols, 1, one.data(), &two, alone);
         for (int64_t r = 0; r < rows; ++r) {
           const float got = y[size_t(k * rows + r)], want = one[size_t(r)];
-          if (!kernels::takes_int8_activations(t->w, tokens, KernelMode::fast))
+          if (!int8)
             ASSERT_NEAR(got, want, (f == WeightFormat::bf16 ? 1e-2f : 1e-5f) * (1.f + std::fabs(want)))
                 << weight_format_name(f) << " tokens " << tokens << " token " << k << " row " << r;
           else
