@@ -9,8 +9,9 @@ void add_kernels_option(CLI::App* cmd, KernelMode& mode) {
       "--kernels",
       [&mode](const std::string& v) { mode = *parse_kernel_mode(v); },
       "Linear products: exact (float32 activations and accumulation: the checkpoint's own math) "
-      "or fast (int8 activations in 4-bit decode products on CPUs with AVX2 or AVX-512 VNNI, BF16 "
-      "activations in prefill on CPUs with AVX-512 BF16; see README \"Exact and fast kernels\")");
+      "or fast (int8 activations in 4-bit decode products on CPUs with AVX2 or AVX-512 VNNI, and "
+      "in 4-bit prefill on CPUs with AVX2 but no AVX-512 VNNI or BF16; BF16 activations in "
+      "prefill on CPUs with AVX-512 BF16; see README \"Exact and fast kernels\")");
   opt->check(name_choice("kernels", {"exact", "fast"}));
   opt->default_str(std::string(kernel_mode_name(mode)));
 }
