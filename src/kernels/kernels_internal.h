@@ -79,10 +79,9 @@ inline constexpr int64_t kSmallBatchTokens = 8;
 // a CPU that runs the AVX2 int8 kernels (no AVX-512 VNNI, no BF16 matrix-matrix kernels), where
 // the float path would decode every weight to float32 tiles: there the int8 kernels, reading
 // each 4-bit chunk once per group of 8 tokens (row-pair INT4: 4), were faster at every prompt
-// length measured
-// (AVX2, llama-1b, 2 threads: NVFP4 16 tokens 21.6 -> 50.9 tok/s, 64: 31 -> 80, 512: 70 ->
-// 84), except the row-pair INT4 layout beyond kRowPairInt8PrefillTokens (its 4-token groups
-// cost twice NVFP4's per token: 128 tokens 32 vs 34 tok/s, 512: 39 vs 63).
+// length measured (AVX2, llama-1b, 2 threads: NVFP4 16 tokens 21.6 -> 50.9 tok/s, 64: 31 ->
+// 80, 512: 70 -> 84), except the row-pair INT4 layout beyond kRowPairInt8PrefillTokens (its
+// 4-token groups cost twice NVFP4's per token: 128 tokens 32 vs 34 tok/s, 512: 39 vs 63).
 bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode);
 inline constexpr int64_t kRowPairInt8PrefillTokens = 128;
 bool cpu_has_avx512vnni();

@@ -364,7 +364,8 @@ QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
       }
     } else {
       for (int i = 0; i < P; ++i) {
-        sa[i] = _mm256_permutevar8x32_ps(_mm256_maskload_ps(sr[2 * i] + (e0 >> shift), smask), idx);
+        sa[i] = _mm256_permutevar8x32_ps(
+            _mm256_maskload_ps(sr[2 * i] + (e0 >> shift), smask), idx);
         sb[i] = _mm256_permutevar8x32_ps(
             _mm256_maskload_ps(sr[2 * i + 1] + (e0 >> shift), smask), idx);
       }
@@ -380,8 +381,8 @@ QF_AVX2_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int6
     // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
     const __m256i vmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(valid / 4)), lanes);
     for (int i = 0; i < P; ++i) {
-      wb[i] = _mm256_xor_si256(_mm256_maskload_epi32(reinterpret_cast<const int*>(rp[i] + e0), vmask),
-                               flip);
+      wb[i] = _mm256_xor_si256(
+          _mm256_maskload_epi32(reinterpret_cast<const int*>(rp[i] + e0), vmask), flip);
       alignas(32) float a[8], b[8];
       for (int l = 0; l < 8; ++l) {
         const bool in = 4 * l < valid;
