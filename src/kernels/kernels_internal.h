@@ -81,9 +81,10 @@ inline constexpr int64_t kSmallBatchTokens = 8;
 // each 4-bit chunk once per group of 8 tokens (row-pair INT4: 4), were faster at every prompt
 // length measured (AVX2, llama-1b, 2 threads: NVFP4 16 tokens 21.6 -> 50.9 tok/s, 64: 31 ->
 // 80, 512: 70 -> 84), except the row-pair INT4 layout beyond kRowPairInt8PrefillTokens (its
-// 4-token groups cost twice NVFP4's per token: 128 tokens 32 vs 34 tok/s, 512: 39 vs 63).
+// 4-token groups cost twice NVFP4's per token; tiles vs int8 kernels: 16 tokens 33 vs 39 tok/s,
+// 32: 47 vs 40, 64: 63 vs 39).
 bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode);
-inline constexpr int64_t kRowPairInt8PrefillTokens = 128;
+inline constexpr int64_t kRowPairInt8PrefillTokens = 24;
 bool cpu_has_avx512vnni();
 // AVX2 with FMA and F16C (the AVX2 kernels of matvec_q4_avx2.cpp and matvec_ggml_avx2.cpp).
 bool cpu_has_avx2();
