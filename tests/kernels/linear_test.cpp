@@ -208,8 +208,9 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
     linear_reference(t->w, x.data(), tokens, ref.data());
     linear_forward(t->w, x.data(), tokens, y1.data(), &one, KernelMode::fast);
     linear_forward(t->w, x.data(), tokens, y2.data(), &two, KernelMode::fast);
-    // Which fast path linear_forward takes (kernels/linear.cpp): up to 8 tokens the int8 path;
-    // else BF16 activations where the BF16 kernels take the weight (a few tokens of BF16
+    // Which fast path linear_forward takes (kernels/linear.cpp): the int8 path where
+    // takes_int8_activations holds (up to 8 tokens; on AVX2-only CPUs 4-bit prefill too); else
+    // BF16 activations where the BF16 kernels take the weight (a few tokens of BF16
     // weights stream once on vdpbf16ps, more take the matrix product), float ones otherwise.
     if (kernels::takes_int8_activations(t->w, tokens, KernelMode::fast)) {
       // Each token as alone: its activation quantized to int8 per 16 elements.
