@@ -62,7 +62,7 @@ namespace {
 enum class Route {
   transposed_stream,  // a few tokens over a transposed float weight: its stored rows streamed
   ggml_int8,          // GGUF blocks in fast mode: llama.cpp's arithmetic
-  int8_matvec,        // up to kSmallBatchTokens tokens, int8 activations (VNNI / AVX2)
+  int8_matvec,        // 4-bit, int8 activations (VNNI / AVX2): takes_int8_activations
   float_tokens,       // a few tokens over F32/F16/BF16 rows: streamed once
   amx,                // BF16 matrix-matrix on AMX tiles
   avx512bf16,         // BF16 matrix-matrix on vdpbf16ps

@@ -65,7 +65,9 @@ int weight_block(const LinearWeight& w);
 //  exact: float32 activations and float32 accumulation of the dequantized weights everywhere;
 //         the result is the float model of the checkpoint (what evaluation and calibration use).
 //  fast:  on CPUs that have them, products of up to 8 tokens (decode, batched decode) of
-//         NVFP4, MXFP4 and INT4 weights quantize each activation to int8 per 16 elements
+//         NVFP4, MXFP4 and INT4 weights, and on CPUs with AVX2 but neither AVX-512 VNNI nor
+//         BF16 their prefill too (ModelOpt's row-pair INT4 up to 24 tokens; see
+//         kernels::takes_int8_activations), quantize each activation to int8 per 16 elements
 //         (scale = amax / 127) and use integer dot products (AVX-512 VNNI, else AVX2; about
 //         3-4x faster; relative activation error below 1/254 of each block's largest element;
 //         a token's result does not depend on the others), F32/F16 weights of 2-8 tokens stream once with float

@@ -192,15 +192,15 @@ void int4_row_pairs_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t 
 void int4_packed32_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                         float* out, int64_t ld) {
   const int64_t groups = w.cols / w.group;
+  const bool whole_words = w.group % 8 == 0 && nc % 8 == 0;  // each word's 8 codes, one scale
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t row = r0 + r;
     const auto* words = static_cast<const uint32_t*>(w.data) + row * (w.cols / 8) + c0 / 8;
-    if (w.group % 8 != 0 || nc % 8 != 0) {
+    if (!whole_words) {
       int4_tile(w, row, c0, nc, out + r * ld,
                 [&](int64_t c) { return int((words[c / 8] >> (4 * (c % 8))) & 0xF) - 8; });
       continue;
     }
-    // Each word's 8 codes share a scale.
     const float* sc = w.scales + row * groups;
     float* o = out + r * ld;
     for (int64_t k = 0; k < nc / 8; ++k) {

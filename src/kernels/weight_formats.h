@@ -12,7 +12,8 @@
 namespace qf::kernels {
 
 using MatVecFn = void (*)(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
-// x [tokens, cols] -> y [tokens, rows], the weights read once for up to kSmallBatchTokens (8) tokens.
+// x [tokens, cols] -> y [tokens, rows] for any token count, the weights read once per group of
+// up to 8 tokens.
 using MatVecTokensFn = void (*)(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                                 ThreadPool* pool);
 
