@@ -310,6 +310,41 @@ void MatMulLayerLlama1b(benchmark::State& state, WeightFormat f) {
       benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
+// One Llama-3.2-1B decoder layer's Linear products for one token (q, k, v, o, gate, up, down,
+// in the model's order), over enough copies of the layer to stream from memory: what whole-model
+// decode runs, next to the single 4096 x 14336 product (short rows, small k/v matrices, seven
+// pool dispatches per layer). GB/s of weight bytes, to compare with KernelStreamRead.
+void MatVecLayerLlama1b(benchmark::State& state, WeightFormat f) {
+  const int64_t hidden = 2048, kv = 512, inter = 8192;
+  const std::pair<int64_t, int64_t> shapes[] = {{hidden, hidden}, {kv, hidden},    {kv, hidden},
+                                                {hidden, hidden}, {inter, hidden}, {inter, hidden},
+                                                {hidden, inter}};
+  std::vector<std::vector<std::unique_ptr<Stored>>> layers;
+  uint64_t total = 0;
+  while (total < kRotateBytes) {
+    layers.emplace_back();
+    for (const auto& [rows, cols] : shapes) {
+      layers.back().push_back(make(f, rows, cols, 1 + 7 * layers.size() + layers.back().size()));
+      total += layers.back().back()->w.stored_bytes();
+    }
+  }
+  ThreadPool pool(int(state.range(0)));
+  const auto x = activation(inter);
+  std::vector<float> y(static_cast<size_t>(inter));
+  size_t l = 0;
+  uint64_t bytes = 0;
+  for (auto _ : state) {
+    for (const auto& s : layers[l]) {
+      linear_forward(s->w, x.data(), 1, y.data(), &pool, KernelMode::fast);
+      bytes += s->w.stored_bytes();
+    }
+    benchmark::DoNotOptimize(y.data());
+    l = (l + 1) % layers.size();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["copies"] = double(layers.size());
+}
+
 void KernelGgmlMatVecQ4_0(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q4_0); }
 void KernelGgmlMatVecQ8_0(benchmark::State& s) { GgmlMatVec(s, GgmlType::Q8_0); }
 void KernelGgmlMatVecMxfp4(benchmark::State& s) { GgmlMatVec(s, GgmlType::MXFP4); }
@@ -354,6 +389,8 @@ void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4Precise(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4, true); }
 void KernelMatMulBf16Precise(benchmark::State& s) { MatMul(s, WeightFormat::bf16, true); }
+void KernelMatVecLayerLlama1bNvfp4(benchmark::State& s) { MatVecLayerLlama1b(s, WeightFormat::nvfp4); }
+void KernelMatVecLayerLlama1bBf16(benchmark::State& s) { MatVecLayerLlama1b(s, WeightFormat::bf16); }
 void KernelMatMulLayerLlama1bBf16(benchmark::State& s) { MatMulLayerLlama1b(s, WeightFormat::bf16); }
 void KernelMatMulLayerLlama1bNvfp4(benchmark::State& s) { MatMulLayerLlama1b(s, WeightFormat::nvfp4); }
 
@@ -371,6 +408,8 @@ BENCHMARK(KernelMatVecInt4Cached)->MinTime(0.5);
 BENCHMARK(KernelMatVecInt4Words)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecInt4WordsCached)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecLayerLlama1bNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK(KernelMatVecLayerLlama1bBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelGgmlMatVecQ4_0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelGgmlMatVecQ8_0)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelGgmlMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);

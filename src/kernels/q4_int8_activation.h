@@ -63,7 +63,8 @@ struct TokenGroup {
 std::vector<TokenGroup> quantize_token_groups(const float* x, int64_t tokens, int64_t cols,
                                               int offset);
 
-// Software prefetch. Rows are processed 4 at a time, and 4 rows are contiguous in memory: while
+// Software prefetch. Rows are processed 4 at a time (rows of at most 2 KB one at a time for one
+// token: matvec_q4_avx2.cpp), and 4 rows are contiguous in memory: while
 // a block of rows is read, the same columns of a later block (whole blocks, at least 8 KB ahead)
 // are prefetched to L2, so the loads see one sequential stream well ahead; and 8 lines ahead in
 // each row to L1. The hardware prefetchers alone left the 4 interleaved row streams well short

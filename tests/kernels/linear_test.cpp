@@ -659,7 +659,8 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
 // The AVX2 int8-activation kernels, called directly so that CPUs with AVX-512 VNNI (where
 // linear_forward takes the VNNI ones) test them too: each token within float summation error of
 // the int8 reference, a token's result the same bits alone or in a batch of any size (groups of
-// 8, 4, 2, 1), whole chunks and tails, every INT4 group size the kernel takes.
+// 8, 4, 2, 1), whole chunks and tails, every INT4 group size the kernel takes, rows of up to
+// 2 KB (one at a time alone) and longer (4 at a time).
 TEST(KernelLinear, Int8ActivationAvx2MatchesReference) {
   if (!kernels::cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
   ThreadPool two(2);
@@ -667,7 +668,9 @@ TEST(KernelLinear, Int8ActivationAvx2MatchesReference) {
                         Case{WeightFormat::nvfp4, 13, 4096 + 48, 0},
                         Case{WeightFormat::mxfp4, 65, 256, 0}, Case{WeightFormat::mxfp4, 8, 96, 0},
                         Case{WeightFormat::mxfp4, 6, 32, 0},
+                        Case{WeightFormat::mxfp4, 9, 4096 + 64, 0},
                         Case{WeightFormat::int4_packed32, 65, 256, 32},
+                        Case{WeightFormat::int4_packed32, 9, 4096 + 64, 32},
                         Case{WeightFormat::int4_packed32, 5, 64, 8},
                         Case{WeightFormat::int4_packed32, 6, 208, 8},
                         Case{WeightFormat::int4_packed32, 7, 336, 16},
