@@ -254,15 +254,16 @@ void row_range(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0
 
 // x [tokens, cols] -> y [tokens, rows]; the row tasks read the weights once per token group.
 // R x T accumulators stay within the 16 YMM registers with the decoded weights.
-// One token reads rows of at most kShortRowBytes (up to 4096 columns: Llama-3.2-1B's every
-// product but down_proj, and its head) one at a time: 4 such rows are 4 streams inside one or two
-// 4 KB pages, which this Zen 3 VM's prefetchers followed poorly. One thread, 32 MB NVFP4
-// matrices from memory, medians of 5 alternating runs, GB/s, 4 rows -> 1 row at a time:
-// 2048 columns 7.7 -> 11.6, 4096 10.2 -> 11.5; longer rows keep 4 (8192: 12.4 against 10.2,
-// 14336: 12.2 against 11.5), where each row is its own page stream and x is loaded once per 4.
-// A Llama-1B layer's seven products (KernelMatVecLayerLlama1bNvfp4, medians of 4 alternating
-// runs) 8.7 -> 10.0 GB/s on one thread, 12.3 -> 16.8 on two. Each row's arithmetic is the same
-// either way (the same bits).
+// Rows of at most kShortRowBytes (up to 4096 columns: Llama-3.2-1B's every product but
+// down_proj, and its head) are read one at a time for every token count: 4 such rows are 4
+// streams inside one or two 4 KB pages, which this Zen 3 VM's prefetchers followed poorly. One
+// thread, one token, 32 MB NVFP4 matrices from memory, medians of 5 alternating runs, GB/s, 4
+// rows -> 1 row at a time: 2048 columns 7.7 -> 11.6, 4096 10.2 -> 11.5. Longer rows keep 4
+// (8192: 12.4 against 10.2, 14336: 12.2 against 11.5): each row is its own page stream and x is
+// loaded once per 4. A Llama-1B layer's seven products (KernelMatVecLayerLlama1bNvfp4, medians
+// of 4 alternating runs) 8.7 -> 10.0 GB/s on one thread, 12.3 -> 16.8 on two; `bench --batch 4`
+// (2 rows at a time before) 42 -> 47 tok/s, `--batch 2` 32-38 -> 35-38. A row's arithmetic is
+// the same either way (the same bits).
 constexpr int64_t kShortRowBytes = 2048;
 template <bool kLut, class Scales>
 void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
@@ -270,17 +271,22 @@ void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, Thread
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = w.cols / 2, cols = w.cols, rows = w.rows;
   const int64_t ahead = prefetch_ahead_bytes(row_bytes);
+  const bool short_rows = row_bytes <= kShortRowBytes;
   run_row_tasks(w, x, tokens, y, pool, offset, factor,
                 [&](int64_t r0, int64_t r1, const TokenGroup& g, float* yt) {
     switch (g.size) {
       case 8: row_range<1, 8, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
-      case 4: row_range<2, 4, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
-      case 2: row_range<2, 2, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+      case 4:
+        if (short_rows) row_range<1, 4, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
+        else row_range<2, 4, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
+        break;
+      case 2:
+        if (short_rows) row_range<1, 2, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
+        else row_range<2, 2, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
+        break;
       default:
-        if (row_bytes <= kShortRowBytes)
-          row_range<1, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
-        else
-          row_range<4, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
+        if (short_rows) row_range<1, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
+        else row_range<4, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
         break;
     }
   });
