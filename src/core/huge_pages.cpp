@@ -15,6 +15,10 @@ constexpr size_t kHugePage = size_t(2) << 20;
 }
 
 std::shared_ptr<const void> copy_to_huge_pages(const void* src, size_t n) {
+  return fill_huge_pages(n, [&](void* dst) { std::memcpy(dst, src, n); });
+}
+
+std::shared_ptr<const void> fill_huge_pages(size_t n, const std::function<void(void*)>& fill) {
   if (n == 0) return nullptr;
   const size_t len = (n + kHugePage - 1) / kHugePage * kHugePage + kHugePage;  // + alignment slack
   void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -25,7 +29,7 @@ std::shared_ptr<const void> copy_to_huge_pages(const void* src, size_t n) {
 #ifdef MADV_HUGEPAGE
   madvise(a, used, MADV_HUGEPAGE);  // a hint: failure leaves ordinary pages
 #endif
-  std::memcpy(a, src, n);
+  fill(a);
   mprotect(a, used, PROT_READ);
   return std::shared_ptr<const void>(a, [m, len](const void*) { munmap(m, len); });
 }

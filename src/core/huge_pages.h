@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 namespace qf {
@@ -14,6 +15,8 @@ namespace qf {
 // (where the system grants none it is ordinary memory: the copy is correct either way). The
 // memory lives as long as the returned pointer. Throws qf::Error when the memory cannot be had.
 std::shared_ptr<const void> copy_to_huge_pages(const void* src, size_t n);
+// The same memory with its n bytes written by fill(dst): a layout conversion instead of a copy.
+std::shared_ptr<const void> fill_huge_pages(size_t n, const std::function<void(void*)>& fill);
 
 // Drops this process's pages wholly inside [p, p + n) of a read-only file mapping (they are
 // read from the file again if touched), so that a copy does not hold the memory twice. Only for

@@ -443,7 +443,8 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
 
 void ModelWeights::move_to_huge_pages(bool release_file_pages, uint64_t min_bytes) {
   auto move = [&](EngineLinear& L) {
-    if (L.w.transposed || !L.w.data) return;
+    // Repacked GGUF Q4_0 rows are already a copy on 2 MB pages (engine/gguf_weights.cpp).
+    if (L.w.transposed || !L.w.data || L.w.ggml_rows8) return;
     const uint64_t n = L.w.data_bytes();
     if (n < min_bytes) return;
     const void* from = L.w.data;

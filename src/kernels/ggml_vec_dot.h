@@ -44,6 +44,9 @@ struct GgmlActivations {
   std::vector<int8_t> q;        // [tokens, padded]
   std::vector<float> d;         // [tokens, padded / 32] (Q8_0) or [tokens, padded / 256] (Q8_K)
   std::vector<int16_t> bsums;   // Q8_K: [tokens, padded / 16]
+  // Q8_0 against repacked Q4_0 rows (LinearWeight::ggml_rows8): 8 x each 32-element block's sum
+  // of activation bytes (the Q4_0 offset's share), [tokens, padded / 32].
+  std::vector<int32_t> block_sum8;
   // For the Q8_0 SIMD kernels (ggml_prepare_simd): q in the kernel's element order, and per
   // 32-bit lane (16 per 128 or 64 activations, the kernel's chunk) -offset * the sum of the
   // lane's activation bytes (offset: what the kernel adds to the weights to make them unsigned)

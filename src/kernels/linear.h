@@ -50,6 +50,9 @@ struct LinearWeight {
   // stores its experts in), read in place by every product.
   bool transposed = false;
   uint32_t ggml_type = 0;                 // ggml: the GGUF type id (group = its block size)
+  // ggml Q4_0 only: `data` holds rows [0, rows / 8 * 8) repacked 8 at a time for the AVX2
+  // kernel (kernels/ggml_rows8.h), the rest as stored; every reader goes through it.
+  bool ggml_rows8 = false;
   std::shared_ptr<std::vector<float>> owned_scales;
 
   // Bytes a product reads from memory: the stored weights and their scales.

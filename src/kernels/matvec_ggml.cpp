@@ -1,6 +1,7 @@
 // GGUF weights in ggml blocks against activations quantized as ggml-cpu does (Q8_0 / Q8_K): the
 // activation quantizers, the scalar model of ggml's integer-sum arithmetic (also the portable
 // fallback), and the driver that splits rows over the pool and tiles tokens for prefill.
+#include "kernels/ggml_rows8.h"
 #include "kernels/ggml_vec_dot.h"
 
 #include "core/numeric.h"
@@ -247,7 +248,8 @@ void ggml_quantize_activations(GgmlActKind kind, const float* x, int64_t tokens,
 
 float ggml_vec_dot_scalar(const LinearWeight& w, int64_t row, const GgmlActivations& a,
                           int64_t token) {
-  const auto* b = static_cast<const uint8_t*>(w.data) + uint64_t(row) * row_stride(w);
+  thread_local std::vector<uint8_t> scratch;
+  const uint8_t* b = ggml_stored_row(w, row, scratch);
   const int8_t* q = a.q.data() + token * a.padded;
   const float* d = a.d.data() + token * a.d_stride();
   const int16_t* bs = a.kind == GgmlActKind::q8_k ? a.bsums.data() + token * a.padded / 16 : nullptr;
@@ -268,9 +270,17 @@ void matmul_ggml_int8(const LinearWeight& w, const float* x, int64_t tokens, flo
                       ThreadPool* pool) {
   GgmlActivations a;
   ggml_quantize_activations(ggml_act_kind(w), x, tokens, w.cols, a);
-  const bool simd = ggml_has_simd(w);
+  const bool simd = !w.ggml_rows8 && ggml_has_simd(w);
   if (simd) ggml_prepare_simd(w, a);
   const bool avx2 = !simd && ggml_has_avx2_kernel(w);
+  if (w.ggml_rows8) {
+    a.block_sum8.assign(size_t(tokens * a.d_stride()), 0);
+    for (int64_t i = 0; i < tokens * a.d_stride(); ++i) {
+      int32_t sum = 0;
+      for (int64_t j = 0; j < 32; ++j) sum += a.q[size_t(32 * i + j)];
+      a.block_sum8[size_t(i)] = 8 * sum;
+    }
+  }
   const float factor = w.global_scale;
   // Tasks of about 512 KB of weights (a long sequential stream per task, see
   // matvec_q4_avx512vnni.cpp), their count a multiple of the pool's size so that no core idles
@@ -280,7 +290,9 @@ void matmul_ggml_int8(const LinearWeight& w, const float* x, int64_t tokens, flo
   const uint64_t bytes = row_stride(w) * uint64_t(w.rows);
   const int64_t per_thread = std::max<int64_t>(1, int64_t(bytes / (uint64_t(threads) << 19)));
   const int64_t tasks = std::min<int64_t>(threads * per_thread, std::max<int64_t>(1, w.rows / 4));
-  const int64_t rows_per_task = ((w.rows + tasks - 1) / tasks + 3) / 4 * 4;
+  // A multiple of 8: repacked Q4_0 rows (kernels/ggml_rows8.h) go 8 at a time, so that a row's
+  // path, and so its bits, does not depend on the split.
+  const int64_t rows_per_task = ((w.rows + tasks - 1) / tasks + 7) / 8 * 8;
   // Prefill: each task walks its rows once per group of tokens, so its weights (~512 KB) come
   // from memory once and from L2 for the later groups; the kernels reuse each decoded weight
   // vector for 4 tokens in registers.

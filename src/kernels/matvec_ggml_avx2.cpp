@@ -12,6 +12,7 @@
 // super-block in the scalar model's own float order, so they equal it bit for bit, as the
 // AVX-512 kernels do. In prefill each weight block is decoded once for 4 tokens (the same
 // arithmetic per token: a token's result does not depend on its group).
+#include "kernels/ggml_rows8.h"
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 
@@ -23,6 +24,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -246,6 +248,73 @@ QF_AVX2_TARGET void row_q6_k(const uint8_t* b, int64_t cols, const int8_t* const
   for (int t = 0; t < T; ++t) out[t] = _mm_cvtss_f32(sum[t]);
 }
 
+// Rows 8g .. 8g+7 of repacked Q4_0 (kernels/ggml_rows8.h; b: the group's first block) against T
+// tokens' Q8_0 activations (q[t], d[t], s8[t]: 8 x each block's activation sum), lane k of
+// acc[t] row 8g+k: per block one scale conversion for the 8 rows, the unsigned nibbles against
+// the token's 4 activation bytes broadcast to every row's lane (16-bit sums of at most 8 x 2 x 15
+// x 127 = 30480: no saturation), the offset 8 taken off as 8 x the block's activation sum, one
+// multiply-add per token for the 8 rows. Integer sums exact; a token's arithmetic is the same
+// for any T.
+template <int T>
+QF_AVX2_TARGET void rows8_q4_0(const uint8_t* b, int64_t blocks, const int8_t* const* q,
+                               const float* const* d, const int32_t* const* s8, __m256* acc) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < blocks; ++i, b += kGgmlRows8BlockBytes) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+    __m256i lo[4], hi[4];
+    for (int v = 0; v < 4; ++v) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * v));
+      lo[v] = _mm256_and_si256(w, m4);
+      hi[v] = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const int8_t* y = q[t] + 32 * i;
+      __m256i s = _mm256_setzero_si256();
+      for (int v = 0; v < 4; ++v) {
+        int32_t ylo, yhi;
+        std::memcpy(&ylo, y + 4 * v, 4);
+        std::memcpy(&yhi, y + 16 + 4 * v, 4);
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[v], _mm256_set1_epi32(ylo)));
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[v], _mm256_set1_epi32(yhi)));
+      }
+      const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(s8[t][i]));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(d[t][i])),
+                               acc[t]);
+    }
+  }
+}
+
+// Groups [g0, g1) of 8 repacked Q4_0 rows against tokens [t0, t1): 4 tokens at a time, then one.
+void rows8_tokens(const LinearWeight& w, const GgmlActivations& a, int64_t g0, int64_t g1,
+                  int64_t t0, int64_t t1, float factor, float* y) {
+  const uint64_t group_bytes = uint64_t(w.cols / 32) * 18 * kGgmlRows8;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  auto run = [&]<int T>(int64_t g, int64_t t) QF_AVX2_TARGET {
+    const int8_t* q[T];
+    const float* d[T];
+    const int32_t* s8[T];
+    for (int k = 0; k < T; ++k) {
+      q[k] = a.q.data() + (t + k) * a.padded;
+      d[k] = a.d.data() + (t + k) * a.d_stride();
+      s8[k] = a.block_sum8.data() + (t + k) * a.d_stride();
+    }
+    __m256 acc[T];
+    rows8_q4_0<T>(data + uint64_t(g) * group_bytes, w.cols / 32, q, d, s8, acc);
+    for (int k = 0; k < T; ++k) {
+      alignas(32) float v[8];
+      _mm256_store_ps(v, _mm256_mul_ps(acc[k], _mm256_set1_ps(factor)));
+      std::memcpy(y + (t + k) * w.rows + g * kGgmlRows8, v, sizeof v);
+    }
+  };
+  for (int64_t g = g0; g < g1; ++g) {
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4) run.template operator()<4>(g, t);
+    for (; t < t1; ++t) run.template operator()<1>(g, t);
+  }
+}
+
 // Row r against T tokens from t: the type's kernel.
 template <int T>
 QF_AVX2_TARGET void row_tokens(GgmlType type, const uint8_t* row, int64_t cols,
@@ -294,6 +363,13 @@ void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
   const uint64_t row_bytes = uint64_t(w.cols / info.block_size) * uint64_t(info.block_bytes);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const GgmlType type = GgmlType(w.ggml_type);
+  if (w.ggml_rows8) {
+    // Whole groups of 8 (task splits are multiples of 8), then the stored tail rows.
+    const int64_t full = w.rows / kGgmlRows8 * kGgmlRows8;
+    const int64_t g0 = (r0 + kGgmlRows8 - 1) / kGgmlRows8, g1 = std::min(r1, full) / kGgmlRows8;
+    if (g1 > g0) rows8_tokens(w, a, g0, g1, t0, t1, factor, y);
+    r0 = std::max(r0, full);
+  }
   // Each weight block decoded once for 4 tokens, the rest one at a time.
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = data + uint64_t(r) * row_bytes;

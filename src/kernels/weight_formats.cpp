@@ -10,6 +10,7 @@
 #include "formats/int4.h"
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
+#include "kernels/ggml_rows8.h"
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 
@@ -227,10 +228,10 @@ uint64_t ggml_bytes(const LinearWeight& w) { return uint64_t(w.rows) * ggml_row_
 void ggml_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
                int64_t ld) {
   const GgmlTypeInfo& info = ggml_info(w);
-  const uint64_t stride = ggml_row_stride(w);
+  std::vector<uint8_t> scratch;
   for (int64_t r = 0; r < nr; ++r) {
-    const auto* row = static_cast<const uint8_t*>(w.data) + uint64_t(r0 + r) * stride +
-                      uint64_t(c0 / info.block_size) * uint64_t(info.block_bytes);
+    const uint8_t* row = ggml_stored_row(w, r0 + r, scratch) +
+                         uint64_t(c0 / info.block_size) * uint64_t(info.block_bytes);
     float* o = out + r * ld;
     info.dequantize(row, o, nc);
     if (w.global_scale != 1.f)

@@ -6,6 +6,7 @@
 #include "core/thread_pool.h"
 #include "formats/ggml_quants.h"
 #include "formats/ggml_types.h"
+#include "kernels/ggml_rows8.h"
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/linear.h"
 
@@ -204,6 +205,43 @@ TEST(GgmlMatVec, Avx2KernelsMatchScalarModel) {
   }
   if (tested == 0) GTEST_SKIP() << "no AVX2";
   EXPECT_EQ(tested, 6 * 3);
+}
+
+// Q4_0 rows repacked 8 at a time (kernels/ggml_rows8.h, what the engine's weight copy holds on
+// AVX2 CPUs): every row reads back as stored, and the fast product (groups of 8 rows, the 3 tail
+// rows as stored; 4 tokens then 1) holds the scalar model at 1 and 2 threads, the same bits.
+TEST(GgmlMatVec, RepackedQ4_0RowsMatchScalarModel) {
+  for (int64_t cols : {int64_t(256), int64_t(2048)}) {
+    const int64_t rows = 19, tokens = 5;
+    const GgmlMatrix m = make_matrix(GgmlType::Q4_0, rows, cols, uint32_t(cols));
+    if (!kernels::ggml_has_avx2_kernel(m.w)) GTEST_SKIP() << "no AVX2";
+    std::vector<uint8_t> packed(size_t(m.w.stored_bytes()));
+    kernels::ggml_repack_rows8(m.w, packed.data());
+    LinearWeight r = m.w;
+    r.data = packed.data();
+    r.ggml_rows8 = true;
+    const size_t row_bytes = size_t(cols / 32 * 18);
+    std::vector<uint8_t> scratch;
+    for (int64_t i = 0; i < rows; ++i)
+      ASSERT_EQ(std::memcmp(kernels::ggml_stored_row(r, i, scratch), m.blocks.data() + i * row_bytes,
+                            row_bytes), 0)
+          << "row " << i;
+    const auto x = random_vector(size_t(tokens * cols), 5, 1.f);
+    kernels::GgmlActivations a;
+    kernels::ggml_quantize_activations(kernels::GgmlActKind::q8_0, x.data(), tokens, cols, a);
+    std::vector<float> y1(size_t(tokens * rows)), y2(y1.size());
+    ThreadPool two(2);
+    linear_forward(r, x.data(), tokens, y1.data(), nullptr, KernelMode::fast);
+    linear_forward(r, x.data(), tokens, y2.data(), &two, KernelMode::fast);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t i = 0; i < rows; ++i) {
+        double mag = 0;
+        const double want = model_dot(m, i, a, t, &mag);
+        ASSERT_NEAR(y1[size_t(t * rows + i)], want, 1e-6 * mag + 1e-30)
+            << "cols " << cols << " row " << i << " token " << t;
+        ASSERT_EQ(y1[size_t(t * rows + i)], y2[size_t(t * rows + i)]);
+      }
+  }
 }
 
 // Q8_0 activations: ggml-cpu's x86 quantize_row_q8_0 (127 / amax, round half to even, fp16 d).
