@@ -87,7 +87,9 @@ bool ggml_has_simd(const LinearWeight& w);
 // The AVX2 kernels (matvec_ggml_avx2.cpp) of CPUs without AVX-512 VNNI: Q4_0, Q8_0, MXFP4, NVFP4
 // (the scalar model's results to float rounding) and Q4_K, Q6_K (its results bit for bit). Read
 // a.q / a.d / a.bsums as ggml_quantize_activations leaves them (no ggml_prepare_simd). The
-// driver uses them where ggml_has_simd is false; tests call them directly.
+// driver uses them where ggml_has_simd is false; tests call them directly. For repacked Q4_0
+// (w.ggml_rows8) r0 must be a multiple of 8 or lie in the stored tail (r0 >= rows / 8 * 8), and
+// a.block_sum8 must be filled; otherwise qf::Error.
 bool ggml_has_avx2_kernel(const LinearWeight& w);
 void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0, int64_t r1,
                     int64_t t0, int64_t t1, float factor, float* y);

@@ -16,6 +16,7 @@
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 
+#include "core/error.h"
 #include "core/numeric.h"
 #include "formats/ggml_quants.h"
 #include "formats/ggml_types.h"
@@ -367,6 +368,9 @@ void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
     // Whole groups of 8 (task splits are multiples of 8), then the stored tail rows.
     const int64_t full = w.rows / kGgmlRows8 * kGgmlRows8;
     const int64_t g0 = (r0 + kGgmlRows8 - 1) / kGgmlRows8, g1 = std::min(r1, full) / kGgmlRows8;
+    if ((r0 % kGgmlRows8 != 0 && r0 < full) || (g1 > g0 && t1 > t0 && a.block_sum8.empty()))
+      throw Error("ggml_rows_avx2: repacked Q4_0 rows from " + std::to_string(r0) +
+                  " (groups of 8 start at multiples of 8 and need a.block_sum8)");
     if (g1 > g0) rows8_tokens(w, a, g0, g1, t0, t1, factor, y);
     r0 = std::max(r0, full);
   }

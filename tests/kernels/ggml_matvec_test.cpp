@@ -2,6 +2,7 @@
 // quantized as ggml-cpu does (Q8_0 / Q8_K), integer sums per block, float combine. Held against
 // a scalar model of ggml's arithmetic written here from the block layouts, at 1 and 2 threads,
 // odd row counts, decode and prefill.
+#include "core/error.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "formats/ggml_quants.h"
@@ -241,6 +242,8 @@ TEST(GgmlMatVec, RepackedQ4_0RowsMatchScalarModel) {
             << "cols " << cols << " row " << i << " token " << t;
         ASSERT_EQ(y1[size_t(t * rows + i)], y2[size_t(t * rows + i)]);
       }
+    // A group of 8 cut in two would lose rows: refused rather than skipped.
+    EXPECT_THROW(kernels::ggml_rows_avx2(r, a, 3, rows, 0, tokens, 1.f, y1.data()), Error);
   }
 }
 
