@@ -472,12 +472,15 @@ TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
       const KernelMode alone =
           int8 == kernels::takes_int8_activations(t->w, 1, KernelMode::fast) ? KernelMode::fast
                                                                                : KernelMode::exact;
+      // BF16 activations: BF16 weights, and 4-bit ones in the BF16 matrix-matrix kernels.
+      const bool bf16_activations =
+          f == WeightFormat::bf16 || (!int8 && kernels::use_bf16_matmul(t->w));
       for (int64_t k = 0; k < tokens; ++k) {
         linear_forward(t->w, x.data() + k * cols, 1, one.data(), &two, alone);
         for (int64_t r = 0; r < rows; ++r) {
           const float got = y[size_t(k * rows + r)], want = one[size_t(r)];
           if (!int8)
-            ASSERT_NEAR(got, want, (f == WeightFormat::bf16 ? 1e-2f : 1e-5f) * (1.f + std::fabs(want)))
+            ASSERT_NEAR(got, want, (bf16_activations ? 1e-2f : 1e-5f) * (1.f + std::fabs(want)))
                 << weight_format_name(f) << " tokens " << tokens << " token " << k << " row " << r;
           else
             ASSERT_EQ(got, want) << weight_format_name(f) << " tokens " << tokens << " token " << k
