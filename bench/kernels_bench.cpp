@@ -152,11 +152,13 @@ void MatVec(benchmark::State& state, WeightFormat f, bool precise = false, int64
 // The same product on one thread with the weights in cache (256 x 4096 NVFP4, 0.6 MB), timed
 // by CPU time: the kernel's compute ceiling per core, which shared machines disturb least.
 void MatVecCached(benchmark::State& state, WeightFormat f) {
+  // Arg: tokens (batched decode reads each weight once for all of them; GB/s of weights).
+  const int64_t tokens = state.range(0);
   auto s = make(f, 256, 4096, 5);
-  const auto x = activation(4096);
-  std::vector<float> y(256);
+  const auto x = activation(tokens * 4096);
+  std::vector<float> y(static_cast<size_t>(tokens * 256));
   for (auto _ : state) {
-    linear_forward(s->w, x.data(), 1, y.data(), nullptr, KernelMode::fast);
+    linear_forward(s->w, x.data(), tokens, y.data(), nullptr, KernelMode::fast);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GB/s"] = benchmark::Counter(
@@ -385,6 +387,7 @@ void KernelMatVecMxfp4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat
 void KernelMatVecInt4Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::int4_row_pairs); }
 void KernelMatVecInt4Words(benchmark::State& s) { MatVec(s, WeightFormat::int4_packed32); }
 void KernelMatVecInt4WordsCached(benchmark::State& s) { MatVecCached(s, WeightFormat::int4_packed32); }
+void KernelMatVecBf16Cached(benchmark::State& s) { MatVecCached(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4); }
 void KernelMatMulBf16(benchmark::State& s) { MatMul(s, WeightFormat::bf16); }
 void KernelMatMulNvfp4Precise(benchmark::State& s) { MatMul(s, WeightFormat::nvfp4, true); }
@@ -402,11 +405,12 @@ BENCHMARK(KernelMatVecNvfp4Expert)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecBf16Transposed)->Args({2, 0})->Args({2, 1})->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
-BENCHMARK(KernelMatVecNvfp4Cached)->MinTime(0.5);
-BENCHMARK(KernelMatVecMxfp4Cached)->MinTime(0.5);
-BENCHMARK(KernelMatVecInt4Cached)->MinTime(0.5);
+BENCHMARK(KernelMatVecNvfp4Cached)->Arg(1)->Arg(8)->MinTime(0.5);
+BENCHMARK(KernelMatVecMxfp4Cached)->Arg(1)->Arg(8)->MinTime(0.5);
+BENCHMARK(KernelMatVecInt4Cached)->Arg(1)->Arg(8)->MinTime(0.5);
 BENCHMARK(KernelMatVecInt4Words)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
-BENCHMARK(KernelMatVecInt4WordsCached)->MinTime(0.5);
+BENCHMARK(KernelMatVecInt4WordsCached)->Arg(1)->Arg(8)->MinTime(0.5);
+BENCHMARK(KernelMatVecBf16Cached)->Arg(1)->Arg(8)->MinTime(0.5);
 BENCHMARK(KernelMatVecBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecLayerLlama1bNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecLayerLlama1bBf16)->Arg(2)->UseRealTime()->MinTime(1.0);
