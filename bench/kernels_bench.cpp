@@ -149,8 +149,9 @@ void MatVec(benchmark::State& state, WeightFormat f, bool precise = false, int64
   state.counters["copies"] = double(ws.size());
 }
 
-// The same product on one thread with the weights in cache (256 x 4096 NVFP4, 0.6 MB), timed
-// by CPU time: the kernel's compute ceiling per core, which shared machines disturb least.
+// The same product on one thread with the weights in cache (256 x 4096: NVFP4 0.6 MB in L2,
+// BF16 2 MB in L3), timed by CPU time: the kernel's compute ceiling per core, which shared
+// machines disturb least.
 void MatVecCached(benchmark::State& state, WeightFormat f) {
   // Arg: tokens (batched decode reads each weight once for all of them; GB/s of weights).
   const int64_t tokens = state.range(0);
