@@ -60,13 +60,25 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
 // lane holds one block: one scale conversion and one float multiply-add per 16 elements instead
 // of per 8. Lane 4q + j of the sum is block 2q + j of chunk c (j < 2) or block 2q + j - 2 of
 // chunk c + 1 (j >= 2), the order of QuantizedX::pair_scale and Scales::pair.
+//
+// One token (T = 1): the weights are the unsigned side (E2M1 doubled + 12) and each lane starts
+// from the activation's lane bias. A few tokens: the loads are what limits (one zmm load per
+// cycle; seven per row, token and chunk pair with the bias), so the sides swap: the weights are
+// signed bytes (E2M1 doubled), the activations q + 128 (QuantizedX::q_unsigned), and each lane
+// starts from -128 x the sum of its weights, computed once per row for all T tokens: the same
+// integers, five loads. Each row's weights are decoded once into registers for the T tokens.
 template <int R, int T, class Scales>
 QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
                                   int64_t r0, int64_t c, const QuantizedX& qx,
                                   const Scales& scales, __m512* acc) {
+  constexpr bool kSigned = T > 1;
   const __m512i lut = _mm512_broadcast_i32x4(
-      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+      kSigned ? _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+              : _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512i lo0[R], hi0[R], lo1[R], hi1[R], start0[R], start1[R];
+  __m512 ws[R];
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     const uint8_t* p = data + (r0 + i) * row_bytes + c * (kChunk / 2);
     const char* pc = reinterpret_cast<const char*>(p);
@@ -75,40 +87,57 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
     _mm_prefetch(pc + ahead, _MM_HINT_T1);
     _mm_prefetch(pc + ahead + 64, _MM_HINT_T1);
     const __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 64);
-    __m512i lo0, hi0, lo1, hi1;
     if constexpr (QF_Q4_VBMI) {
-      lo0 = _mm512_permutexvar_epi8(w0, lut);
-      hi0 = _mm512_permutexvar_epi8(_mm512_srli_epi16(w0, 4), lut);
-      lo1 = _mm512_permutexvar_epi8(w1, lut);
-      hi1 = _mm512_permutexvar_epi8(_mm512_srli_epi16(w1, 4), lut);
+      lo0[i] = _mm512_permutexvar_epi8(w0, lut);
+      hi0[i] = _mm512_permutexvar_epi8(_mm512_srli_epi16(w0, 4), lut);
+      lo1[i] = _mm512_permutexvar_epi8(w1, lut);
+      hi1[i] = _mm512_permutexvar_epi8(_mm512_srli_epi16(w1, 4), lut);
     } else {
-      lo0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(w0, low));
-      hi0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w0, 4), low));
-      lo1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(w1, low));
-      hi1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w1, 4), low));
+      lo0[i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w0, low));
+      hi0[i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w0, 4), low));
+      lo1[i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w1, low));
+      hi1[i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w1, 4), low));
+    }
+    if constexpr (kSigned) {
+      const __m512i k128 = _mm512_set1_epi8(char(0x80)), zero = _mm512_setzero_si512();
+      start0[i] = _mm512_sub_epi32(
+          zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, k128, lo0[i]), k128, hi0[i]));
+      start1[i] = _mm512_sub_epi32(
+          zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, k128, lo1[i]), k128, hi1[i]));
     }
     if (c % 8 == 0) scales.prefetch(r0 + i, c, ahead);  // a line holds 8 chunks' scales
-    const __m512 ws = scales.pair(r0 + i, c);
-    // Chunk c's activations of the T tokens, then chunk c + 1's (QuantizedX's token order).
-    const int8_t* xq0 = qx.q.data() + c * T * kChunk;
-    const int8_t* xq1 = xq0 + T * kChunk;
-    const int32_t* xb0 = qx.lane_bias.data() + c * T * kLanes;
-    const int32_t* xb1 = xb0 + T * kLanes;
-    const float* xps = qx.pair_scale.data() + c / 2 * T * kLanes;
-    for (int t = 0; t < T; ++t) {
-      const int8_t* xa = xq0 + t * kChunk;
-      const int8_t* xc = xq1 + t * kChunk;
-      const __m512i xlo0 = _mm512_loadu_si512(xa), xhi0 = _mm512_loadu_si512(xa + 64);
-      const __m512i xlo1 = _mm512_loadu_si512(xc), xhi1 = _mm512_loadu_si512(xc + 64);
-      const __m512i bias0 = _mm512_loadu_si512(xb0 + t * kLanes);
-      const __m512i bias1 = _mm512_loadu_si512(xb1 + t * kLanes);
-      const __m512 xs = _mm512_loadu_ps(xps + t * kLanes);
-      const __m512i d0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias0, lo0, xlo0), hi0, xhi0);
-      const __m512i d1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias1, lo1, xlo1), hi1, xhi1);
+    ws[i] = scales.pair(r0 + i, c);
+  }
+  // Chunk c's activations of the T tokens, then chunk c + 1's (QuantizedX's token order).
+  const float* xps = qx.pair_scale.data() + c / 2 * T * kLanes;
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    const int64_t a0 = (c * T + t) * kChunk, a1 = a0 + T * kChunk;
+    const __m512 xs = _mm512_loadu_ps(xps + t * kLanes);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      __m512i d0, d1;
+      if constexpr (kSigned) {
+        const uint8_t* xu = qx.q_unsigned.data();
+        d0 = _mm512_dpbusd_epi32(start0[i], _mm512_loadu_si512(xu + a0), lo0[i]);
+        d0 = _mm512_dpbusd_epi32(d0, _mm512_loadu_si512(xu + a0 + 64), hi0[i]);
+        d1 = _mm512_dpbusd_epi32(start1[i], _mm512_loadu_si512(xu + a1), lo1[i]);
+        d1 = _mm512_dpbusd_epi32(d1, _mm512_loadu_si512(xu + a1 + 64), hi1[i]);
+      } else {
+        const int8_t* xq = qx.q.data();
+        const int32_t* xb = qx.lane_bias.data();
+        d0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(xb + a0 / kChunk * kLanes), lo0[i],
+                                 _mm512_loadu_si512(xq + a0));
+        d0 = _mm512_dpbusd_epi32(d0, hi0[i], _mm512_loadu_si512(xq + a0 + 64));
+        d1 = _mm512_dpbusd_epi32(_mm512_loadu_si512(xb + a1 / kChunk * kLanes), lo1[i],
+                                 _mm512_loadu_si512(xq + a1));
+        d1 = _mm512_dpbusd_epi32(d1, hi1[i], _mm512_loadu_si512(xq + a1 + 64));
+      }
       const __m512 f0 = _mm512_castsi512_ps(d0), f1 = _mm512_castsi512_ps(d1);
       const __m512i d = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0x88)),
                                          _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0xDD)));
-      acc[i * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[i * T + t]);
+      acc[i * T + t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[i], xs), acc[i * T + t]);
     }
   }
 }

@@ -141,6 +141,9 @@ void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out) {
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(xs[size_t(t)].pair_scale.data() + p * kLanes, kLanes,
                   out.pair_scale.data() + (p * T + t) * kLanes);
+  out.q_unsigned.resize(out.q.size());
+  std::transform(out.q.begin(), out.q.end(), out.q_unsigned.begin(),
+                 [](int8_t v) { return uint8_t(uint8_t(v) ^ 0x80); });
 }
 
 std::vector<TokenGroup> quantize_token_groups(const float* x, int64_t tokens, int64_t cols,

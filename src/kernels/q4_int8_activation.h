@@ -25,6 +25,10 @@ struct QuantizedX {
   std::vector<int8_t> q;
   std::vector<float> lane_scale;
   std::vector<int32_t> lane_bias;
+  // q + 128 as unsigned bytes, same order as q: the activation as vpdpbusd's unsigned operand
+  // (the VNNI NVFP4 kernel's few-token path, whose weights are then the signed side). Filled by
+  // interleave_tokens only.
+  std::vector<uint8_t> q_unsigned;
   // Per pair of chunks (2p, 2p+1), the 16 block scales in the lane order of the VNNI kernel's
   // pair_dot: lane 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk
   // 2p + 1 (j >= 2).
