@@ -75,6 +75,15 @@ void token_group(const LinearWeight& w, const uint32_t* xb, int64_t kp, float* y
       std::min(matvec_rows_per_task(w, 2) * 4, std::max<int64_t>(2, w.rows / 16 / 2 * 2));
   for_row_tasks(pool, w.rows, per_task, [&](int64_t r0, int64_t r1) {
     int64_t r = r0;
+    if constexpr (T == 8) {
+      // Four rows against four tokens, twice (the rows' weights are in L1 for the second
+      // half): half the activation loads per instruction of two rows against eight, 16
+      // accumulators either way (in cache, 256 x 4096 on one core: 16-18 -> 24 GB/s).
+      for (; r + 4 <= r1; r += 4) {
+        rows_tokens<4, 4>(data, w.cols, r, w.rows, xb, kp, y);
+        rows_tokens<4, 4>(data, w.cols, r, w.rows, xb + 4 * kp, kp, y + 4 * w.rows);
+      }
+    }
     for (; r + 2 <= r1; r += 2) rows_tokens<2, T>(data, w.cols, r, w.rows, xb, kp, y);
     for (; r < r1; ++r) rows_tokens<1, T>(data, w.cols, r, w.rows, xb, kp, y);
   });
