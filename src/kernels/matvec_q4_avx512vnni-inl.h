@@ -55,19 +55,22 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
   }
 }
 
-// acc[i * T + t] += chunks c, c+1 of rows r0 .. r0+R against activation t, for 16-element
-// blocks (NVFP4). The two chunks' lanes (8 elements each) are added in pairs first, so that each
-// lane holds one block: one scale conversion and one float multiply-add per 16 elements instead
-// of per 8. Lane 4q + j of the sum is block 2q + j of chunk c (j < 2) or block 2q + j - 2 of
+// acc[i * T + t] += chunks c, c+1 of rows r0 .. r0+R against activation t, for weight blocks of
+// 16 or 32 elements (NVFP4, MXFP4) or INT4 groups that Int4Scales::pairs admits. The two
+// chunks' lanes (8 elements each) are added in pairs first, so that each lane holds one
+// 16-element block (the activation's block, and NVFP4's; an MXFP4 scale or an INT4 group
+// covers two lanes or more): one float multiply-add per 16 elements instead of per 8.
+// Lane 4q + j of the sum is 16-element block 2q + j of chunk c (j < 2) or block 2q + j - 2 of
 // chunk c + 1 (j >= 2), the order of QuantizedX::pair_scale and Scales::pair.
 //
-// One token (T = 1): the weights are the unsigned side (E2M1 doubled + 12) and each lane starts
-// from the activation's lane bias. A few tokens: the loads are what limits (one zmm load per
-// cycle; seven per row, token and chunk pair with the bias), so the sides swap: the weights are
-// signed bytes (E2M1 doubled), the activations q + 128 (QuantizedX::q_unsigned), and each lane
-// starts from -128 x the sum of its weights, computed once per row for all T tokens: the same
-// integers, five loads. Each row's weights are decoded once into registers for the T tokens.
-template <int R, int T, class Scales>
+// One token (T = 1): the weights are the unsigned side (E2M1 doubled + 12, INT4's q + 8) and
+// each lane starts from the activation's lane bias. A few tokens: the loads are what limits (one
+// zmm load per cycle; seven per row, token and chunk pair with the bias), so the sides swap: the
+// weights are signed bytes (E2M1 doubled, q), the activations q + 128 (QuantizedX::q_unsigned),
+// and each lane starts from -128 x the sum of its weights, computed once per row for all T
+// tokens: the same integers, five loads. Each row's weights are decoded once into registers for
+// the T tokens.
+template <int R, int T, bool kLut, class Scales>
 QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
                                   int64_t r0, int64_t c, const QuantizedX& qx,
                                   const Scales& scales, __m512* acc) {
@@ -87,7 +90,14 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
     _mm_prefetch(pc + ahead, _MM_HINT_T1);
     _mm_prefetch(pc + ahead + 64, _MM_HINT_T1);
     const __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 64);
-    if constexpr (QF_Q4_VBMI) {
+    if constexpr (!kLut) {
+      // INT4: the nibble is q + 8 as stored; the signed side takes q itself.
+      const __m512i off = _mm512_set1_epi8(kSigned ? 8 : 0);
+      lo0[i] = _mm512_sub_epi8(_mm512_and_si512(w0, low), off);
+      hi0[i] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(w0, 4), low), off);
+      lo1[i] = _mm512_sub_epi8(_mm512_and_si512(w1, low), off);
+      hi1[i] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(w1, 4), low), off);
+    } else if constexpr (QF_Q4_VBMI) {
       lo0[i] = _mm512_permutexvar_epi8(w0, lut);
       hi0[i] = _mm512_permutexvar_epi8(_mm512_srli_epi16(w0, 4), lut);
       lo1[i] = _mm512_permutexvar_epi8(w1, lut);
@@ -155,9 +165,12 @@ QF_Q4_TARGET void rows_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead
   for (int i = 0; i < R * T; ++i) acc[i] = _mm512_setzero_ps();
   const int64_t full = cols / kChunk;
   int64_t c = 0;
-  if constexpr (Scales::kBlock == 16) {
-    for (; c + 2 <= full; c += 2) pair_dot<R, T>(data, row_bytes, ahead, r0, c, qx, scales, acc);
-  }
+  bool pairs;
+  if constexpr (Scales::kBlock == 0) pairs = scales.pairs;
+  else pairs = Scales::kBlock == 16 || Scales::kBlock == 32;
+  if (pairs)
+    for (; c + 2 <= full; c += 2)
+      pair_dot<R, T, kLut>(data, row_bytes, ahead, r0, c, qx, scales, acc);
   for (; c < full; ++c)
     chunk_dot<R, T, kLut, false>(data, row_bytes, ahead, r0, c, kChunk, qx, scales, acc);
   const int64_t rem = cols - full * kChunk;

@@ -12,7 +12,8 @@
 //
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored as value + offset (E2M1
 // doubled + 12 in [0, 24]; INT4 nibble = q + 8 as stored) and each lane starts from the bias
-// -offset * (sum of its 8 activation bytes), computed once per call.
+// -offset * (sum of its 8 activation bytes), computed once per call (a few tokens swap the sides:
+// see pair_dot in matvec_q4_avx512vnni-inl.h).
 #include "kernels/q4_int8_activation.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -134,15 +135,27 @@ struct Mxfp4Scales {
     _mm_prefetch(reinterpret_cast<const char*>(codes + row * per_row + c * 4) + ahead / 16,
                  _MM_HINT_T1);
   }
+  // 2^(e - 127) exactly for each E8M0 code e (2^-127 is subnormal).
+  static QF_VNNI_TARGET __m512 power(__m128i codes16) {
+    const __m512i e = _mm512_cvtepu8_epi32(codes16);
+    return _mm512_scalef_ps(_mm512_set1_ps(1.f),
+                            _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(127))));
+  }
+  // The scales of chunks c, c + 1 (c even, both whole) in pair_dot's lane order: lanes 4q, 4q+1
+  // are the two 16-element halves of chunk c's block q, lanes 4q+2, 4q+3 chunk c+1's.
+  QF_VNNI_TARGET __m512 pair(int64_t row, int64_t c) const {
+    int64_t eight;
+    std::memcpy(&eight, codes + row * per_row + c * (kChunk / 32), 8);
+    return power(_mm_shuffle_epi8(_mm_cvtsi64_si128(eight),
+                                  _mm_setr_epi8(0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7)));
+  }
   template <bool kTail>
   QF_VNNI_TARGET __m512 get(int64_t row, int64_t c, int64_t count) const {
     const uint8_t* s = codes + row * per_row + c * (kChunk / 32);
     __m128i v = _mm_maskz_loadu_epi8(__mmask16((1u << ((count + 31) / 32)) - 1), s);
-    v = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    const __m512i e = _mm512_cvtepu8_epi32(v);
-    // 2^(e - 127) exactly (2^-127 is subnormal); padding lanes get 2^-127 and meet x = 0.
-    return _mm512_scalef_ps(_mm512_set1_ps(1.f),
-                            _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(127))));
+    // Padding lanes get 2^-127 and meet x = 0.
+    return power(
+        _mm_shuffle_epi8(v, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)));
   }
 };
 
@@ -152,6 +165,26 @@ struct Int4Scales {
   int64_t per_row;
   int64_t group;  // a multiple of 8 that divides 128 or is a multiple of it
   int32_t idx[16];  // lane L -> 8L / group
+  // pair_dot's lane order (see pair()); `pairs` when each of its 16-element blocks lies in one
+  // group and a chunk pair's groups start at a fixed lane pattern: group % 16 == 0 and either
+  // 256 % group == 0 or group % 256 == 0.
+  bool pairs = false;
+  int32_t pair_idx[16];
+  __mmask16 pair_mask = 0;
+  void set_pairs() {
+    pairs = group % 16 == 0 && (256 % group == 0 || group % 256 == 0);
+    if (!pairs) return;
+    for (int q = 0; q < 4; ++q)
+      for (int j = 0; j < 4; ++j) {
+        const int64_t e = j < 2 ? (2 * q + j) * 16 : kChunk + (2 * q + j - 2) * 16;
+        pair_idx[4 * q + j] = int32_t(e / group);
+      }
+    pair_mask = __mmask16((1u << std::max<int64_t>(1, 256 / group)) - 1);
+  }
+  QF_VNNI_TARGET __m512 pair(int64_t row, int64_t c) const {
+    const __m512 v = _mm512_maskz_loadu_ps(pair_mask, scales + row * per_row + c * kChunk / group);
+    return _mm512_permutexvar_ps(_mm512_loadu_si512(pair_idx), v);
+  }
   void prefetch(int64_t row, int64_t c, int64_t ahead) const {
     // 4-byte scales per group, half-byte weights: 8 / group scale bytes per weight byte.
     _mm_prefetch(reinterpret_cast<const char*>(scales + row * per_row + c * kChunk / group) +
@@ -231,6 +264,7 @@ void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, int6
                                      float* y, ThreadPool* pool) {
   Int4Scales sc{w.scales, w.cols / w.group, w.group, {}};
   for (int j = 0; j < 16; ++j) sc.idx[j] = w.group >= kChunk ? 0 : int32_t(8 * j / w.group);
+  sc.set_pairs();
   run<false>(w, x, tokens, y, pool, 8, sc, 1.f);
 }
 
