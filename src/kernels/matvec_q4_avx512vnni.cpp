@@ -36,49 +36,111 @@ namespace {
 
 using namespace q4;  // the activation layout, quantize_x*, prefetch distances
 
-// Rows 2i .. 2i+2P of the row-pair INT4 layout: a 64-byte load holds 64 columns of two rows
-// (low nibble: the even row); nibble ^ 8 is q + 8. Lane L of a chunk covers columns 4L .. 4L+3,
-// each within one group (group % 4 == 0 and it divides 64 or is a multiple of it).
-template <int P>
-QF_VNNI_TARGET void row_pairs_dot(const uint8_t* data, const float* scales, int64_t group,
-                                  int64_t r0, int64_t cols, int64_t ahead, const QuantizedX& qx,
-                                  float* y) {
+// A row pair's chunk of 64 columns (`count` valid bytes) as two rows of q + 8 bytes.
+QF_VNNI_TARGET inline void row_pair_decode(const uint8_t* p, int64_t ahead, int64_t count,
+                                           __m512i& lo, __m512i& hi) {
+  const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
+  const __m512i wb = count == 64 ? _mm512_loadu_si512(p)
+                                 : _mm512_maskz_loadu_epi8((__mmask64(1) << count) - 1, p);
+  // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
+  lo = _mm512_xor_si512(_mm512_and_si512(wb, low), eight);
+  hi = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(wb, 4), low), eight);
+}
+
+// Lane-pair sums of a and b within each 128-bit lane: [a0+a1, a2+a3, b0+b1, b2+b3].
+QF_VNNI_TARGET inline __m512i lane_pair_sums(__m512i a, __m512i b) {
+  const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+  return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88)),
+                          _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xDD)));
+}
+
+// Rows r0, r0 + 1 (a pair) of the row-pair INT4 layout against T tokens' activations qx[0 .. T)
+// (natural order, offset 8): y[t * y_stride + i]. A 64-byte load holds 64 columns of the two
+// rows (low nibble: the even row); nibble ^ 8 is q + 8. Lane L of a chunk covers columns
+// 4L .. 4L+3, each within one group (group % 4 == 0 and it divides 64 or is a multiple of it).
+// The pair's weights are decoded once for the T tokens. Where `quad_idx` is given (groups of 16
+// to 256 or multiples of 256), 4 chunks at a time: each row's 4 integer lane vectors are summed
+// down to one lane per 16-column block (two shuffle-add levels; lane 4m + k = block m of chunk
+// k, QuantizedX::quad_scale's order) before one conversion and one scale multiply-add, instead
+// of one per chunk; the rest chunk by chunk.
+template <int T>
+QF_VNNI_TARGET void row_pair_dot(const uint8_t* data, const float* scales, int64_t group,
+                                 const int32_t* quad_idx, int64_t r0, int64_t cols,
+                                 int64_t ahead, const QuantizedX* qx, float* y,
+                                 int64_t y_stride) {
   constexpr int64_t kNat = 64;
   const int64_t groups = cols / group;
   alignas(64) int32_t idx_arr[16];
   for (int j = 0; j < 16; ++j) idx_arr[j] = group >= kNat ? 0 : int32_t(4 * j / group);
   const __m512i idx = _mm512_load_si512(idx_arr);
-  const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-  __m512 acc[2 * P];
-  for (int i = 0; i < 2 * P; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < qx.chunks; ++c) {
-    const int64_t count = std::min(kNat, cols - c * kNat);
-    const __m512i xq = _mm512_loadu_si512(qx.q.data() + c * kNat);
-    const __m512i bias = _mm512_loadu_si512(qx.lane_bias.data() + c * kLanes);
-    const __m512 xs = _mm512_loadu_ps(qx.lane_scale.data() + c * kLanes);
-    const __mmask16 sm = __mmask16((1u << std::min<int64_t>(16, (count + group - 1) / group)) - 1);
-    for (int i = 0; i < P; ++i) {
-      const int64_t r = r0 + 2 * i;
-      const uint8_t* p = data + (r / 2) * cols + c * kNat;
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T1);
-      const __m512i wb = count == kNat ? _mm512_loadu_si512(p)
-                                       : _mm512_maskz_loadu_epi8((__mmask64(1) << count) - 1, p);
-      // Padding bytes decode to 8 (q = 0 + 8) and meet x = 0.
-      const __m512i lo = _mm512_xor_si512(_mm512_and_si512(wb, low), eight);
-      const __m512i hi = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(wb, 4), low), eight);
-      const int64_t g0 = c * kNat / group;
-      const __m512 sa = _mm512_permutexvar_ps(
-          idx, _mm512_maskz_loadu_ps(sm, scales + r * groups + g0));
-      const __m512 sb = _mm512_permutexvar_ps(
-          idx, _mm512_maskz_loadu_ps(sm, scales + (r + 1) * groups + g0));
-      acc[2 * i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, lo, xq)),
-                                   _mm512_mul_ps(sa, xs), acc[2 * i]);
-      acc[2 * i + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, hi, xq)),
-                                       _mm512_mul_ps(sb, xs), acc[2 * i + 1]);
+  const float* sa_row = scales + r0 * groups;
+  const float* sb_row = sa_row + groups;
+  const uint8_t* row = data + (r0 / 2) * cols;
+  __m512 acc[2 * T];
+  for (int i = 0; i < 2 * T; ++i) acc[i] = _mm512_setzero_ps();
+  int64_t c = 0;
+  if (quad_idx != nullptr) {
+    const __m512i qidx = _mm512_loadu_si512(quad_idx);
+    const __mmask16 qm = __mmask16((1u << std::max<int64_t>(1, 256 / group)) - 1);
+    // The quad's first group, advanced without a division: 256 / group groups a quad, or one
+    // group every group / 256 quads.
+    const int64_t step = group <= 256 ? 256 / group : 0;
+    int64_t g0 = 0, within = 0;
+    for (; c + 4 <= cols / kNat; c += 4) {
+      __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) row_pair_decode(row + (c + k) * kNat, ahead, kNat, lo[k], hi[k]);
+      const __m512 sa = _mm512_permutexvar_ps(qidx, _mm512_maskz_loadu_ps(qm, sa_row + g0));
+      const __m512 sb = _mm512_permutexvar_ps(qidx, _mm512_maskz_loadu_ps(qm, sb_row + g0));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        __m512i da[4], db[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m512i xq = _mm512_loadu_si512(qx[t].q.data() + (c + k) * kNat);
+          const __m512i bias = _mm512_loadu_si512(qx[t].lane_bias.data() + (c + k) * kLanes);
+          da[k] = _mm512_dpbusd_epi32(bias, lo[k], xq);
+          db[k] = _mm512_dpbusd_epi32(bias, hi[k], xq);
+        }
+        const __m512i a = lane_pair_sums(lane_pair_sums(da[0], da[1]), lane_pair_sums(da[2], da[3]));
+        const __m512i b = lane_pair_sums(lane_pair_sums(db[0], db[1]), lane_pair_sums(db[2], db[3]));
+        const __m512 xs = _mm512_loadu_ps(qx[t].quad_scale.data() + c / 4 * kLanes);
+        acc[2 * t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sa, xs), acc[2 * t]);
+        acc[2 * t + 1] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(b), _mm512_mul_ps(sb, xs), acc[2 * t + 1]);
+      }
+      if (step > 0) {
+        g0 += step;
+      } else if ((within += 256) == group) {
+        within = 0;
+        ++g0;
+      }
     }
   }
-  for (int i = 0; i < 2 * P; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+  for (; c < qx[0].chunks; ++c) {
+    const int64_t count = std::min(kNat, cols - c * kNat);
+    __m512i lo, hi;
+    row_pair_decode(row + c * kNat, ahead, count, lo, hi);
+    const int64_t g0 = c * kNat / group;
+    const __mmask16 sm = __mmask16((1u << std::min<int64_t>(16, (count + group - 1) / group)) - 1);
+    const __m512 sa = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(sm, sa_row + g0));
+    const __m512 sb = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(sm, sb_row + g0));
+    for (int t = 0; t < T; ++t) {
+      const __m512i xq = _mm512_loadu_si512(qx[t].q.data() + c * kNat);
+      const __m512i bias = _mm512_loadu_si512(qx[t].lane_bias.data() + c * kLanes);
+      const __m512 xs = _mm512_loadu_ps(qx[t].lane_scale.data() + c * kLanes);
+      acc[2 * t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, lo, xq)),
+                                   _mm512_mul_ps(sa, xs), acc[2 * t]);
+      acc[2 * t + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, hi, xq)),
+                                       _mm512_mul_ps(sb, xs), acc[2 * t + 1]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    y[t * y_stride] = _mm512_reduce_add_ps(acc[2 * t]);
+    y[t * y_stride + 1] = _mm512_reduce_add_ps(acc[2 * t + 1]);
+  }
 }
 
 // Per-lane weight scales of one row's chunk. `count` is the number of valid elements (128 but
@@ -271,14 +333,24 @@ void matvec_int4_packed32_avx512vnni(const LinearWeight& w, const float* x, int6
 void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, int64_t tokens,
                                       float* y, ThreadPool* pool) {
   const auto* data = static_cast<const uint8_t*>(w.data);
-  // One token at a time (group 1).
-  run_row_pair_tasks(w, x, tokens, y, pool, 1,
-                     [&](const QuantizedX* qx, int, int64_t r, int pairs, int64_t ahead,
+  // quad_idx[4m + k]: the group of block m of chunk k, relative to the quad's first group.
+  alignas(64) int32_t quad_idx[16];
+  const bool quads = w.group % 16 == 0 && (256 % w.group == 0 || w.group % 256 == 0);
+  for (int m = 0; m < 4; ++m)
+    for (int k = 0; k < 4; ++k) quad_idx[4 * m + k] = int32_t((64 * k + 16 * m) / w.group);
+  const int32_t* qi = quads ? quad_idx : nullptr;
+  // Groups of 4 tokens (each pair's weights decoded once for them), the rest one at a time.
+  run_row_pair_tasks(w, x, tokens, y, pool, 4,
+                     [&](const QuantizedX* qx, int T, int64_t r, int pairs, int64_t ahead,
                          float* out) {
-                       if (pairs == 2)
-                         row_pairs_dot<2>(data, w.scales, w.group, r, w.cols, ahead, *qx, out);
-                       else
-                         row_pairs_dot<1>(data, w.scales, w.group, r, w.cols, ahead, *qx, out);
+                       for (int i = 0; i < pairs; ++i) {
+                         const int64_t ri = r + 2 * i;
+                         float* o = out + 2 * i;
+                         if (T == 4)
+                           row_pair_dot<4>(data, w.scales, w.group, qi, ri, w.cols, ahead, qx, o, w.rows);
+                         else
+                           row_pair_dot<1>(data, w.scales, w.group, qi, ri, w.cols, ahead, qx, o, w.rows);
+                       }
                      });
 }
 

@@ -109,6 +109,12 @@ QF_AVX2_TARGET void quantize_x_natural(const float* x, int64_t n, int offset, Qu
                      quantize_block16(x + e0, valid, amax));
     for (int k = 0; k < 4; ++k) out.lane_scale[size_t(e0 / 4 + k)] = amax / 127.f;
   }
+  out.quad_scale.assign(size_t(chunks / 4 * kLanes), 0.f);
+  for (int64_t g = 0; g < chunks / 4; ++g)
+    for (int m = 0; m < 4; ++m)
+      for (int k = 0; k < 4; ++k)  // block m of chunk 4g + k: its first lane's scale
+        out.quad_scale[size_t(g * kLanes + 4 * m + k)] =
+            out.lane_scale[size_t((4 * g + k) * kLanes + 4 * m)];
   const __m256i neg_off = _mm256_set1_epi32(-offset);
   for (int64_t i = 0; i < padded / 32; ++i) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out.q.data() + 32 * i));

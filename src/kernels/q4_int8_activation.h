@@ -33,6 +33,9 @@ struct QuantizedX {
   // pair_dot: lane 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk
   // 2p + 1 (j >= 2).
   std::vector<float> pair_scale;
+  // Natural order (quantize_x_natural) only: per 4 chunks of 64 (256 elements), the 16 block
+  // scales with lane 4m + k holding block m of chunk k (the VNNI row-pair kernel's order).
+  std::vector<float> quad_scale;
   // Per chunk, its 8 block scales and block biases (the sums of the block's two lane biases) in
   // the order the AVX2 NVFP4 kernel's vphaddw + vpmaddwd leave blocks in: 0, 1, 4, 5, 2, 3, 6, 7.
   std::vector<float> block_scale;

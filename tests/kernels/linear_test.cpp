@@ -245,6 +245,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::int8, 40, 200, 0}, Case{WeightFormat::int8, 67, 4099, 0},
                       Case{WeightFormat::int4_row_pairs, 66, 256, 32},
                       Case{WeightFormat::int4_row_pairs, 8, 384, 128},
+                      // The VNNI row-pair kernel's 256-column quads: groups of 16 with a
+                      // chunk and a tail after the quad, 256, and 512 (two quads a group).
+                      Case{WeightFormat::int4_row_pairs, 6, 336, 16},
+                      Case{WeightFormat::int4_row_pairs, 4, 768, 256},
+                      Case{WeightFormat::int4_row_pairs, 6, 1536, 512},
                       Case{WeightFormat::int4_packed32, 65, 256, 32},
                       Case{WeightFormat::int4_packed32, 7, 512, 128},
                       Case{WeightFormat::int4_packed32, 5, 64, 8},
