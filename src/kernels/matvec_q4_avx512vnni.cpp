@@ -36,6 +36,13 @@ namespace {
 
 using namespace q4;  // the activation layout, quantize_x*, prefetch distances
 
+// Whether INT4 groups of `group` columns let 256 columns be summed per 16-column block with
+// the scales at a fixed lane pattern: each block within one group, and 256 columns either
+// whole groups or within one.
+inline bool int4_groups_tile_256(int64_t group) {
+  return group % 16 == 0 && (256 % group == 0 || group % 256 == 0);
+}
+
 // A row pair's chunk of 64 columns (`count` valid bytes) as two rows of q + 8 bytes.
 QF_VNNI_TARGET inline void row_pair_decode(const uint8_t* p, int64_t ahead, int64_t count,
                                            __m512i& lo, __m512i& hi) {
@@ -91,7 +98,8 @@ QF_VNNI_TARGET void row_pair_dot(const uint8_t* data, const float* scales, int64
     for (; c + 4 <= cols / kNat; c += 4) {
       __m512i lo[4], hi[4];
 #pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) row_pair_decode(row + (c + k) * kNat, ahead, kNat, lo[k], hi[k]);
+      for (int k = 0; k < 4; ++k)
+        row_pair_decode(row + (c + k) * kNat, ahead, kNat, lo[k], hi[k]);
       const __m512 sa = _mm512_permutexvar_ps(qidx, _mm512_maskz_loadu_ps(qm, sa_row + g0));
       const __m512 sb = _mm512_permutexvar_ps(qidx, _mm512_maskz_loadu_ps(qm, sb_row + g0));
 #pragma GCC unroll 8
@@ -104,8 +112,10 @@ QF_VNNI_TARGET void row_pair_dot(const uint8_t* data, const float* scales, int64
           da[k] = _mm512_dpbusd_epi32(bias, lo[k], xq);
           db[k] = _mm512_dpbusd_epi32(bias, hi[k], xq);
         }
-        const __m512i a = lane_pair_sums(lane_pair_sums(da[0], da[1]), lane_pair_sums(da[2], da[3]));
-        const __m512i b = lane_pair_sums(lane_pair_sums(db[0], db[1]), lane_pair_sums(db[2], db[3]));
+        const __m512i a =
+            lane_pair_sums(lane_pair_sums(da[0], da[1]), lane_pair_sums(da[2], da[3]));
+        const __m512i b =
+            lane_pair_sums(lane_pair_sums(db[0], db[1]), lane_pair_sums(db[2], db[3]));
         const __m512 xs = _mm512_loadu_ps(qx[t].quad_scale.data() + c / 4 * kLanes);
         acc[2 * t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sa, xs), acc[2 * t]);
         acc[2 * t + 1] =
@@ -227,14 +237,12 @@ struct Int4Scales {
   int64_t per_row;
   int64_t group;  // a multiple of 8 that divides 128 or is a multiple of it
   int32_t idx[16];  // lane L -> 8L / group
-  // pair_dot's lane order (see pair()); `pairs` when each of its 16-element blocks lies in one
-  // group and a chunk pair's groups start at a fixed lane pattern: group % 16 == 0 and either
-  // 256 % group == 0 or group % 256 == 0.
+  // pair_dot's lane order (see pair()), where int4_groups_tile_256(group).
   bool pairs = false;
   int32_t pair_idx[16];
   __mmask16 pair_mask = 0;
   void set_pairs() {
-    pairs = group % 16 == 0 && (256 % group == 0 || group % 256 == 0);
+    pairs = int4_groups_tile_256(group);
     if (!pairs) return;
     for (int q = 0; q < 4; ++q)
       for (int j = 0; j < 4; ++j) {
@@ -244,7 +252,8 @@ struct Int4Scales {
     pair_mask = __mmask16((1u << std::max<int64_t>(1, 256 / group)) - 1);
   }
   QF_VNNI_TARGET __m512 pair(int64_t row, int64_t c) const {
-    const __m512 v = _mm512_maskz_loadu_ps(pair_mask, scales + row * per_row + c * kChunk / group);
+    const __m512 v =
+        _mm512_maskz_loadu_ps(pair_mask, scales + row * per_row + c * kChunk / group);
     return _mm512_permutexvar_ps(_mm512_loadu_si512(pair_idx), v);
   }
   void prefetch(int64_t row, int64_t c, int64_t ahead) const {
@@ -335,10 +344,9 @@ void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, int
   const auto* data = static_cast<const uint8_t*>(w.data);
   // quad_idx[4m + k]: the group of block m of chunk k, relative to the quad's first group.
   alignas(64) int32_t quad_idx[16];
-  const bool quads = w.group % 16 == 0 && (256 % w.group == 0 || w.group % 256 == 0);
   for (int m = 0; m < 4; ++m)
     for (int k = 0; k < 4; ++k) quad_idx[4 * m + k] = int32_t((64 * k + 16 * m) / w.group);
-  const int32_t* qi = quads ? quad_idx : nullptr;
+  const int32_t* qi = int4_groups_tile_256(w.group) ? quad_idx : nullptr;
   // Groups of 4 tokens (each pair's weights decoded once for them), the rest one at a time.
   run_row_pair_tasks(w, x, tokens, y, pool, 4,
                      [&](const QuantizedX* qx, int T, int64_t r, int pairs, int64_t ahead,
@@ -347,9 +355,11 @@ void matvec_int4_row_pairs_avx512vnni(const LinearWeight& w, const float* x, int
                          const int64_t ri = r + 2 * i;
                          float* o = out + 2 * i;
                          if (T == 4)
-                           row_pair_dot<4>(data, w.scales, w.group, qi, ri, w.cols, ahead, qx, o, w.rows);
+                           row_pair_dot<4>(data, w.scales, w.group, qi, ri, w.cols, ahead, qx, o,
+                                           w.rows);
                          else
-                           row_pair_dot<1>(data, w.scales, w.group, qi, ri, w.cols, ahead, qx, o, w.rows);
+                           row_pair_dot<1>(data, w.scales, w.group, qi, ri, w.cols, ahead, qx, o,
+                                           w.rows);
                        }
                      });
 }
