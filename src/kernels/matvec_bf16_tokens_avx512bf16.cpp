@@ -21,8 +21,6 @@
 namespace qf::kernels {
 namespace {
 
-// y[t * rows + r + i] for rows r .. r+R and T tokens; xb holds the tokens' BF16 activations,
-// kp 32-bit pairs each (an odd cols padded with a zero).
 // acc[i * T + t] += columns [c, c + n) of rows r .. r+R against the T tokens (n < 32: masked
 // loads, zeros past n).
 template <int R, int T, bool kTail>

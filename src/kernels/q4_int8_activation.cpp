@@ -109,8 +109,8 @@ QF_AVX2_TARGET void quantize_x_natural(const float* x, int64_t n, int offset, Qu
                      quantize_block16(x + e0, valid, amax));
     for (int k = 0; k < 4; ++k) out.lane_scale[size_t(e0 / 4 + k)] = amax / 127.f;
   }
-  out.quad_scale.assign(size_t(chunks / 4 * kLanes), 0.f);
-  for (int64_t g = 0; g < chunks / 4; ++g)
+  out.quad_scale.assign(cpu_has_avx512vnni() ? size_t(chunks / 4 * kLanes) : 0, 0.f);
+  for (int64_t g = 0; g < int64_t(out.quad_scale.size()) / kLanes; ++g)
     for (int m = 0; m < 4; ++m)
       for (int k = 0; k < 4; ++k)  // block m of chunk 4g + k: its first lane's scale
         out.quad_scale[size_t(g * kLanes + 4 * m + k)] =
@@ -147,6 +147,7 @@ void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out) {
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(xs[size_t(t)].pair_scale.data() + p * kLanes, kLanes,
                   out.pair_scale.data() + (p * T + t) * kLanes);
+  if (!cpu_has_avx512vnni()) return;  // only the VNNI kernels read it
   out.q_unsigned.resize(out.q.size());
   std::transform(out.q.begin(), out.q.end(), out.q_unsigned.begin(),
                  [](int8_t v) { return uint8_t(uint8_t(v) ^ 0x80); });

@@ -26,15 +26,16 @@ struct QuantizedX {
   std::vector<float> lane_scale;
   std::vector<int32_t> lane_bias;
   // q + 128 as unsigned bytes, same order as q: the activation as vpdpbusd's unsigned operand
-  // (the VNNI NVFP4 kernel's few-token path, whose weights are then the signed side). Filled by
-  // interleave_tokens only.
+  // (the VNNI kernels' few-token chunk-pair path, whose weights are then the signed side).
+  // Filled by interleave_tokens, on CPUs with AVX-512 VNNI only.
   std::vector<uint8_t> q_unsigned;
   // Per pair of chunks (2p, 2p+1), the 16 block scales in the lane order of the VNNI kernel's
   // pair_dot: lane 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk
   // 2p + 1 (j >= 2).
   std::vector<float> pair_scale;
-  // Natural order (quantize_x_natural) only: per 4 chunks of 64 (256 elements), the 16 block
-  // scales with lane 4m + k holding block m of chunk k (the VNNI row-pair kernel's order).
+  // Natural order (quantize_x_natural) only, on CPUs with AVX-512 VNNI: per 4 chunks of 64 (256
+  // elements), the 16 block scales with lane 4m + k holding block m of chunk k (the VNNI
+  // row-pair kernel's order).
   std::vector<float> quad_scale;
   // Per chunk, its 8 block scales and block biases (the sums of the block's two lane biases) in
   // the order the AVX2 NVFP4 kernel's vphaddw + vpmaddwd leave blocks in: 0, 1, 4, 5, 2, 3, 6, 7.
