@@ -54,26 +54,68 @@ constexpr int64_t kTokens = 8;     // tokens per register block
 // over y.
 constexpr int64_t kBlockCols = 1024;
 
+// dst[k * kPanel + r] = v[r][k] for r < 16, k < pairs: 16 rows of 16 BF16 pairs transposed in
+// registers into panel order (two unpack levels, then 128-bit lane shuffles). Scatter stores
+// did this a word at a time; on Zen 4 they made packing cost ~3 cycles per weight, more than a
+// 16-token product over the panel.
+QF_BF16_TARGET inline void store_transposed(const __m512i (&v)[16], int64_t pairs, uint32_t* dst) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  // u[i + j], 128-bit lane L: rows i .. i+3 of pair 4L + j.
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  __m512i out[16];
+  for (int j = 0; j < 4; ++j) {
+    const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+    const __m512i b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+    const __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    out[j] = _mm512_shuffle_i32x4(a, c, 0x88);
+    out[4 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
+    out[8 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
+    out[12 + j] = _mm512_shuffle_i32x4(b, d, 0xDD);
+  }
+  for (int64_t k = 0; k < pairs; ++k) _mm512_storeu_si512(dst + k * kPanel, out[k]);
+}
+
+// For rows [0, nr) (nr <= kPanel) in groups of 16 and columns [0, nc) 32 at a time:
+// row_pairs(r, c, n) returns row r's BF16 pairs of columns c .. c+n-1 (n <= 32; lanes past
+// (n + 1) / 2 zero), stored at panel[(c / 2 + k) * kPanel + r]. Rows past nr in a group of 16
+// are written as zeros; a group wholly past nr is not written.
+template <class RowPairs>
+QF_BF16_TARGET inline void pack_rows(int64_t nr, int64_t nc, uint32_t* panel,
+                                     const RowPairs& row_pairs) {
+  for (int64_t rg = 0; rg < nr; rg += 16) {
+    const int64_t rows = std::min<int64_t>(16, nr - rg);
+    for (int64_t c = 0; c < nc; c += 32) {
+      const int64_t n = std::min<int64_t>(32, nc - c);
+      __m512i v[16];
+      for (int64_t i = 0; i < 16; ++i)
+        v[i] = i < rows ? row_pairs(rg + i, c, n) : _mm512_setzero_si512();
+      store_transposed(v, (n + 1) / 2, panel + (c / 2) * kPanel + rg);
+    }
+  }
+}
+
 // Packs rows [0, nr) of the float tile [nr, nc] (nc even) into a BF16 panel of kPanel rows:
 // panel[i * kPanel + r] = the pair (2i, 2i+1) of row r; rows past nr are zero.
 QF_BF16_TARGET void pack_panel(const float* tile, int64_t ld, int64_t nr, int64_t nc,
                                uint32_t* panel) {
-  const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                              11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(int32_t(kPanel)));
   if (nr < kPanel) std::fill(panel, panel + nc / 2 * kPanel, 0u);
-  for (int64_t r = 0; r < nr; ++r) {
-    const float* w = tile + r * ld;
-    for (int64_t c = 0; c < nc; c += 32) {
-      const int64_t n = std::min<int64_t>(32, nc - c);
-      const __m512 lo = _mm512_maskz_loadu_ps(__mmask16((1u << std::min<int64_t>(n, 16)) - 1), w + c);
-      const __m512 hi =
-          _mm512_maskz_loadu_ps(__mmask16((1u << std::max<int64_t>(0, n - 16)) - 1), w + c + 16);
-      const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-      _mm512_mask_i32scatter_epi32(panel + (c / 2) * kPanel + r, __mmask16((1u << (n / 2)) - 1),
-                                   stride, v, 4);
-    }
-  }
+  pack_rows(nr, nc, panel, [&](int64_t r, int64_t c, int64_t n) QF_BF16_TARGET {
+    const float* w = tile + r * ld + c;
+    const __m512 lo = _mm512_maskz_loadu_ps(__mmask16((1u << std::min<int64_t>(n, 16)) - 1), w);
+    const __m512 hi =
+        _mm512_maskz_loadu_ps(__mmask16((1u << std::max<int64_t>(0, n - 16)) - 1), w + 16);
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  });
 }
 
 // Packs W[row0 .. row0+nr, c0 .. c0+nc) straight from the stored bytes into a panel laid out as
@@ -84,19 +126,12 @@ QF_BF16_TARGET void pack_panel(const float* tile, int64_t ld, int64_t nr, int64_
 QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0,
                                       int64_t nc, uint32_t* panel) {
   const int64_t K = w.cols;
-  const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                              11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(int32_t(kPanel)));
   if (w.format == WeightFormat::bf16 && K % 2 == 0) {
     const auto* words = static_cast<const uint32_t*>(w.data);
-    for (int64_t r = 0; r < nr; ++r) {
-      const uint32_t* src = words + ((row0 + r) * K + c0) / 2;
-      for (int64_t c = 0; c < nc; c += 32) {
-        const __mmask16 m = __mmask16((1u << std::min<int64_t>(16, (nc - c + 1) / 2)) - 1);
-        const __m512i v = _mm512_maskz_loadu_epi32(m, src + c / 2);
-        _mm512_mask_i32scatter_epi32(panel + (c / 2) * kPanel + r, m, stride, v, 4);
-      }
-    }
+    pack_rows(nr, nc, panel, [&](int64_t r, int64_t c, int64_t n) QF_BF16_TARGET {
+      return _mm512_maskz_loadu_epi32(__mmask16((1u << ((n + 1) / 2)) - 1),
+                                      words + ((row0 + r) * K + c0 + c) / 2);
+    });
     return true;
   }
   const bool nv = w.format == WeightFormat::nvfp4;
@@ -107,27 +142,21 @@ QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64
                                      -1.5f, -2.f, -3.f, -4.f, -6.f);
   const __m512i low = _mm512_set1_epi32(0x0F);
   const auto* bytes = static_cast<const uint8_t*>(w.data);
-  for (int64_t r = 0; r < nr; ++r) {
-    const int64_t row = row0 + r;
-    const uint8_t* p = bytes + (row * K + c0) / 2;
-    const uint8_t* sc = w.block_scales + (row * K + c0) / block;
-    for (int64_t c = 0; c < nc; c += 32) {
-      const int64_t n = std::min<int64_t>(32, nc - c);  // 16 or 32 (NVFP4), 32 (MXFP4)
-      const __mmask16 m = __mmask16((1u << (n / 2)) - 1);
-      const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p + c / 2));
-      // Lane i holds elements 2i (low nibble) and 2i+1 (high nibble): block (2i) / block.
-      const __m512 s = nv && n > 16
-                           ? _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(stab[sc[c / 16]]),
-                                                  _mm512_set1_ps(stab[sc[c / 16 + 1]]))
-                           : _mm512_set1_ps(stab[sc[c / block]]);
-      const __m512 even = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, low), e2m1), s);
-      const __m512 odd = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), e2m1), s);
-      const __m512i e16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(even)));
-      const __m512i o16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(odd)));
-      _mm512_mask_i32scatter_epi32(panel + (c / 2) * kPanel + r, m, stride,
-                                   _mm512_or_si512(e16, _mm512_slli_epi32(o16, 16)), 4);
-    }
-  }
+  pack_rows(nr, nc, panel, [&](int64_t r, int64_t c, int64_t n) QF_BF16_TARGET {  // n: 16 or 32 (NVFP4), 32
+    const int64_t e = (row0 + r) * K + c0 + c;
+    const uint8_t* sc = w.block_scales + e / block;
+    const __mmask16 m = __mmask16((1u << (n / 2)) - 1);
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, bytes + e / 2));
+    // Lane i holds elements 2i (low nibble) and 2i+1 (high nibble): block (2i) / block.
+    const __m512 s = nv && n > 16 ? _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(stab[sc[0]]),
+                                                         _mm512_set1_ps(stab[sc[1]]))
+                                  : _mm512_set1_ps(stab[sc[0]]);
+    const __m512 even = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, low), e2m1), s);
+    const __m512 odd = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), e2m1), s);
+    const __m512i e16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(even)));
+    const __m512i o16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(odd)));
+    return _mm512_maskz_or_epi32(m, e16, _mm512_slli_epi32(o16, 16));
+  });
   return true;
 }
 
