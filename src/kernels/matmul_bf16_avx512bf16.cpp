@@ -9,6 +9,7 @@
 // (relative 2^-9, far below its quantization step). The activation rounding (relative 2^-9)
 // is the only other change. F32 and F16 weights keep the float kernel (matmul.cpp).
 #include "kernels/kernels_internal.h"
+#include "kernels/transpose16.h"
 #include "kernels/weight_formats.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -54,41 +55,12 @@ constexpr int64_t kTokens = 8;     // tokens per register block
 // over y.
 constexpr int64_t kBlockCols = 1024;
 
-// dst[k * kPanel + r] = v[r][k] for r < 16, k < pairs: 16 rows of 16 BF16 pairs transposed in
-// registers into panel order (two unpack levels, then 128-bit lane shuffles). Scatter stores
-// did this a word at a time; on Zen 4 they made packing cost ~3 cycles per weight, more than a
-// 16-token product over the panel.
-QF_BF16_TARGET inline void store_transposed(const __m512i (&v)[16], int64_t pairs, uint32_t* dst) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-  }
-  // u[i + j], 128-bit lane L: rows i .. i+3 of pair 4L + j.
-  for (int i = 0; i < 16; i += 4) {
-    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  __m512i out[16];
-  for (int j = 0; j < 4; ++j) {
-    const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
-    const __m512i b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
-    const __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
-    const __m512i d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
-    out[j] = _mm512_shuffle_i32x4(a, c, 0x88);
-    out[4 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
-    out[8 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
-    out[12 + j] = _mm512_shuffle_i32x4(b, d, 0xDD);
-  }
-  for (int64_t k = 0; k < pairs; ++k) _mm512_storeu_si512(dst + k * kPanel, out[k]);
-}
-
 // For rows [0, nr) (nr <= kPanel) in groups of 16 and columns [0, nc) 32 at a time:
 // row_pairs(r, c, n) returns row r's BF16 pairs of columns c .. c+n-1 (n <= 32; lanes past
 // (n + 1) / 2 zero), stored at panel[(c / 2 + k) * kPanel + r]. Rows past nr in a group of 16
-// are written as zeros; a group wholly past nr is not written.
+// are written as zeros; a group wholly past nr is not written. The 16 rows are transposed in
+// registers: scatter stores (a word at a time) made packing cost ~3 cycles per weight on Zen 4,
+// more than a 16-token product over the panel.
 template <class RowPairs>
 QF_BF16_TARGET inline void pack_rows(int64_t nr, int64_t nc, uint32_t* panel,
                                      const RowPairs& row_pairs) {
@@ -96,10 +68,12 @@ QF_BF16_TARGET inline void pack_rows(int64_t nr, int64_t nc, uint32_t* panel,
     const int64_t rows = std::min<int64_t>(16, nr - rg);
     for (int64_t c = 0; c < nc; c += 32) {
       const int64_t n = std::min<int64_t>(32, nc - c);
-      __m512i v[16];
+      __m512 v[16];
       for (int64_t i = 0; i < 16; ++i)
-        v[i] = i < rows ? row_pairs(rg + i, c, n) : _mm512_setzero_si512();
-      store_transposed(v, (n + 1) / 2, panel + (c / 2) * kPanel + rg);
+        v[i] = i < rows ? _mm512_castsi512_ps(row_pairs(rg + i, c, n)) : _mm512_setzero_ps();
+      transpose16(v);  // v[k]: pair c / 2 + k of the 16 rows
+      uint32_t* dst = panel + (c / 2) * kPanel + rg;
+      for (int64_t k = 0; k < (n + 1) / 2; ++k) _mm512_storeu_ps(dst + k * kPanel, v[k]);
     }
   }
 }
