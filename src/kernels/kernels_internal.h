@@ -75,7 +75,13 @@ void quantize_activation_int8(const float* x, int64_t n, int8_t* q, float* scale
 bool use_int8_matvec(const LinearWeight& w);
 inline constexpr int64_t kSmallBatchTokens = 8;
 // Whether linear_forward of `tokens` tokens of w in `mode` takes the int8-activation products:
-// fast mode and use_int8_matvec(w), and either up to kSmallBatchTokens tokens, or a prefill on
+// fast mode and use_int8_matvec(w), and either up to kSmallBatchTokens tokens; or up to
+// kVnniInt8PrefillTokens on CPUs with AVX-512 VNNI or the AVX512-BF16 matrix product but where
+// AMX would not take w (the matrix product's panel packing costs more than it saves on short
+// prompts: llama-1b, 2 threads, prefill tok/s of the BF16
+// matrix product vs the int8 kernels, NVFP4 16 tokens 83 vs 143, 32: 113 vs 145, 64: 136 vs
+// 155, 128: 163 vs 161; MXFP4 32: 107 vs 130, 64: 152 vs 148; row-pair INT4 32: 89 vs 97, 64:
+// 132 vs 93; AMX's products, ~8x faster, are not measured against them); or a prefill on
 // a CPU that runs the AVX2 int8 kernels (no AVX-512 VNNI, no BF16 matrix-matrix kernels), where
 // the float path would decode every weight to float32 tiles: there the int8 kernels, reading
 // each 4-bit chunk once per group of 8 tokens (row-pair INT4: 4), were faster at every prompt
@@ -85,6 +91,7 @@ inline constexpr int64_t kSmallBatchTokens = 8;
 // 32: 47 vs 40, 64: 63 vs 39).
 bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode);
 inline constexpr int64_t kRowPairInt8PrefillTokens = 24;
+inline constexpr int64_t kVnniInt8PrefillTokens = 32;
 bool cpu_has_avx512vnni();
 // AVX2 with FMA and F16C (the AVX2 kernels of matvec_q4_avx2.cpp and matvec_ggml_avx2.cpp).
 bool cpu_has_avx2();

@@ -202,14 +202,15 @@ TEST_P(KernelLinear, MatchesReferenceAndIsThreadCountIndependent) {
   const Case c = GetParam();
   auto t = make_weight(c.format, c.rows, c.cols, c.group);
   ThreadPool one(1), two(2);
-  for (int64_t tokens : {1, 3, 9}) {
+  for (int64_t tokens : {int64_t(1), int64_t(3), int64_t(9), kernels::kVnniInt8PrefillTokens + 1}) {
     const auto x = random_vector(size_t(tokens * c.cols), 7);
     std::vector<float> ref(static_cast<size_t>(tokens * c.rows)), y1(ref.size()), y2(ref.size());
     linear_reference(t->w, x.data(), tokens, ref.data());
     linear_forward(t->w, x.data(), tokens, y1.data(), &one, KernelMode::fast);
     linear_forward(t->w, x.data(), tokens, y2.data(), &two, KernelMode::fast);
     // Which fast path linear_forward takes (kernels/linear.cpp): the int8 path where
-    // takes_int8_activations holds (up to 8 tokens; on AVX2-only CPUs 4-bit prefill too); else
+    // takes_int8_activations holds (up to 8 tokens; short 4-bit prompts on AVX-512 VNNI
+    // without AMX, every 4-bit prompt on AVX2-only CPUs); else
     // BF16 activations where the BF16 kernels take the weight (a few tokens of BF16
     // weights stream once on vdpbf16ps, more take the matrix product), float ones otherwise.
     if (kernels::takes_int8_activations(t->w, tokens, KernelMode::fast)) {
@@ -453,7 +454,7 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
   }
 }
 
-// Fast mode on several tokens (batched decode, and prefill where the AVX2 int8 kernels take it:
+// Fast mode on several tokens (batched decode, and prefill where the int8 kernels take it:
 // takes_int8_activations): the weights read once per token group (8, 4, 2, 1; row-pair INT4 on
 // AVX2: 4, 1). 4-bit int8-activation products (AVX-512 VNNI or AVX2) give each token exactly
 // what it gets alone; elsewhere a 4-bit product of several tokens takes the decoded float tiles
@@ -467,7 +468,8 @@ TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
                          WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32}) {
     auto t = make_weight(f, rows, cols);
     for (int64_t tokens : {int64_t(2), int64_t(3), int64_t(7), int64_t(8), int64_t(9), int64_t(64),
-                           kernels::kRowPairInt8PrefillTokens + 1}) {
+                           kernels::kRowPairInt8PrefillTokens + 1,
+                           kernels::kVnniInt8PrefillTokens + 1}) {
       const auto x = random_vector(size_t(tokens * cols), 5);
       std::vector<float> y(size_t(tokens * rows)), one(static_cast<size_t>(rows));
       linear_forward(t->w, x.data(), tokens, y.data(), &two, KernelMode::fast);
