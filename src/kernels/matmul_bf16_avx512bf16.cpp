@@ -96,7 +96,8 @@ QF_BF16_TARGET void pack_panel(const float* tile, int64_t ld, int64_t nr, int64_
 // pack_panel's (rows past nr left as they are, so zero them first), for the formats whose
 // decode vectorizes simply: BF16 (K even: the pairs are adjacent 32-bit words), NVFP4 and
 // MXFP4 (nibbles through a 16-entry float table, times the block scale, both exact in BF16;
-// NVFP4's global scale is applied to the outputs). Returns false for other formats.
+// NVFP4's global scale is applied to the outputs), compressed-tensors INT4 words in groups of
+// a multiple of 32. Returns false for other formats and shapes.
 QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0,
                                       int64_t nc, uint32_t* panel) {
   const int64_t K = w.cols;
@@ -105,6 +106,29 @@ QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64
     pack_rows(nr, nc, panel, [&](int64_t r, int64_t c, int64_t n) QF_BF16_TARGET {
       return _mm512_maskz_loadu_epi32(__mmask16((1u << ((n + 1) / 2)) - 1),
                                       words + ((row0 + r) * K + c0 + c) / 2);
+    });
+    return true;
+  }
+  if (w.format == WeightFormat::int4_packed32) {
+    // Words of 8 codes (q + 8, element j at bits 4j: byte b holds elements 2b and 2b + 1, as
+    // NVFP4's bytes), one float scale per group; groups that tile the 32 columns only.
+    if (w.group % 32 != 0 || c0 % 32 != 0 || nc % 32 != 0) return false;
+    const int64_t groups = K / w.group;
+    const __m512i low = _mm512_set1_epi32(0x0F), eight = _mm512_set1_epi32(8);
+    const auto* bytes = static_cast<const uint8_t*>(w.data);
+    pack_rows(nr, nc, panel, [&](int64_t r, int64_t c, int64_t) QF_BF16_TARGET {
+      const int64_t row = row0 + r;
+      const __m512i b = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + (row * K + c0 + c) / 2)));
+      const __m512 s = _mm512_set1_ps(w.scales[row * groups + (c0 + c) / w.group]);
+      // q x scale in float, then rounded to BF16: the float tile's values and rounding.
+      const __m512 even =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(b, low), eight)), s);
+      const __m512 odd =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight)), s);
+      const __m512i e16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(even)));
+      const __m512i o16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(odd)));
+      return _mm512_or_si512(e16, _mm512_slli_epi32(o16, 16));
     });
     return true;
   }
