@@ -96,8 +96,9 @@ QF_BF16_TARGET void pack_panel(const float* tile, int64_t ld, int64_t nr, int64_
 // pack_panel's (rows past nr left as they are, so zero them first), for the formats whose
 // decode vectorizes simply: BF16 (K even: the pairs are adjacent 32-bit words), NVFP4 and
 // MXFP4 (nibbles through a 16-entry float table, times the block scale, both exact in BF16;
-// NVFP4's global scale is applied to the outputs), compressed-tensors INT4 words in groups of
-// a multiple of 32. Returns false for other formats and shapes.
+// NVFP4's global scale is applied to the outputs), FP8 and INT8 (their row scales applied to
+// the outputs), compressed-tensors INT4 words in groups of a multiple of 32. Returns false for
+// other formats and shapes.
 QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0,
                                       int64_t nc, uint32_t* panel) {
   const int64_t K = w.cols;
@@ -106,6 +107,42 @@ QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64
     pack_rows(nr, nc, panel, [&](int64_t r, int64_t c, int64_t n) QF_BF16_TARGET {
       return _mm512_maskz_loadu_epi32(__mmask16((1u << ((n + 1) / 2)) - 1),
                                       words + ((row0 + r) * K + c0 + c) / 2);
+    });
+    return true;
+  }
+  if (w.format == WeightFormat::fp8 || w.format == WeightFormat::int8) {
+    // One byte a weight, the per-row scale kept out (applied to the outputs): both exact in BF16.
+    const bool fp8 = w.format == WeightFormat::fp8;
+    const auto* bytes = static_cast<const uint8_t*>(w.data);
+    const float* table = e4m3_table();
+    pack_rows(nr, nc, panel, [&](int64_t r, int64_t c, int64_t n) QF_BF16_TARGET {
+      const uint8_t* p = bytes + (row0 + r) * K + c0 + c;
+      const __m256i b = _mm256_maskz_loadu_epi8(__mmask32(n == 32 ? ~0u : (1u << n) - 1), p);
+      __m512 lo, hi;
+      if (!fp8) {
+        lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b)));
+        hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1)));
+      } else {
+        const __m512i e = _mm512_cvtepu8_epi16(b);
+        const __m512i mag = _mm512_and_si512(e, _mm512_set1_epi16(0x7F));
+        if (_mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F)) != 0) {
+          // A NaN code (S.1111.111): the table's value, as the float tile has it.
+          alignas(64) float f[32] = {};
+          for (int64_t j = 0; j < n; ++j) f[j] = table[p[j]];
+          lo = _mm512_load_ps(f);
+          hi = _mm512_load_ps(f + 16);
+        } else {
+          // E4M3 bits moved into FP16's fields are the value / 2^8 (subnormals too: FP16's
+          // exponent bias is 15, E4M3's 7), so the FP16 conversion times 256 is exact.
+          const __m512i h = _mm512_or_si512(
+              _mm512_slli_epi16(_mm512_and_si512(e, _mm512_set1_epi16(0x80)), 8),
+              _mm512_slli_epi16(mag, 7));
+          const __m512 k256 = _mm512_set1_ps(256.f);
+          lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), k256);
+          hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), k256);
+        }
+      }
+      return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
     });
     return true;
   }

@@ -311,6 +311,47 @@ TEST(KernelLinear, Bf16MatMulKernelsMatchReference) {
   }
 }
 
+// Every FP8 and INT8 code through the AVX512-BF16 product's packer (FP8 decoded through FP16's
+// fields, not the table): one-hot activations read each weight back exactly (the values and the
+// one-hot rows are exact in BF16), so y[k, r] is the code's value times its row scale, bit for
+// bit; FP8's NaN codes (kept on a row of their own, which they poison) give NaN.
+TEST(KernelLinear, Bf16MatMulPacksEveryByteCode) {
+  if (!kernels::cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX512-BF16";
+  ThreadPool one(1);
+  const int64_t cols = 128, rows = 3;
+  std::vector<float> x(size_t(cols * cols), 0.f);
+  for (int64_t k = 0; k < cols; ++k) x[size_t(k * cols + k)] = 1.f;
+  for (WeightFormat f : {WeightFormat::fp8, WeightFormat::int8}) {
+    // Row 0: codes 0-127, row 1: 128-255, row 2: FP8's NaNs (INT8: codes 0-127 again).
+    std::vector<uint8_t> codes(size_t(rows * cols));
+    for (int64_t k = 0; k < cols; ++k) {
+      codes[size_t(k)] = uint8_t(k);
+      codes[size_t(cols + k)] = uint8_t(128 + k);
+      codes[size_t(2 * cols + k)] = f == WeightFormat::fp8 ? uint8_t(k % 2 ? 0xFF : 0x7F) : uint8_t(k);
+    }
+    if (f == WeightFormat::fp8) codes[127] = codes[size_t(cols + 127)] = 0;  // the NaNs of rows 0, 1
+    std::vector<float> scales = {0.5f, 3.f, 1.f};
+    LinearWeight w;
+    w.format = f;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = codes.data();
+    w.scales = scales.data();
+    std::vector<float> y(size_t(cols * rows));
+    kernels::matmul_bf16_avx512bf16(w, x.data(), cols, y.data(), &one);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k) {
+        const uint8_t c = codes[size_t(r * cols + k)];
+        const float v = f == WeightFormat::fp8 ? kernels::e4m3_table()[c] : float(int8_t(c));
+        const float got = y[size_t(k * rows + r)];
+        if (std::isnan(v))
+          EXPECT_TRUE(std::isnan(got)) << "code " << int(c);
+        else
+          EXPECT_EQ(got, v * scales[size_t(r)]) << weight_format_name(f) << " code " << int(c);
+      }
+  }
+}
+
 // The batched-decode BF16 kernel on AMX tiles called directly: row counts around its blocks of
 // 32 (the rest on AVX512-BF16), 1 to 8 tokens and a second group of 16; within the BF16
 // product's bounds, bit-identical at 1 and 2 threads, and each token's outputs the same whether
