@@ -55,9 +55,16 @@ constexpr int64_t kTokens = 8;     // tokens per register block
 // over y.
 constexpr int64_t kBlockCols = 1024;
 
+// Lane i: the BF16 pair (even[i], odd[i]), each rounded to nearest even.
+QF_BF16_TARGET inline __m512i bf16_pairs(__m512 even, __m512 odd) {
+  const __m512i e16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(even)));
+  const __m512i o16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(odd)));
+  return _mm512_or_si512(e16, _mm512_slli_epi32(o16, 16));
+}
+
 // For rows [0, nr) (nr <= kPanel) in groups of 16 and columns [0, nc) 32 at a time:
-// row_pairs(r, c, n) returns row r's BF16 pairs of columns c .. c+n-1 (n <= 32; lanes past
-// (n + 1) / 2 zero), stored at panel[(c / 2 + k) * kPanel + r]. Rows past nr in a group of 16
+// row_pairs(r, c, n) returns row r's BF16 pairs of columns c .. c+n-1 (n <= 32; the lanes past
+// (n + 1) / 2 are not stored), stored at panel[(c / 2 + k) * kPanel + r]. Rows past nr in a group of 16
 // are written as zeros; a group wholly past nr is not written. The 16 rows are transposed in
 // registers: scatter stores (a word at a time) made packing cost ~3 cycles per weight on Zen 4,
 // more than a 16-token product over the panel.
@@ -159,13 +166,9 @@ QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + (row * K + c0 + c) / 2)));
       const __m512 s = _mm512_set1_ps(w.scales[row * groups + (c0 + c) / w.group]);
       // q x scale in float, then rounded to BF16: the float tile's values and rounding.
-      const __m512 even =
-          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(b, low), eight)), s);
-      const __m512 odd =
-          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight)), s);
-      const __m512i e16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(even)));
-      const __m512i o16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(odd)));
-      return _mm512_or_si512(e16, _mm512_slli_epi32(o16, 16));
+      return bf16_pairs(
+          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(b, low), eight)), s),
+          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight)), s));
     });
     return true;
   }
@@ -180,17 +183,14 @@ QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64
   pack_rows(nr, nc, panel, [&](int64_t r, int64_t c, int64_t n) QF_BF16_TARGET {  // n: 16 or 32 (NVFP4), 32
     const int64_t e = (row0 + r) * K + c0 + c;
     const uint8_t* sc = w.block_scales + e / block;
-    const __mmask16 m = __mmask16((1u << (n / 2)) - 1);
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, bytes + e / 2));
+    const __m512i b =
+        _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(__mmask16((1u << (n / 2)) - 1), bytes + e / 2));
     // Lane i holds elements 2i (low nibble) and 2i+1 (high nibble): block (2i) / block.
     const __m512 s = nv && n > 16 ? _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(stab[sc[0]]),
                                                          _mm512_set1_ps(stab[sc[1]]))
                                   : _mm512_set1_ps(stab[sc[0]]);
-    const __m512 even = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, low), e2m1), s);
-    const __m512 odd = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), e2m1), s);
-    const __m512i e16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(even)));
-    const __m512i o16 = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(odd)));
-    return _mm512_maskz_or_epi32(m, e16, _mm512_slli_epi32(o16, 16));
+    return bf16_pairs(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, low), e2m1), s),
+                      _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), e2m1), s));
   });
   return true;
 }
