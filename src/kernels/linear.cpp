@@ -82,9 +82,13 @@ Route route(const LinearWeight& w, int64_t tokens, KernelMode mode) {
   const bool float_rows = (w.format == WeightFormat::f32 || w.format == WeightFormat::f16 ||
                            w.format == WeightFormat::bf16) && !w.transposed;
   // A few tokens (batched decode): the weights streamed once, as for one token; the BF16
-  // matrix-matrix kernels' panel packing would cost more than their products.
-  if (tokens > 1 && tokens <= kernels::kSmallBatchTokens && fast && float_rows)
-    return Route::float_tokens;
+  // matrix-matrix kernels' panel packing would cost more than their products. BF16 weights on
+  // AVX512-BF16 without AMX: short prompts too (kBf16TokensPrefill).
+  const int64_t few = w.format == WeightFormat::bf16 && kernels::cpu_has_avx512bf16() &&
+                              !kernels::fits_bf16_tokens_amx(w)
+                          ? kernels::kBf16TokensPrefill
+                          : kernels::kSmallBatchTokens;
+  if (tokens > 1 && tokens <= few && fast && float_rows) return Route::float_tokens;
   if (tokens > 1) {
     if (fast && kernels::use_bf16_matmul(w))
       return kernels::cpu_has_amx_bf16() && kernels::fits_amx_bf16(w) ? Route::amx
