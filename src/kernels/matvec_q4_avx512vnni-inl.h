@@ -56,20 +56,23 @@ QF_Q4_TARGET inline void chunk_dot(const uint8_t* data, int64_t row_bytes, int64
 }
 
 // acc[i * T + t] += chunks c, c+1 of rows r0 .. r0+R against activation t, for weight blocks of
-// 16 or 32 elements (NVFP4, MXFP4) or INT4 groups that Int4Scales::pairs admits. The two
-// chunks' lanes (8 elements each) are added in pairs first, so that each lane holds one
-// 16-element block (the activation's block, and NVFP4's; an MXFP4 scale or an INT4 group
-// covers two lanes or more): one float multiply-add per 16 elements instead of per 8.
-// Lane 4q + j of the sum is 16-element block 2q + j of chunk c (j < 2) or block 2q + j - 2 of
-// chunk c + 1 (j >= 2), the order of QuantizedX::pair_scale and Scales::pair.
+// 16 or 32 elements (NVFP4, MXFP4) or INT4 groups that Int4Scales::pairs admits, with each lane
+// holding one 16-element block (the activation's block, and NVFP4's; an MXFP4 scale or an INT4
+// group covers two lanes or more): one float multiply-add per 16 elements instead of per 8.
+// Lane 4q + j holds block 2q + j of chunk c (j < 2) or block 2q + j - 2 of chunk c + 1
+// (j >= 2), the order of QuantizedX::pair_scale and Scales::pair.
 //
 // One token (T = 1): the weights are the unsigned side (E2M1 doubled + 12, INT4's q + 8) and
-// each lane starts from the activation's lane bias. A few tokens: the loads are what limits (one
-// zmm load per cycle; seven per row, token and chunk pair with the bias), so the sides swap: the
-// weights are signed bytes (E2M1 doubled, q), the activations q + 128 (QuantizedX::q_unsigned),
-// and each lane starts from -128 x the sum of its weights, computed once per row for all T
-// tokens: the same integers, five loads. Each row's weights are decoded once into registers for
-// the T tokens.
+// each lane starts from the activation's lane bias; the two chunks' lanes (8 elements each) are
+// added in pairs after vpdpbusd. A few tokens: the loads are what limits (one zmm load per
+// cycle), so the sides swap: the weights are signed bytes (E2M1 doubled, q), the activations
+// q + 128 (QuantizedX::pair_q_unsigned), and each lane starts from -128 x the sum of its
+// weights, computed once per row for all T tokens: the same integers. The lane pairs are then
+// formed once per row instead of per token: two dword permutes put each 16-element block's
+// bytes in one lane of four registers (pair_q_unsigned's layout), so four vpdpbusd leave the
+// block's whole dot product in its lane. Each row's weights are decoded once into registers for
+// the T tokens. Both ways each lane's arithmetic is the same, so one token's result does not
+// depend on how many others share its call.
 template <int R, int T, bool kLut, class Scales>
 QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_t ahead,
                                   int64_t r0, int64_t c, const QuantizedX& qx,
@@ -79,7 +82,14 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
       kSigned ? _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
               : _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i low = _mm512_set1_epi8(0x0F);
-  __m512i lo0[R], hi0[R], lo1[R], hi1[R], start0[R], start1[R];
+  // The weights' four registers per chunk, or (kSigned) per pair: chunk c's dwords 2b, 2b + 1
+  // hold block b's first and last 8 elements, chunk c + 1's are dwords 16 + 2b, 17 + 2b of the
+  // two-register permute; lane 4q + j takes block 2q + j of c (j < 2), 2q + j - 2 of c + 1.
+  const __m512i first =
+      _mm512_setr_epi32(0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30);
+  const __m512i last =
+      _mm512_setr_epi32(1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31);
+  __m512i wq[R][4], start[R];
   __m512 ws[R];
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
@@ -89,63 +99,67 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
     _mm_prefetch(pc + kPrefetchBytes + 64, _MM_HINT_T0);
     _mm_prefetch(pc + ahead, _MM_HINT_T1);
     _mm_prefetch(pc + ahead + 64, _MM_HINT_T1);
-    const __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 64);
+    __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 64);
+    if constexpr (kSigned) {
+      const __m512i a = _mm512_permutex2var_epi32(w0, first, w1);
+      w1 = _mm512_permutex2var_epi32(w0, last, w1);
+      w0 = a;
+    }
+    // wq[i]: low and high nibbles of w0, then of w1.
     if constexpr (!kLut) {
       // INT4: the nibble is q + 8 as stored; the signed side takes q itself.
       const __m512i off = _mm512_set1_epi8(kSigned ? 8 : 0);
-      lo0[i] = _mm512_sub_epi8(_mm512_and_si512(w0, low), off);
-      hi0[i] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(w0, 4), low), off);
-      lo1[i] = _mm512_sub_epi8(_mm512_and_si512(w1, low), off);
-      hi1[i] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(w1, 4), low), off);
+      wq[i][0] = _mm512_sub_epi8(_mm512_and_si512(w0, low), off);
+      wq[i][1] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(w0, 4), low), off);
+      wq[i][2] = _mm512_sub_epi8(_mm512_and_si512(w1, low), off);
+      wq[i][3] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(w1, 4), low), off);
     } else if constexpr (QF_Q4_VBMI) {
-      lo0[i] = _mm512_permutexvar_epi8(w0, lut);
-      hi0[i] = _mm512_permutexvar_epi8(_mm512_srli_epi16(w0, 4), lut);
-      lo1[i] = _mm512_permutexvar_epi8(w1, lut);
-      hi1[i] = _mm512_permutexvar_epi8(_mm512_srli_epi16(w1, 4), lut);
+      wq[i][0] = _mm512_permutexvar_epi8(w0, lut);
+      wq[i][1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(w0, 4), lut);
+      wq[i][2] = _mm512_permutexvar_epi8(w1, lut);
+      wq[i][3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(w1, 4), lut);
     } else {
-      lo0[i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w0, low));
-      hi0[i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w0, 4), low));
-      lo1[i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w1, low));
-      hi1[i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w1, 4), low));
+      wq[i][0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w0, low));
+      wq[i][1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w0, 4), low));
+      wq[i][2] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w1, low));
+      wq[i][3] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w1, 4), low));
     }
     if constexpr (kSigned) {
-      const __m512i k128 = _mm512_set1_epi8(char(0x80)), zero = _mm512_setzero_si512();
-      start0[i] = _mm512_sub_epi32(
-          zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, k128, lo0[i]), k128, hi0[i]));
-      start1[i] = _mm512_sub_epi32(
-          zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, k128, lo1[i]), k128, hi1[i]));
+      const __m512i k128 = _mm512_set1_epi8(char(0x80));
+      __m512i s = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) s = _mm512_dpbusd_epi32(s, k128, wq[i][k]);
+      start[i] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
     }
     if (c % 8 == 0) scales.prefetch(r0 + i, c, ahead);  // a line holds 8 chunks' scales
     ws[i] = scales.pair(r0 + i, c);
   }
-  // Chunk c's activations of the T tokens, then chunk c + 1's (QuantizedX's token order).
+  // The T tokens' activations of the pair (chunk c's, then chunk c + 1's for one token).
   const float* xps = qx.pair_scale.data() + c / 2 * T * kLanes;
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
-    const int64_t a0 = (c * T + t) * kChunk, a1 = a0 + T * kChunk;
     const __m512 xs = _mm512_loadu_ps(xps + t * kLanes);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      __m512i d0, d1;
+      __m512i d;
       if constexpr (kSigned) {
-        const uint8_t* xu = qx.q_unsigned.data();
-        d0 = _mm512_dpbusd_epi32(start0[i], _mm512_loadu_si512(xu + a0), lo0[i]);
-        d0 = _mm512_dpbusd_epi32(d0, _mm512_loadu_si512(xu + a0 + 64), hi0[i]);
-        d1 = _mm512_dpbusd_epi32(start1[i], _mm512_loadu_si512(xu + a1), lo1[i]);
-        d1 = _mm512_dpbusd_epi32(d1, _mm512_loadu_si512(xu + a1 + 64), hi1[i]);
+        const uint8_t* xu = qx.pair_q_unsigned.data() + (c / 2 * T + t) * 2 * kChunk;
+        d = start[i];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k)
+          d = _mm512_dpbusd_epi32(d, _mm512_loadu_si512(xu + 64 * k), wq[i][k]);
       } else {
-        const int8_t* xq = qx.q.data();
-        const int32_t* xb = qx.lane_bias.data();
-        d0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(xb + a0 / kChunk * kLanes), lo0[i],
-                                 _mm512_loadu_si512(xq + a0));
-        d0 = _mm512_dpbusd_epi32(d0, hi0[i], _mm512_loadu_si512(xq + a0 + 64));
-        d1 = _mm512_dpbusd_epi32(_mm512_loadu_si512(xb + a1 / kChunk * kLanes), lo1[i],
-                                 _mm512_loadu_si512(xq + a1));
-        d1 = _mm512_dpbusd_epi32(d1, hi1[i], _mm512_loadu_si512(xq + a1 + 64));
+        const int8_t* xq = qx.q.data() + c * kChunk;
+        const int32_t* xb = qx.lane_bias.data() + c * kLanes;
+        __m512i d0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(xb), wq[i][0], _mm512_loadu_si512(xq));
+        d0 = _mm512_dpbusd_epi32(d0, wq[i][1], _mm512_loadu_si512(xq + 64));
+        __m512i d1 = _mm512_dpbusd_epi32(_mm512_loadu_si512(xb + kLanes), wq[i][2],
+                                         _mm512_loadu_si512(xq + kChunk));
+        d1 = _mm512_dpbusd_epi32(d1, wq[i][3], _mm512_loadu_si512(xq + kChunk + 64));
+        const __m512 f0 = _mm512_castsi512_ps(d0), f1 = _mm512_castsi512_ps(d1);
+        d = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0x88)),
+                             _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0xDD)));
       }
-      const __m512 f0 = _mm512_castsi512_ps(d0), f1 = _mm512_castsi512_ps(d1);
-      const __m512i d = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0x88)),
-                                         _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, 0xDD)));
       acc[i * T + t] =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[i], xs), acc[i * T + t]);
     }

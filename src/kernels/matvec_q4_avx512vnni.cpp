@@ -12,8 +12,9 @@
 //
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored as value + offset (E2M1
 // doubled + 12 in [0, 24]; INT4 nibble = q + 8 as stored) and each lane starts from the bias
-// -offset * (sum of its 8 activation bytes), computed once per call (a few tokens swap the sides:
-// see pair_dot in matvec_q4_avx512vnni-inl.h).
+// -offset * (sum of its 8 activation bytes), computed once per call (a few tokens swap the sides
+// and permute each row's dwords once for all of them: see pair_dot in
+// matvec_q4_avx512vnni-inl.h).
 #include "kernels/q4_int8_activation.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

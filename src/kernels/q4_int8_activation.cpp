@@ -148,9 +148,27 @@ void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out) {
       std::copy_n(xs[size_t(t)].pair_scale.data() + p * kLanes, kLanes,
                   out.pair_scale.data() + (p * T + t) * kLanes);
   if (!cpu_has_avx512vnni()) return;  // only the VNNI kernels read it
-  out.q_unsigned.resize(out.q.size());
-  std::transform(out.q.begin(), out.q.end(), out.q_unsigned.begin(),
-                 [](int8_t v) { return uint8_t(uint8_t(v) ^ 0x80); });
+  constexpr int64_t kPair = 2 * kChunk;
+  out.pair_q_unsigned.resize(size_t(T * (chunks / 2) * kPair));
+  for (int64_t p = 0; p < chunks / 2; ++p)
+    for (int64_t t = 0; t < T; ++t) {
+      uint8_t* dst = out.pair_q_unsigned.data() + (p * T + t) * kPair;
+      for (int q = 0; q < 4; ++q)
+        for (int j = 0; j < 4; ++j) {
+          // Block b of the pair is block b % 8 of chunk 2p + b / 8: its evens are 8 bytes of
+          // the chunk's even half, its odds the same of the odd half; A takes the first 4 of
+          // each, B the last 4.
+          const int64_t b = pair_lane_block(j, q);
+          const int8_t* src = xs[size_t(t)].q.data() + (2 * p + b / 8) * kChunk + 8 * (b % 8);
+          const int lane = 4 * q + j;
+          for (int k = 0; k < 4; ++k) {
+            dst[4 * lane + k] = uint8_t(uint8_t(src[k]) ^ 0x80);
+            dst[64 + 4 * lane + k] = uint8_t(uint8_t(src[64 + k]) ^ 0x80);
+            dst[128 + 4 * lane + k] = uint8_t(uint8_t(src[4 + k]) ^ 0x80);
+            dst[192 + 4 * lane + k] = uint8_t(uint8_t(src[64 + 4 + k]) ^ 0x80);
+          }
+        }
+    }
 }
 
 std::vector<TokenGroup> quantize_token_groups(const float* x, int64_t tokens, int64_t cols,

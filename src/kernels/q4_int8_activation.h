@@ -25,14 +25,16 @@ struct QuantizedX {
   std::vector<int8_t> q;
   std::vector<float> lane_scale;
   std::vector<int32_t> lane_bias;
-  // q + 128 as unsigned bytes, same order as q: the activation as vpdpbusd's unsigned operand
-  // (the VNNI kernels' few-token chunk-pair path, whose weights are then the signed side).
-  // Filled by interleave_tokens, on CPUs with AVX-512 VNNI only.
-  std::vector<uint8_t> q_unsigned;
   // Per pair of chunks (2p, 2p+1), the 16 block scales in the lane order of the VNNI kernel's
   // pair_dot: lane 4q + j holds block 2q + j of chunk 2p (j < 2), block 2q + j - 2 of chunk
   // 2p + 1 (j >= 2).
   std::vector<float> pair_scale;
+  // The VNNI kernels' few-token chunk-pair path (whose weights are then the signed side): per
+  // pair of chunks and token, 256 bytes of q + 128 (vpdpbusd's unsigned operand) in four
+  // quarters A_lo, A_hi, B_lo, B_hi, where 32-bit lane L of each covers the 16-element block of
+  // pair_scale's lane L: A_lo its elements 0, 2, 4, 6, A_hi 1, 3, 5, 7, B_lo 8, 10, 12, 14, B_hi
+  // 9, 11, 13, 15. Filled by interleave_tokens, on CPUs with AVX-512 VNNI only.
+  std::vector<uint8_t> pair_q_unsigned;
   // Natural order (quantize_x_natural) only, on CPUs with AVX-512 VNNI: per 4 chunks of 64 (256
   // elements), the 16 block scales with lane 4m + k holding block m of chunk k (the VNNI
   // row-pair kernel's order).
@@ -57,7 +59,8 @@ void quantize_x_natural(const float* x, int64_t n, int offset, QuantizedX& out);
 
 // T tokens' activations in one QuantizedX, interleaved per chunk: chunk c of token t at
 // (c * T + t) * kChunk in q, (c * T + t) * kLanes in lane_scale / lane_bias, (c * T + t) * 8 in
-// block_scale / block_bias, and pair p of token t at (p * T + t) * kLanes in pair_scale. With
+// block_scale / block_bias, and pair p of token t at (p * T + t) * kLanes in pair_scale and
+// (p * T + t) * 2 * kChunk in pair_q_unsigned. With
 // T = 1 that is QuantizedX's own layout; the kernels address token t of chunk c with a constant
 // offset from one base.
 void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out);

@@ -504,35 +504,40 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
 // rounding), BF16 ones take BF16 activations (within their rounding, 2^-9 relative).
 TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
   ThreadPool two(2);
-  const int64_t rows = 70, cols = 512;
-  for (WeightFormat f : {WeightFormat::nvfp4, WeightFormat::mxfp4, WeightFormat::int4_packed32,
-                         WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32}) {
-    auto t = make_weight(f, rows, cols);
-    for (int64_t tokens : {int64_t(2), int64_t(3), int64_t(7), int64_t(8), int64_t(9), int64_t(64),
-                           kernels::kRowPairInt8PrefillTokens + 1,
-                           kernels::kVnniInt8PrefillTokens + 1}) {
-      const auto x = random_vector(size_t(tokens * cols), 5);
-      std::vector<float> y(size_t(tokens * rows)), one(static_cast<size_t>(rows));
-      linear_forward(t->w, x.data(), tokens, y.data(), &two, KernelMode::fast);
-      // Past kRowPairInt8PrefillTokens the row-pair layout's prefill leaves the int8 kernels
-      // that one token takes: the token alone in exact mode is then its float counterpart.
-      const bool int8 = kernels::takes_int8_activations(t->w, tokens, KernelMode::fast);
-      const KernelMode alone =
-          int8 == kernels::takes_int8_activations(t->w, 1, KernelMode::fast) ? KernelMode::fast
-                                                                               : KernelMode::exact;
-      // BF16 activations: BF16 weights, and 4-bit ones in the BF16 matrix-matrix kernels.
-      const bool bf16_activations =
-          f == WeightFormat::bf16 || (!int8 && kernels::use_bf16_matmul(t->w));
-      for (int64_t k = 0; k < tokens; ++k) {
-        linear_forward(t->w, x.data() + k * cols, 1, one.data(), &two, alone);
-        for (int64_t r = 0; r < rows; ++r) {
-          const float got = y[size_t(k * rows + r)], want = one[size_t(r)];
-          if (!int8)
-            ASSERT_NEAR(got, want, (bf16_activations ? 1e-2f : 1e-5f) * (1.f + std::fabs(want)))
-                << weight_format_name(f) << " tokens " << tokens << " token " << k << " row " << r;
-          else
-            ASSERT_EQ(got, want) << weight_format_name(f) << " tokens " << tokens << " token " << k
-                                 << " row " << r;
+  const int64_t rows = 70;
+  // 704 columns: two pairs of 128-column chunks, an odd chunk and a tail of 64.
+  for (int64_t cols : {int64_t(512), int64_t(704)}) {
+    for (WeightFormat f : {WeightFormat::nvfp4, WeightFormat::mxfp4, WeightFormat::int4_packed32,
+                           WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32}) {
+      auto t = make_weight(f, rows, cols);
+      for (int64_t tokens : {int64_t(2), int64_t(3), int64_t(7), int64_t(8), int64_t(9),
+                             int64_t(64), kernels::kRowPairInt8PrefillTokens + 1,
+                             kernels::kVnniInt8PrefillTokens + 1}) {
+        const auto x = random_vector(size_t(tokens * cols), 5);
+        std::vector<float> y(size_t(tokens * rows)), one(static_cast<size_t>(rows));
+        linear_forward(t->w, x.data(), tokens, y.data(), &two, KernelMode::fast);
+        // Past kRowPairInt8PrefillTokens the row-pair layout's prefill leaves the int8 kernels
+        // that one token takes: the token alone in exact mode is then its float counterpart.
+        const bool int8 = kernels::takes_int8_activations(t->w, tokens, KernelMode::fast);
+        const KernelMode alone =
+            int8 == kernels::takes_int8_activations(t->w, 1, KernelMode::fast)
+                ? KernelMode::fast
+                : KernelMode::exact;
+        // BF16 activations: BF16 weights, and 4-bit ones in the BF16 matrix-matrix kernels.
+        const bool bf16_activations =
+            f == WeightFormat::bf16 || (!int8 && kernels::use_bf16_matmul(t->w));
+        for (int64_t k = 0; k < tokens; ++k) {
+          linear_forward(t->w, x.data() + k * cols, 1, one.data(), &two, alone);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float got = y[size_t(k * rows + r)], want = one[size_t(r)];
+            if (!int8)
+              ASSERT_NEAR(got, want, (bf16_activations ? 1e-2f : 1e-5f) * (1.f + std::fabs(want)))
+                  << weight_format_name(f) << " cols " << cols << " tokens " << tokens
+                  << " token " << k << " row " << r;
+            else
+              ASSERT_EQ(got, want) << weight_format_name(f) << " cols " << cols << " tokens "
+                                   << tokens << " token " << k << " row " << r;
+          }
         }
       }
     }
@@ -670,6 +675,32 @@ TEST(KernelLinear, Int8ActivationLayoutsHoldTheScalarQuantization) {
         const int64_t e0 = (2 * p + j / 2) * 128 + (2 * k + (j & 1)) * 16;
         EXPECT_EQ(nib.pair_scale[size_t(p * 16 + 4 * k + j)], e0 < n ? s[size_t(e0 / 16)] : 0.f);
       }
+  // The few-token path's activations: pair p of token t at (p * T + t) * 256, q + 128, lane L of
+  // quarter h holding elements kQuarter[h] of pair_scale's block L.
+  if (!kernels::cpu_has_avx512vnni()) return;
+  kernels::q4::QuantizedX other, both;
+  const auto x2 = random_vector(size_t(n), 4);
+  std::vector<int8_t> q2(static_cast<size_t>(n));
+  kernels::quantize_activation_int8(x2.data(), n, q2.data(), s.data());
+  kernels::q4::quantize_x(x2.data(), n, 12, other);
+  kernels::q4::interleave_tokens({nib, other}, both);
+  ASSERT_EQ(both.pair_q_unsigned.size(), size_t(2 * (nib.chunks / 2) * 256));
+  constexpr int kQuarter[4][4] = {{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}};
+  for (int64_t p = 0; p < nib.chunks / 2; ++p)
+    for (int t = 0; t < 2; ++t)
+      for (int k = 0; k < 4; ++k)
+        for (int j = 0; j < 4; ++j) {
+          const int64_t e0 = (2 * p + j / 2) * 128 + (2 * k + (j & 1)) * 16;
+          for (int h = 0; h < 4; ++h)
+            for (int b = 0; b < 4; ++b) {
+              const int64_t e = e0 + kQuarter[h][b];
+              const int8_t want = e < n ? (t == 0 ? q : q2)[size_t(e)] : int8_t(0);
+              EXPECT_EQ(both.pair_q_unsigned[size_t((p * 2 + t) * 256 + 64 * h +
+                                                    4 * (4 * k + j) + b)],
+                        uint8_t(uint8_t(want) ^ 0x80))
+                  << e;
+            }
+        }
 }
 
 // Every finite E4M3 scale code (subnormals, negatives, the largest) and every nibble through the
