@@ -2,6 +2,8 @@
 // of weight bytes, next to a STREAM-style read of the same buffers in the same run (the memory
 // ceiling); matrix-matrix products for 512 tokens (prefill) as GFLOP/s. The matrix-vector
 // benchmarks rotate through more than 2 GiB of weight copies so that no copy is cache-resident.
+// KernelVsStream* time each product and a STREAM read of as many bytes in alternation and report
+// the median ratio: the kernel's share of what the memory gave in the same milliseconds.
 // KernelGgml* are GGUF tensors in ggml blocks (the fast mode's Q8_0 / Q8_K integer kernels) at
 // the same shape, and at Llama-1B's 8192 x 2048 (ffn_up) next to them.
 // KernelMatMulLayerLlama1b* run one Llama-3.2-1B layer's seven products for 512 tokens: the
@@ -22,6 +24,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -187,6 +190,55 @@ void StreamRead(benchmark::State& state) {
     bytes += n * 8;
   }
   state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
+}
+
+// A matrix-vector product against the STREAM read in alternation: each iteration times one
+// product (fast mode, a rotated copy) and then a STREAM read of as many bytes (rotated NVFP4
+// copies, the same pool), and the counters are the medians over iterations of each rate and of
+// their ratio. On a shared machine whose memory bandwidth moves by 2x within seconds, separate
+// benchmarks minutes apart compare different machines; a few milliseconds apart they share the
+// neighbours' load, so the ratio is what the kernel gets of what the memory gave just then.
+void MatVecVsStream(benchmark::State& state, WeightFormat f) {
+  const auto& ws = copies(f);
+  const auto& rs = copies(WeightFormat::nvfp4);
+  ThreadPool pool(int(state.range(0)));
+  const auto x = activation(kCols);
+  std::vector<float> y(static_cast<size_t>(kRows));
+  std::vector<uint64_t> sums(64);
+  std::vector<double> kernel, stream, ratio;
+  size_t i = 0, j = 0;
+  using clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const LinearWeight& w = ws[i++ % ws.size()]->w;
+    auto t0 = clock::now();
+    linear_forward(w, x.data(), 1, y.data(), &pool, KernelMode::fast);
+    benchmark::DoNotOptimize(y.data());
+    const double tk = std::chrono::duration<double>(clock::now() - t0).count();
+    uint64_t read = 0;
+    t0 = clock::now();
+    while (read < w.stored_bytes()) {
+      const Stored& s = *rs[j++ % rs.size()];
+      const auto* data = static_cast<const uint8_t*>(s.w.data);
+      const size_t n = s.w.data_bytes() / 8;
+      pool.parallel_for(64, [&](int64_t t) {
+        const size_t b = n * size_t(t) / 64, e = n * size_t(t + 1) / 64;
+        sums[size_t(t)] = kernels::read_all(data + b * 8, (e - b) * 8);
+      });
+      benchmark::DoNotOptimize(sums.data());
+      read += n * 8;
+    }
+    const double ts = std::chrono::duration<double>(clock::now() - t0).count();
+    kernel.push_back(double(w.stored_bytes()) / tk / 1e9);
+    stream.push_back(double(read) / ts / 1e9);
+    ratio.push_back(kernel.back() / stream.back());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  state.counters["GB/s"] = median(kernel);
+  state.counters["stream_GB/s"] = median(stream);
+  state.counters["of_stream"] = median(ratio);
 }
 
 void MatMul(benchmark::State& state, WeightFormat f, bool precise = false) {
@@ -399,6 +451,11 @@ void KernelMatMulLayerLlama1bBf16(benchmark::State& s) { MatMulLayerLlama1b(s, W
 void KernelMatMulLayerLlama1bNvfp4(benchmark::State& s) { MatMulLayerLlama1b(s, WeightFormat::nvfp4); }
 
 BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
+BENCHMARK_CAPTURE(MatVecVsStream, Nvfp4, WeightFormat::nvfp4)->Name("KernelVsStreamNvfp4")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK_CAPTURE(MatVecVsStream, Mxfp4, WeightFormat::mxfp4)->Name("KernelVsStreamMxfp4")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK_CAPTURE(MatVecVsStream, Int4, WeightFormat::int4_row_pairs)->Name("KernelVsStreamInt4")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK_CAPTURE(MatVecVsStream, Int4Words, WeightFormat::int4_packed32)->Name("KernelVsStreamInt4Words")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK_CAPTURE(MatVecVsStream, Bf16, WeightFormat::bf16)->Name("KernelVsStreamBf16")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Short)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
