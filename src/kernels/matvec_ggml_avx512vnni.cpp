@@ -42,7 +42,6 @@ namespace qf::kernels {
 namespace {
 
 constexpr int64_t kPrefetchL1 = 512;
-constexpr int64_t kPrefetchAheadBytes = 8192;
 
 QF_GGML_TARGET inline float f16(const uint8_t* p) {
   uint16_t h;
@@ -263,10 +262,7 @@ QF_GGML_TARGET void run_rows(const LinearWeight& w, const GgmlActivations& ga, i
                              int64_t r1, int64_t t0, int64_t t1, float factor, float* y) {
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = w.cols / D::kElems * D::kBytes;
-  // L2 prefetch a whole number of 4-row blocks ahead, at least 8 KB, so that the 4 row streams
-  // become one sequential stream well ahead of the loads.
-  const int64_t block = 4 * row_bytes;
-  const int64_t ahead = block * std::max<int64_t>(1, (kPrefetchAheadBytes + block - 1) / block);
+  const int64_t ahead = prefetch_ahead_bytes(row_bytes);
   const Act a{ga.simd_q.data(), ga.lane_bias.data(), ga.lane_scale.data(), ga.padded,
               ga.padded / D::kChunk * 16};
   for (int64_t t = t0; t < t1;) {

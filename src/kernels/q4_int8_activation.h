@@ -84,12 +84,7 @@ std::vector<TokenGroup> quantize_token_groups(const float* x, int64_t tokens, in
 // only 4 KB, too close) 14.5 with one block ahead -> ~23.5 with 8 KB. Prefetches never fault, so
 // those past the matrix's end are harmless. The NVFP4 scale codes (1/8 of the weight bytes, 4
 // more streams) get the same L2 prefetch: +10% per core.
-constexpr int64_t kPrefetchBytes = 512;
-constexpr int64_t kPrefetchAheadBytes = 8192;
-inline int64_t prefetch_ahead_bytes(int64_t row_bytes) {
-  const int64_t block = 4 * row_bytes;
-  return block * std::max<int64_t>(1, (kPrefetchAheadBytes + block - 1) / block);
-}
+constexpr int64_t kPrefetchBytes = 512;  // L1; the L2 distance: prefetch_ahead_bytes
 
 // Rows per task: about 512 KB of weights (8x the usual matrix-vector task), at least 4 tasks
 // (an MoE expert's 768 x 2048 in 4 tasks of 221 KB, not 16 of 55 KB, streamed 7% faster with
