@@ -416,6 +416,11 @@ void KernelGgmlMatMulQ4_0(benchmark::State& s) { GgmlMatMul(s, GgmlType::Q4_0); 
 void KernelGgmlMatMulNvfp4(benchmark::State& s) { GgmlMatMul(s, GgmlType::NVFP4); }
 void KernelGgmlMatMulQ4_K(benchmark::State& s) { GgmlMatMul(s, GgmlType::Q4_K); }
 
+void KernelVsStreamNvfp4(benchmark::State& s) { MatVecVsStream(s, WeightFormat::nvfp4); }
+void KernelVsStreamMxfp4(benchmark::State& s) { MatVecVsStream(s, WeightFormat::mxfp4); }
+void KernelVsStreamInt4(benchmark::State& s) { MatVecVsStream(s, WeightFormat::int4_row_pairs); }
+void KernelVsStreamInt4Words(benchmark::State& s) { MatVecVsStream(s, WeightFormat::int4_packed32); }
+void KernelVsStreamBf16(benchmark::State& s) { MatVecVsStream(s, WeightFormat::bf16); }
 void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }
 void KernelMatVecNvfp4Precise(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4, true); }
 void KernelMatVecBf16(benchmark::State& s) { MatVec(s, WeightFormat::bf16); }
@@ -451,11 +456,11 @@ void KernelMatMulLayerLlama1bBf16(benchmark::State& s) { MatMulLayerLlama1b(s, W
 void KernelMatMulLayerLlama1bNvfp4(benchmark::State& s) { MatMulLayerLlama1b(s, WeightFormat::nvfp4); }
 
 BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
-BENCHMARK_CAPTURE(MatVecVsStream, Nvfp4, WeightFormat::nvfp4)->Name("KernelVsStreamNvfp4")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
-BENCHMARK_CAPTURE(MatVecVsStream, Mxfp4, WeightFormat::mxfp4)->Name("KernelVsStreamMxfp4")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
-BENCHMARK_CAPTURE(MatVecVsStream, Int4, WeightFormat::int4_row_pairs)->Name("KernelVsStreamInt4")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
-BENCHMARK_CAPTURE(MatVecVsStream, Int4Words, WeightFormat::int4_packed32)->Name("KernelVsStreamInt4Words")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
-BENCHMARK_CAPTURE(MatVecVsStream, Bf16, WeightFormat::bf16)->Name("KernelVsStreamBf16")->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK(KernelVsStreamNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK(KernelVsStreamMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK(KernelVsStreamInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK(KernelVsStreamInt4Words)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK(KernelVsStreamBf16)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
 BENCHMARK(KernelMatVecNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Precise)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Short)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);

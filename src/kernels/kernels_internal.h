@@ -23,8 +23,8 @@ int64_t matvec_rows_per_task(const LinearWeight& w, int64_t multiple);
 // a time: a whole number of 4-row blocks, at least kPrefetchAheadBytes. While a block is read,
 // the same columns of a later block are prefetched, so the 4 interleaved row streams become one
 // sequential stream well ahead of the loads; the hardware prefetchers alone keep too few lines
-// in flight for one core to read at the memory's rate (BF16 on one Zen 4 core: 65% -> 84% of a
-// STREAM read in alternation with it, KernelVsStreamBf16/1).
+// in flight for one core to read at the memory's rate (BF16 on one Zen 4 core: 63-65% -> 75-78%
+// of a STREAM read in alternation with it, KernelVsStreamBf16/1).
 inline constexpr int64_t kPrefetchAheadBytes = 8192;
 inline int64_t prefetch_ahead_bytes(int64_t row_bytes) {
   const int64_t block = 4 * row_bytes;
