@@ -134,7 +134,8 @@ QF_Q4_TARGET inline void pair_dot(const uint8_t* data, int64_t row_bytes, int64_
     if (c % 8 == 0) scales.prefetch(r0 + i, c, ahead);  // a line holds 8 chunks' scales
     ws[i] = scales.pair(r0 + i, c);
   }
-  // The T tokens' activations of the pair (chunk c's, then chunk c + 1's for one token).
+  // Per token, the pair's 16 activation block scales, and its bytes: pair_q_unsigned (T > 1),
+  // or q's chunks c and c + 1 (one token).
   const float* xps = qx.pair_scale.data() + c / 2 * T * kLanes;
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
