@@ -169,26 +169,29 @@ void MatVecCached(benchmark::State& state, WeightFormat f) {
       double(s->w.stored_bytes()) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
-// STREAM-style read (kernels::read_all, vector loads) of the same rotated NVFP4 buffers, split over the
-// same pool in the same row tasks: the bandwidth ceiling the matrix-vector kernels chase.
+// One STREAM-style pass (kernels::read_all, vector loads) over a stored weight's bytes, split
+// over the pool in 64 tasks; returns the bytes read.
+uint64_t stream_pass(const Stored& s, ThreadPool& pool, std::vector<uint64_t>& sums) {
+  const auto* data = static_cast<const uint8_t*>(s.w.data);
+  const size_t n = s.w.data_bytes() / 8;
+  sums.resize(64);
+  pool.parallel_for(64, [&](int64_t t) {
+    const size_t b = n * size_t(t) / 64, e = n * size_t(t + 1) / 64;
+    sums[size_t(t)] = kernels::read_all(data + b * 8, (e - b) * 8);
+  });
+  benchmark::DoNotOptimize(sums.data());
+  return n * 8;
+}
+
+// STREAM-style read of the same rotated NVFP4 buffers, split over the same pool: the bandwidth
+// ceiling the matrix-vector kernels chase.
 void StreamRead(benchmark::State& state) {
   const auto& ws = copies(WeightFormat::nvfp4);
   ThreadPool pool(int(state.range(0)));
   size_t i = 0;
   uint64_t bytes = 0;
-  std::vector<uint64_t> sums(64);
-  for (auto _ : state) {
-    const Stored& s = *ws[i++ % ws.size()];
-    const auto* data = static_cast<const uint8_t*>(s.w.data);
-    const size_t n = s.w.data_bytes() / 8;
-    const int64_t tasks = 64;
-    pool.parallel_for(tasks, [&](int64_t t) {
-      const size_t b = n * size_t(t) / tasks, e = n * size_t(t + 1) / tasks;
-      sums[size_t(t)] = kernels::read_all(data + b * 8, (e - b) * 8);
-    });
-    benchmark::DoNotOptimize(sums.data());
-    bytes += n * 8;
-  }
+  std::vector<uint64_t> sums;
+  for (auto _ : state) bytes += stream_pass(*ws[i++ % ws.size()], pool, sums);
   state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
 }
 
@@ -204,7 +207,7 @@ void MatVecVsStream(benchmark::State& state, WeightFormat f) {
   ThreadPool pool(int(state.range(0)));
   const auto x = activation(kCols);
   std::vector<float> y(static_cast<size_t>(kRows));
-  std::vector<uint64_t> sums(64);
+  std::vector<uint64_t> sums;
   std::vector<double> kernel, stream, ratio;
   size_t i = 0, j = 0;
   using clock = std::chrono::steady_clock;
@@ -216,17 +219,7 @@ void MatVecVsStream(benchmark::State& state, WeightFormat f) {
     const double tk = std::chrono::duration<double>(clock::now() - t0).count();
     uint64_t read = 0;
     t0 = clock::now();
-    while (read < w.stored_bytes()) {
-      const Stored& s = *rs[j++ % rs.size()];
-      const auto* data = static_cast<const uint8_t*>(s.w.data);
-      const size_t n = s.w.data_bytes() / 8;
-      pool.parallel_for(64, [&](int64_t t) {
-        const size_t b = n * size_t(t) / 64, e = n * size_t(t + 1) / 64;
-        sums[size_t(t)] = kernels::read_all(data + b * 8, (e - b) * 8);
-      });
-      benchmark::DoNotOptimize(sums.data());
-      read += n * 8;
-    }
+    while (read < w.stored_bytes()) read += stream_pass(*rs[j++ % rs.size()], pool, sums);
     const double ts = std::chrono::duration<double>(clock::now() - t0).count();
     kernel.push_back(double(w.stored_bytes()) / tk / 1e9);
     stream.push_back(double(read) / ts / 1e9);
@@ -419,7 +412,9 @@ void KernelGgmlMatMulQ4_K(benchmark::State& s) { GgmlMatMul(s, GgmlType::Q4_K); 
 void KernelVsStreamNvfp4(benchmark::State& s) { MatVecVsStream(s, WeightFormat::nvfp4); }
 void KernelVsStreamMxfp4(benchmark::State& s) { MatVecVsStream(s, WeightFormat::mxfp4); }
 void KernelVsStreamInt4(benchmark::State& s) { MatVecVsStream(s, WeightFormat::int4_row_pairs); }
-void KernelVsStreamInt4Words(benchmark::State& s) { MatVecVsStream(s, WeightFormat::int4_packed32); }
+void KernelVsStreamInt4Words(benchmark::State& s) {
+  MatVecVsStream(s, WeightFormat::int4_packed32);
+}
 void KernelVsStreamBf16(benchmark::State& s) { MatVecVsStream(s, WeightFormat::bf16); }
 void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }
 void KernelMatVecNvfp4Precise(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4, true); }

@@ -60,9 +60,8 @@ void quantize_x_natural(const float* x, int64_t n, int offset, QuantizedX& out);
 // T tokens' activations in one QuantizedX, interleaved per chunk: chunk c of token t at
 // (c * T + t) * kChunk in q, (c * T + t) * kLanes in lane_scale / lane_bias, (c * T + t) * 8 in
 // block_scale / block_bias, and pair p of token t at (p * T + t) * kLanes in pair_scale and
-// (p * T + t) * 2 * kChunk in pair_q_unsigned. With
-// T = 1 that is QuantizedX's own layout; the kernels address token t of chunk c with a constant
-// offset from one base.
+// (p * T + t) * 2 * kChunk in pair_q_unsigned. With T = 1 that is QuantizedX's own layout; the
+// kernels address token t of chunk c with a constant offset from one base.
 void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out);
 
 // x [tokens, cols] in groups of 8, 4, 2 and 1 tokens (in that order of preference), each

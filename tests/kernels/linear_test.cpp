@@ -327,9 +327,11 @@ TEST(KernelLinear, Bf16MatMulPacksEveryByteCode) {
     for (int64_t k = 0; k < cols; ++k) {
       codes[size_t(k)] = uint8_t(k);
       codes[size_t(cols + k)] = uint8_t(128 + k);
-      codes[size_t(2 * cols + k)] = f == WeightFormat::fp8 ? uint8_t(k % 2 ? 0xFF : 0x7F) : uint8_t(k);
+      codes[size_t(2 * cols + k)] =
+          f == WeightFormat::fp8 ? uint8_t(k % 2 ? 0xFF : 0x7F) : uint8_t(k);
     }
-    if (f == WeightFormat::fp8) codes[127] = codes[size_t(cols + 127)] = 0;  // the NaNs of rows 0, 1
+    // The NaNs of rows 0, 1.
+    if (f == WeightFormat::fp8) codes[127] = codes[size_t(cols + 127)] = 0;
     std::vector<float> scales = {0.5f, 3.f, 1.f};
     LinearWeight w;
     w.format = f;
