@@ -30,7 +30,7 @@ struct TuneArgs {
   CalibrationOptions calib;
   int64_t steps = 200, batch = 4, eval_samples = 8, eval_every = 0, checkpoint_every = 0;
   int64_t calib_generate = 0;
-  double lr = 0.01, scale_lr = 0;
+  double lr = 0.01, scale_lr = 0, embedding_lr = 0;
   int threads = 0;
   bool resume = false, force = false, json = false, quiet = false;
   bool algo_given = false;
@@ -80,6 +80,9 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
     j["lr"] = a.lr;
     j["train"] = a.train;
     j["scale_parameters"] = r.scale_parameters;
+    j["embedding_lr"] = a.embedding_lr;
+    j["embedding_parameters"] = r.embedding_parameters;
+    j["embedding_tied"] = r.embedding_tied;
     j["generated_windows"] = r.generated_windows;
     j["train_windows"] = r.train_windows;
     j["eval_windows"] = r.eval_windows;
@@ -116,6 +119,10 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
   if (r.scale_parameters > 0)
     fmt::print("  {:<28} {} block scales (LSQ, --train {})\n", "scales trained", r.scale_parameters,
                a.train);
+  if (r.embedding_parameters > 0)
+    fmt::print("  {:<28} {} values ({}), --embedding-lr {}\n", "embedding and head trained",
+               r.embedding_parameters, r.embedding_tied ? "tied: one matrix" : "two matrices",
+               a.embedding_lr);
   if (r.generated_windows > 0)
     fmt::print("  {:<28} {} windows sampled by the teacher from {}-token prompts\n",
                "distillation text", r.generated_windows, a.calib_generate);
@@ -185,6 +192,11 @@ void register_tune(CLI::App& app, Action& run) {
                   "Adam's peak learning rate of the LSQ block scales, relative to each scale's "
                   "initial value, in [0, 1] (0: --lr)")
       ->capture_default_str();
+  cmd->add_option("--embedding-lr", args->embedding_lr,
+                  "Also train the token embedding and the output head (one matrix when tied) in "
+                  "float, exported in their dtype: Adam's peak learning rate relative to each "
+                  "matrix's RMS, in [0, 1] (0: they stay the base model's; 0.004 is a good start)")
+      ->capture_default_str();
   cmd->add_option("--calib-generate", args->calib_generate,
                   "Distil on teacher-generated text: keep each calibration window's first N "
                   "tokens (BOS included) and let the original model sample the rest "
@@ -241,6 +253,7 @@ void register_tune(CLI::App& app, Action& run) {
                 : a.train == "both"   ? DistillTrain::both
                                       : DistillTrain::weights;
       o.scale_lr = float(a.scale_lr);
+      o.embedding_lr = float(a.embedding_lr);
       o.generate_prompt = a.calib_generate;
       o.eval_samples = a.eval_samples;
       o.eval_every = a.eval_every;
@@ -255,11 +268,11 @@ void register_tune(CLI::App& app, Action& run) {
       source.require_unquantized("tune");
       std::string key = fmt::format(
           "model={} bytes={} format={} algo={} group={} export={} activations={} exclude={} "
-          "steps={} batch={} lr={} train={} scale_lr={} generate={} eval={} samples={} "
-          "seq={} seed={} from={}",
+          "steps={} batch={} lr={} train={} scale_lr={} embedding_lr={} generate={} eval={} "
+          "samples={} seq={} seed={} from={}",
           fs::absolute(a.model).string(), source.input_bytes(), a.format, a.algo, a.group_size,
           a.export_format, a.activations, fmt::join(a.exclude, ","), a.steps, a.batch, a.lr,
-          a.train, a.scale_lr, a.calib_generate, a.eval_samples, a.calib.samples,
+          a.train, a.scale_lr, a.embedding_lr, a.calib_generate, a.eval_samples, a.calib.samples,
           a.calib.seq_len, a.calib.seed, a.from.empty() ? "" : fs::absolute(a.from).string());
       for (const auto& f : a.calib_files) {
         std::error_code ec;

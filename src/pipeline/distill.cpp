@@ -2,6 +2,7 @@
 // the original model's logits, then export through the normal writer.
 #include "pipeline/distill.h"
 
+#include "core/convert.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/numeric.h"
@@ -85,6 +86,40 @@ struct Tuned {
     for (size_t i = 0; i < size; ++i) w[i] = u[i] * unit(i);
   }
 };
+
+// A float matrix trained with the quantized weights (--embedding-lr): the output head, or the
+// token embedding of an untied model. Its parameters lie at `offset` in the flat array, M = p ·
+// unit with unit = rms(M0) · embedding_lr / lr, so Adam's step of lr moves it by about
+// embedding_lr of its RMS. Every forward rounds it to its stored dtype, so the export writes
+// exactly what the student used.
+struct TrainedMatrix {
+  size_t offset = 0, size = 0;
+  float unit = 1.f;
+  DType dtype = DType::F32;
+
+  void init(const std::vector<float>& m0, float rate_ratio, DType stored, size_t at) {
+    double sq = 0;
+    for (float v : m0) sq += double(v) * double(v);
+    const double rms = m0.empty() ? 0.0 : std::sqrt(sq / double(m0.size()));
+    offset = at;
+    size = m0.size();
+    unit = rms > 0 ? float(rms * double(rate_ratio)) : rate_ratio;
+    dtype = stored;
+  }
+  void values(const float* params, float* out) const {
+    for (size_t i = 0; i < size; ++i) out[i] = params[offset + i] * unit;
+    round_through(dtype, out, size);
+  }
+};
+
+DType float_dtype(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::f32: return DType::F32;
+    case WeightFormat::f16: return DType::F16;
+    case WeightFormat::bf16: return DType::BF16;
+    default: fail("tune --embedding-lr: the output head is stored quantized");
+  }
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -241,6 +276,9 @@ CalibrationData check_distill(const SourceModel& model, const DistillOptions& o)
     fail("tune: --lr {} is out of range (0, 1]", o.lr);
   if (!std::isfinite(o.scale_lr) || o.scale_lr < 0.f || o.scale_lr > 1.f)
     fail("tune: --scale-lr {} is out of range [0, 1] (0: --lr)", o.scale_lr);
+  if (!std::isfinite(o.embedding_lr) || o.embedding_lr < 0.f || o.embedding_lr > 1.f)
+    fail("tune: --embedding-lr {} is out of range [0, 1] (0: the embedding and head stay the "
+         "base model's)", o.embedding_lr);
   if (o.scale_lr > 0.f && o.train == DistillTrain::weights)
     fail("tune: --scale-lr {} sets the block scales' rate; it needs --train scales or both",
          o.scale_lr);
@@ -369,6 +407,32 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   if (tuned.empty()) fail("tune: no Linear was quantized (everything excluded?)");
   rep.tuned_linears = int64_t(tuned.size());
   rep.parameters = int64_t(weight_total);
+  // --embedding-lr: the head, and an untied model's embedding, after the block scales. Tied: the
+  // config says so and the two tensors hold the same values (one matrix, both gradients).
+  const ModelWeights& mw = teacher->weights();
+  const bool train_embedding = o.embedding_lr > 0.f;
+  TrainedMatrix head_matrix, embed_matrix;
+  std::vector<float> embed_values;  // an untied model's trained embedding (rounded)
+  bool tied = false;
+  if (train_embedding) {
+    if (mw.embed.blocks.data) fail("tune --embedding-lr: the token embedding is stored quantized");
+    std::vector<float> e0(size_t(V * H));
+    for (int64_t v = 0; v < V; ++v) mw.embed.row(v, e0.data() + v * H);
+    tied = arch.tie_word_embeddings && e0 == student.head;
+    const float ratio = o.embedding_lr / o.lr;
+    head_matrix.init(student.head, ratio, float_dtype(mw.lm_head.w.format), total);
+    total += head_matrix.size;
+    if (!tied) {
+      embed_matrix.init(e0, ratio, mw.embed.dtype, total);
+      total += embed_matrix.size;
+      embed_values = std::move(e0);
+    }
+    rep.embedding_parameters = int64_t(total - head_matrix.offset);
+    rep.embedding_tied = tied;
+  }
+  // The matrix the inputs are embedded from (the head itself when tied).
+  const std::vector<float>& embedding = tied ? student.head : embed_values;
+  const TrainedMatrix& input_matrix = tied ? head_matrix : embed_matrix;
 
   DistillState st;
   st.key_hash = distill_key_hash(o.config_key);
@@ -391,6 +455,13 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
       std::fill(p0.begin() + ptrdiff_t(t.scale_offset),
                 p0.begin() + ptrdiff_t(t.scale_offset + t.scale_count), 1.f / scale_factor);
     });
+    if (train_embedding) {
+      for (size_t i = 0; i < head_matrix.size; ++i)
+        p0[head_matrix.offset + i] = student.head[i] / head_matrix.unit;
+      if (!tied)
+        for (size_t i = 0; i < embed_matrix.size; ++i)
+          p0[embed_matrix.offset + i] = embed_values[i] / embed_matrix.unit;
+    }
     st.adam = AdamState(total);
   } else {
     st = read_distill_state(o.checkpoint);
@@ -432,7 +503,13 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     b.tokens = n;
     if (!cache) scratch_logits.assign(ids.size(), {});
     for (size_t i = 0; i < ids.size(); ++i) {
-      b.x0.push_back(x0[size_t(ids[i])].data());
+      std::vector<float>& x = x0[size_t(ids[i])];
+      if (train_embedding) {  // the current embedding's rows
+        const std::vector<int32_t>& tokens = data.windows[size_t(ids[i])];
+        for (int64_t t = 0; t < n; ++t)
+          std::copy_n(embedding.data() + int64_t(tokens[size_t(t)]) * H, H, x.data() + t * H);
+      }
+      b.x0.push_back(x.data());
       if (cache) {
         b.teacher_logits.push_back(cached[size_t(ids[i])].data());
       } else {
@@ -451,6 +528,10 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
       t.weights(st.params.data() + t.offset, w.data());
       t.ste->forward(w.data(), nullptr, role_slot(student.blocks[size_t(t.layer)], t.role)->data());
     });
+    if (train_embedding) {
+      head_matrix.values(st.params.data(), student.head.data());
+      if (!tied) embed_matrix.values(st.params.data(), embed_values.data());
+    }
   };
   std::vector<int64_t> eval_ids(static_cast<size_t>(n_eval));
   std::iota(eval_ids.begin(), eval_ids.end(), n_train);
@@ -466,6 +547,8 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   const int64_t eval_every = o.eval_every > 0 ? o.eval_every : std::max<int64_t>(1, o.steps / 10);
   const uint64_t seed = o.quantize.calib.seed;
   std::vector<BlockWeights<float>> grads;
+  std::vector<float> dhead;
+  std::vector<std::vector<float>> dx0;
   std::vector<float> flat_grad(total);
   std::vector<FakeQuantGrads> fq(tuned.size());
   const auto train_start = std::chrono::steady_clock::now();
@@ -483,8 +566,11 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
       for (std::vector<float>* p : {&g.attn_norm, &g.mlp_norm, &g.q, &g.k, &g.v, &g.o, &g.gate,
                                     &g.up, &g.down})
         std::fill(p->begin(), p->end(), 0.f);
-    point.loss = model_kl<float>(student, batch_of(batch_windows(seed, s, o.batch, n_train)),
-                                 &grads, &pool);
+    const std::vector<int64_t> ids = batch_windows(seed, s, o.batch, n_train);
+    std::fill(dhead.begin(), dhead.end(), 0.f);
+    point.loss = model_kl<float>(student, batch_of(ids), &grads, &pool, nullptr,
+                                 train_embedding ? EmbeddingGrads<float>{&dhead, &dx0}
+                                                 : EmbeddingGrads<float>{});
     pool.parallel_for(int64_t(tuned.size()), [&](int64_t i) {
       const Tuned& t = tuned[size_t(i)];
       std::vector<float> w(t.size);
@@ -501,6 +587,20 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
       for (size_t j = 0; j < t.scale_count; ++j)
         gp[j] = scale_factor * t.d0[j] * fq[size_t(i)].scale[j];
     });
+    if (train_embedding) {  // dL/dp = unit · dL/dM; the inputs' rows go back to their tokens
+      float* gh = flat_grad.data() + head_matrix.offset;
+      for (size_t k = 0; k < head_matrix.size; ++k) gh[k] = head_matrix.unit * dhead[k];
+      float* ge = flat_grad.data() + input_matrix.offset;
+      if (!tied) std::fill(ge, ge + input_matrix.size, 0.f);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const std::vector<int32_t>& tokens = data.windows[size_t(ids[i])];
+        for (int64_t t = 0; t < n; ++t) {
+          float* g = ge + int64_t(tokens[size_t(t)]) * H;
+          const float* d = dx0[i].data() + t * H;
+          for (int64_t h = 0; h < H; ++h) g[h] += input_matrix.unit * d[h];
+        }
+      }
+    }
     AdamOptions ao;
     ao.lr = float(double(o.lr) * 0.5 * (1.0 + std::cos(M_PI * double(s) / double(o.steps))));
     adam_step(ao, st.adam, st.params.data(), flat_grad.data());
@@ -554,6 +654,12 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     return q;
   };
   fo.on_linear = nullptr;
+  if (train_embedding)  // the matrices as the last evaluation's apply() rounded them
+    fo.replace_float = [&](const std::string& name) -> std::optional<std::vector<float>> {
+      if (name == arch.head_name) return student.head;
+      if (name == arch.embed_name) return embedding;
+      return std::nullopt;
+    };
   rep.quantize = quantize_checkpoint(model, out_dir, fo);
   rep.quantize.algo = rep.algo + "+tune";
   if (o.checkpoint_every > 0 && fs::exists(o.checkpoint)) fs::remove(o.checkpoint);

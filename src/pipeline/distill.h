@@ -59,6 +59,10 @@ struct DistillOptions {
   // LSQ block scales: Adam's peak learning rate for the scales, in units of each scale's initial
   // value (the parameters are e4m3_j / e4m3_j(init)); 0: the same as `lr`.
   float scale_lr = 0.f;
+  // The token embedding and the output head (one matrix when tied) trained too, in float and
+  // exported in their stored dtype: Adam's peak learning rate, in units of each matrix's RMS
+  // (cosine decay as `lr`); 0: they stay the base model's.
+  float embedding_lr = 0.f;
   // Teacher-generated distillation windows (LLM-QAT's data-free distillation): each calibration
   // window keeps its first `generate_prompt` tokens (BOS included) and the teacher samples the
   // rest (temperature 1, seeded by --seed and the window), so the student is distilled on the
@@ -91,6 +95,8 @@ struct DistillReport {
   int64_t steps = 0, resumed_from = 0, parameters = 0, tuned_linears = 0;
   int64_t scale_parameters = 0;      // LSQ block scales trained (0 unless --train scales/both)
   int64_t generated_windows = 0;     // windows the teacher sampled (--calib-generate)
+  int64_t embedding_parameters = 0;  // embedding / head values trained (--embedding-lr)
+  bool embedding_tied = false;       // one matrix for both (tied embeddings)
   double eval_kl_before = 0, eval_kl_after = 0;
   // train_seconds includes the evaluations (eval_seconds); seconds_per_step excludes them.
   double quantize_seconds = 0, train_seconds = 0, eval_seconds = 0, seconds_per_step = 0;

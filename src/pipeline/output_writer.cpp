@@ -303,7 +303,21 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         if (!head_tied) progress.advance(view.nbytes);  // a tied source was counted once
         continue;
       }
-      if (item.linear < 0 && calibration.norm_override.count(t.name)) {
+      std::optional<std::vector<float>> replaced;
+      if (item.linear < 0 && options.replace_float)
+        replaced = options.replace_float(item.specs[0].name);
+      if (replaced) {
+        // Trained values (tune --embedding-lr), in the tensor's dtype.
+        const TensorView& v = view;
+        if (!is_quantizable_float(v.dtype) || replaced->size() != v.nbytes / dtype_size(v.dtype))
+          fail("{}: tensor '{}': {} replacement values for {} elements of {}",
+               t.file->path().string(), t.name, replaced->size(), v.nbytes / dtype_size(v.dtype),
+               dtype_name(v.dtype));
+        if (count_nonfinite(DType::F32, replaced->data(), replaced->size() * sizeof(float)) > 0)
+          fail("tensor '{}': the trained values hold NaN or Inf", item.specs[0].name);
+        writer.write(item.specs[0].name, scales_to_bytes(*replaced, v.dtype));
+        ++report.tensors_copied;
+      } else if (item.linear < 0 && calibration.norm_override.count(t.name)) {
         // A norm that absorbed AWQ / SmoothQuant scales, in its own dtype.
         const auto bytes = scales_to_bytes(calibration.norm_override[t.name], t.entry->dtype);
         writer.write(item.specs[0].name, bytes);

@@ -108,6 +108,10 @@ struct QuantizeOptions {
   // `on_linear`, when set, sees the tensor each quantized decoder Linear is written with.
   std::function<std::optional<QuantizedTensor>(size_t)> replace_linear;
   std::function<void(size_t, const QuantizedTensor&)> on_linear;
+  // `replace_float`, when set, is asked for each tensor written unquantized, by its output name:
+  // values returned (float32, the tensor's element count) are written in the tensor's dtype
+  // instead of the source's (the embedding and head that `tune --embedding-lr` trained).
+  std::function<std::optional<std::vector<float>>(const std::string&)> replace_float;
 };
 
 // Whether --exclude patterns (fnmatch globs) match module `name` (or `name`.weight).

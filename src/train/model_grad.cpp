@@ -71,21 +71,21 @@ double kl_row_grad(const T* p, T* q, int64_t vocab, T mean) {
   return kl;
 }
 
-// The head's KL and dL/dx [n, hidden] (written to dx) for x [n, hidden]: head_kl's math
-// without the lm_head's weight gradient (the head is not tuned; for a large vocabulary that
-// gradient would be the head's largest cost and a [vocab, hidden] buffer per window). With a
-// pool (float): the logits of all n tokens in one product on the engine's f32 kernels, the rows'
-// KL as parallel tasks and dL/dxn by the transposed product ([n, vocab] floats of scratch);
-// without: one token at a time in plain loops.
+// The head's KL and the gradient of `weight` times it: dL/dx [n, hidden] (written to dx) for
+// x [n, hidden] and, when dhead is not null, dL/d lm_head (accumulated; a [vocab, hidden]
+// product as costly as the logits', so only when the head is trained). With a pool (float): the
+// logits of all n tokens in one product on the engine's f32 kernels, the rows' KL as parallel
+// tasks and the gradients by the transposed products ([n, vocab] floats of scratch); without:
+// one token at a time in plain loops.
 template <typename T>
-double head_kl_dx(const DenseModel<T>& m, const T* x, int64_t n, const T* teacher, T* dx,
-                  ThreadPool* pool) {
+double head_kl_dx(const DenseModel<T>& m, const T* x, int64_t n, const T* teacher, T weight,
+                  T* dx, T* dhead, ThreadPool* pool) {
   const int64_t H = m.block.hidden, V = m.vocab;
   std::vector<T> xn(size_t(n * H)), inv(static_cast<size_t>(n));
   rmsnorm_forward<T>(x, m.final_norm.data(), n, H, m.final_eps, xn.data(), inv.data());
   std::vector<T> dxn(size_t(n * H), T(0));
   double total = 0;
-  const T mean = T(1) / T(n);
+  const T mean = weight / T(n);
   bool done = false;
   if constexpr (std::is_same_v<T, float>) {
     if (pool) {
@@ -97,7 +97,7 @@ double head_kl_dx(const DenseModel<T>& m, const T* x, int64_t n, const T* teache
         kl[size_t(t)] = kl_row_grad<float>(teacher + t * V, logits.data() + t * V, V, mean);
       });
       for (double k : kl) total += k;  // token order: the same sum at any thread count
-      linear_backward_fast(xn.data(), m.head.data(), logits.data(), n, H, V, dxn.data(), nullptr,
+      linear_backward_fast(xn.data(), m.head.data(), logits.data(), n, H, V, dxn.data(), dhead,
                            pool);
     }
   }
@@ -106,12 +106,15 @@ double head_kl_dx(const DenseModel<T>& m, const T* x, int64_t n, const T* teache
     for (int64_t t = 0; t < n; ++t) {
       linear_forward<T>(xn.data() + t * H, m.head.data(), nullptr, 1, H, V, row.data());
       total += kl_row_grad<T>(teacher + t * V, row.data(), V, mean);
-      // dxn_t = Σ_v dlogit_v · head_v
+      // dxn_t = Σ_v dlogit_v · head_v;  dhead_v += dlogit_v · xn_t
       T* d = dxn.data() + t * H;
+      const T* xt = xn.data() + t * H;
       for (int64_t v = 0; v < V; ++v) {
         const T g = row[size_t(v)];
         const T* w = m.head.data() + v * H;
         for (int64_t h = 0; h < H; ++h) d[h] += g * w[h];
+        if (dhead)
+          for (int64_t h = 0; h < H; ++h) dhead[v * H + h] += g * xt[h];
       }
     }
   }
@@ -165,7 +168,7 @@ void model_logits(const DenseModel<T>& m, const T* x0, int64_t n, T* logits, Thr
 template <typename T>
 double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
                 std::vector<BlockWeights<T>>* grads, ThreadPool* pool,
-                std::vector<double>* window_loss) {
+                std::vector<double>* window_loss, const EmbeddingGrads<T>& embedding) {
   const int64_t B = int64_t(batch.x0.size()), n = batch.tokens, H = m.block.hidden;
   const int64_t L = int64_t(m.blocks.size());
   if (B == 0 || int64_t(batch.teacher_logits.size()) != B)
@@ -181,6 +184,8 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
   ThreadPool* windows = inner ? nullptr : pool;
   ThreadPool* ops = inner ? pool : nullptr;
 
+  if (!grads && (embedding.head || embedding.x0))
+    fail("model_kl: the head's and the inputs' gradients need the blocks' (grads)");
   if (!grads) {  // Forward only: no hidden states kept.
     run_tasks(windows, B, [&](int64_t b) {
       std::vector<T> logits(size_t(n * m.vocab));
@@ -192,6 +197,11 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
     // inputs[b][l]: block l's input of window b; dx[b]: dL/d(current block's output).
     std::vector<std::vector<std::vector<T>>> inputs(static_cast<size_t>(B));
     std::vector<std::vector<T>> dx(static_cast<size_t>(B));
+    // The head's gradient: accumulated in place while the windows run one after another, else a
+    // buffer per window summed in window order (the same sum at any thread count).
+    std::vector<std::vector<T>> head_parts(embedding.head && windows ? size_t(B) : 0);
+    if (embedding.head && embedding.head->size() != size_t(m.vocab * H))
+      embedding.head->assign(size_t(m.vocab * H), T(0));
     run_tasks(windows, B, [&](int64_t b) {
       auto& in = inputs[size_t(b)];
       in.resize(size_t(L));
@@ -204,11 +214,17 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
       }
       std::vector<T>& d = dx[size_t(b)];
       d.resize(size_t(n * H));
-      loss[size_t(b)] =
-          head_kl_dx<T>(m, x.data(), n, batch.teacher_logits[size_t(b)], d.data(), ops);
-      const T scale = T(1) / T(B);  // the batch mean
-      for (T& v : d) v *= scale;
+      T* dhead = nullptr;
+      if (embedding.head) {
+        if (windows) head_parts[size_t(b)].assign(size_t(m.vocab * H), T(0));
+        dhead = windows ? head_parts[size_t(b)].data() : embedding.head->data();
+      }
+      // Weighted by 1/B: the gradients are the batch mean's.
+      loss[size_t(b)] = head_kl_dx<T>(m, x.data(), n, batch.teacher_logits[size_t(b)],
+                                      T(1) / T(B), d.data(), dhead, ops);
     });
+    for (const std::vector<T>& part : head_parts)
+      for (size_t i = 0; i < part.size(); ++i) (*embedding.head)[i] += part[i];
     std::vector<BlockWeights<T>> gw(static_cast<size_t>(B));
     for (int64_t l = L - 1; l >= 0; --l) {
       run_tasks(windows, B, [&](int64_t b) {
@@ -244,6 +260,7 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
         }
       });
     }
+    if (embedding.x0) *embedding.x0 = std::move(dx);  // after block 0's backward: dL/dx0
   }
   double total = 0;
   for (double v : loss) total += v;
@@ -255,8 +272,10 @@ double model_kl(const DenseModel<T>& m, const DistillBatch<T>& batch,
   template struct DenseModel<T>;                                                             \
   template struct DistillBatch<T>;                                                           \
   template void model_logits<T>(const DenseModel<T>&, const T*, int64_t, T*, ThreadPool*);   \
+  template struct EmbeddingGrads<T>;                                                         \
   template double model_kl<T>(const DenseModel<T>&, const DistillBatch<T>&,                  \
-                              std::vector<BlockWeights<T>>*, ThreadPool*, std::vector<double>*);
+                              std::vector<BlockWeights<T>>*, ThreadPool*, std::vector<double>*, \
+                              const EmbeddingGrads<T>&);
 QF_INSTANTIATE(float)
 QF_INSTANTIATE(double)
 #undef QF_INSTANTIATE

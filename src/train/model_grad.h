@@ -1,7 +1,7 @@
 // A whole dense Llama model as a distillation loss: token embeddings (given) -> decoder blocks
 // -> final norm -> lm_head -> KL(teacher ‖ student) per token, averaged over the tokens of a
 // window and over the windows of a batch, with the gradient of that loss with respect to every
-// block's weights. Memory is bounded by gradient checkpointing: the forward keeps only each
+// block's weights (and, when asked, the head's and the input hidden states'). Memory is bounded by gradient checkpointing: the forward keeps only each
 // block's input hidden states; the backward recomputes one block's forward at a time, so the
 // activations beyond the hidden states are one block's per window. Each window has its own
 // one-block gradient buffer; the buffers are summed in window order. With a ThreadPool, float
@@ -52,14 +52,26 @@ struct DistillBatch {
   std::vector<const T*> teacher_logits;
 };
 
+// The gradients of the loss beyond the blocks' (each wanted when not null): `head`
+// [vocab * hidden] is accumulated (dL/d lm_head), `x0` is resized to the batch's windows and
+// receives each window's dL/dx0 [tokens * hidden] (the input hidden states: the embedding rows,
+// which the caller maps back to token ids). A tied model's embedding gradient is the sum of both.
+template <typename T>
+struct EmbeddingGrads {
+  std::vector<T>* head = nullptr;
+  std::vector<std::vector<T>>* x0 = nullptr;
+};
+
 // Mean over the windows of head_kl (itself the mean over a window's tokens). When `grads` is
 // not null it is resized to the model's layers (BlockWeights::zeros) if needed and the gradient
-// of the mean is added to it. `window_loss` (when not null) receives each window's loss.
-// `pool` null: one thread.
+// of the mean is added to it; `embedding` asks for the head's and the inputs' gradients too (they
+// need `grads`). `window_loss` (when not null) receives each window's loss. `pool` null: one
+// thread.
 template <typename T>
 double model_kl(const DenseModel<T>& model, const DistillBatch<T>& batch,
                 std::vector<BlockWeights<T>>* grads, ThreadPool* pool,
-                std::vector<double>* window_loss = nullptr);
+                std::vector<double>* window_loss = nullptr,
+                const EmbeddingGrads<T>& embedding = {});
 
 // The student's logits [tokens, vocab] of one window (for tests and evaluation). `pool` (float
 // only; ignored for double): the products and attention heads as parallel tasks, the same

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -70,12 +71,17 @@ DistillOptions small_options(const fs::path& state) {
   return o;
 }
 
-TEST(Distill, ResumedRunWritesTheSameBytes) {
+// Also with the (tied) embedding trained: its values and Adam moments are in the checkpoint.
+class DistillResume : public testing::TestWithParam<float> {};
+
+TEST_P(DistillResume, ResumedRunWritesTheSameBytes) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
   const SourceModel src = SourceModel::open(test::model_dir("stories260K-hf"));
   DistillOptions o = small_options(tmp / "a.state");
+  o.embedding_lr = GetParam();
   const DistillReport full = distill_checkpoint(src, tmp / "full", o);
+  EXPECT_EQ(full.embedding_parameters, o.embedding_lr > 0 ? 512 * 64 : 0);
   EXPECT_EQ(full.steps, 4);
   EXPECT_LT(full.eval_kl_after, full.eval_kl_before);
 
@@ -99,6 +105,8 @@ TEST(Distill, ResumedRunWritesTheSameBytes) {
   }
   EXPECT_FALSE(fs::exists(o.checkpoint));  // removed once the output is complete
 }
+
+INSTANTIATE_TEST_SUITE_P(EmbeddingRate, DistillResume, testing::Values(0.f, 0.01f));
 
 // The bytes of a stored tensor of `ck`.
 std::vector<uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name) {
@@ -162,6 +170,60 @@ TEST(Distill, LsqScalesExportIsTheStudentsForwardBitForBit) {
   EXPECT_GT(moved, 0);
 }
 
+// --embedding-lr on an untied BF16 model (llama3_v4 with a byte-level tokenizer): the head and
+// the embedding are two trained matrices, exported in BF16. Every head row moves (each token's
+// logit has a gradient), but only the embedding rows of tokens that appear in the training
+// windows: a token never read has no gradient, so Adam leaves its row bit for bit (and a token
+// mapped to the wrong row would show as a moved unseen row).
+TEST(Distill, UntiedEmbeddingAndHeadAreTrainedAndExported) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  test::copy_conformance_case(fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/llama3_v4",
+                              tmp / "model");
+  const SourceModel src = SourceModel::open(tmp / "model");
+  ASSERT_FALSE(src.arch.tie_word_embeddings);
+  DistillOptions o = small_options(tmp / "s.state");
+  o.embedding_lr = 0.05f;
+  const CalibrationData data = check_distill(src, o);
+  const DistillReport r = distill_checkpoint(src, tmp / "out", o);
+  EXPECT_EQ(r.embedding_parameters, 2 * 256 * 64);
+  EXPECT_FALSE(r.embedding_tied);
+  EXPECT_TRUE(std::isfinite(r.eval_kl_after));
+
+  std::vector<bool> trained(256, false), anywhere(256, false);
+  const size_t n_train = data.windows.size() - size_t(o.eval_samples);
+  for (size_t w = 0; w < data.windows.size(); ++w)
+    for (int32_t t : data.windows[w]) {
+      anywhere[size_t(t)] = true;
+      if (w < n_train) trained[size_t(t)] = true;
+    }
+  const Checkpoint in = Checkpoint::open(tmp / "model");
+  const Checkpoint out = Checkpoint::open(tmp / "out");
+  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(out.find(name)->entry->dtype, DType::BF16);
+    const std::vector<uint8_t> a = tensor_bytes(in, name), b = tensor_bytes(out, name);
+    ASSERT_EQ(a.size(), size_t(256 * 64 * 2));
+    ASSERT_EQ(b.size(), a.size());
+    const size_t row = 64 * 2;
+    int64_t moved = 0, moved_unread = 0, read = 0;
+    for (size_t v = 0; v < 256; ++v) {
+      const bool same = std::memcmp(a.data() + v * row, b.data() + v * row, row) == 0;
+      moved += !same;
+      read += trained[v];
+      if (!anywhere[v]) moved_unread += !same;
+    }
+    if (std::string(name) == "lm_head.weight") {
+      EXPECT_EQ(moved, 256);
+    } else {
+      EXPECT_EQ(moved_unread, 0);
+      EXPECT_GT(read, 20);
+      EXPECT_GE(moved, read * 9 / 10);
+      EXPECT_LE(moved, int64_t(std::count(anywhere.begin(), anywhere.end(), true)));
+    }
+  }
+}
+
 // --calib-generate: the teacher's sampled windows are a function of the seed (two runs write
 // the same bytes) and the distillation on them lowers the held-out KL.
 TEST(Distill, TeacherGeneratedWindowsAreReproducible) {
@@ -217,6 +279,9 @@ TEST(Distill, BadInputIsRefusedUpFront) {
     b.train = DistillTrain::scales;
     b.quantize.format = Format::int4;
     EXPECT_NE(error_of(src, b).find("nvfp4 only"), std::string::npos);
+    b = o;
+    b.embedding_lr = 2.f;
+    EXPECT_NE(error_of(src, b).find("--embedding-lr"), std::string::npos);
     b = o;
     b.generate_prompt = 32;  // the whole window: nothing left to generate
     EXPECT_NE(error_of(src, b).find("--calib-generate"), std::string::npos);

@@ -87,6 +87,44 @@ TEST(TrainModel, KlGradientMatchesFiniteDifferences) {
   }
 }
 
+// The head's and the input hidden states' gradients (what `tune --embedding-lr` trains), with
+// the windows one after another (no pool) and as parallel tasks (per-window head buffers).
+TEST(TrainModel, HeadAndInputGradientsMatchFiniteDifferences) {
+  const int64_t T = 4, B = 3;
+  std::mt19937 rng(11);
+  DenseModel<double> m = small_model(rng, 2, T);
+  std::vector<Vec> x0, teacher;
+  DistillBatch<double> batch;
+  batch.tokens = T;
+  for (int64_t b = 0; b < B; ++b) {
+    x0.push_back(random_vector(rng, size_t(T * m.block.hidden)));
+    teacher.push_back(random_vector(rng, size_t(T * m.vocab), 2.0));
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    batch.x0.push_back(x0[size_t(b)].data());
+    batch.teacher_logits.push_back(teacher[size_t(b)].data());
+  }
+  auto loss = [&] { return model_kl<double>(m, batch, nullptr, nullptr); };
+  ThreadPool pool(2);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    std::vector<BlockWeights<double>> g;
+    Vec dhead;
+    std::vector<Vec> dx0;
+    model_kl<double>(m, batch, &g, p, nullptr, EmbeddingGrads<double>{&dhead, &dx0});
+    ASSERT_EQ(dhead.size(), m.head.size());
+    ASSERT_EQ(dx0.size(), size_t(B));
+    const std::string how = p ? "model_kl, pool" : "model_kl";
+    EXPECT_LE(report_fd(how, "lm_head", fd_relative_error(m.head, dhead, loss)), kFdTolerance);
+    for (int64_t b = 0; b < B; ++b)
+      EXPECT_LE(report_fd(how, "x0 " + std::to_string(b),
+                          fd_relative_error(x0[size_t(b)], dx0[size_t(b)], loss)),
+                kFdTolerance);
+  }
+  std::vector<BlockWeights<double>> g;
+  Vec dhead;
+  EXPECT_THROW(model_kl<double>(m, batch, nullptr, nullptr, nullptr, {&dhead, nullptr}), Error);
+}
+
 TEST(TrainModel, GradientIndependentOfThreads) {
   const int64_t T = 6, B = 5;
   std::mt19937 rng(9);
@@ -121,11 +159,15 @@ TEST(TrainModel, GradientIndependentOfThreads) {
   // plain loops without one): the same bits at 1 and 3 threads, within float rounding of the
   // plain loops.
   std::vector<BlockWeights<float>> g0, g1, g3;
+  std::vector<float> h1, h3;
+  std::vector<std::vector<float>> x1, x3;
   ThreadPool p1(1), p3(3);
   const double l0 = model_kl<float>(m, batch, &g0, nullptr);
-  const double l1 = model_kl<float>(m, batch, &g1, &p1);
-  const double l3 = model_kl<float>(m, batch, &g3, &p3);
+  const double l1 = model_kl<float>(m, batch, &g1, &p1, nullptr, {&h1, &x1});
+  const double l3 = model_kl<float>(m, batch, &g3, &p3, nullptr, {&h3, &x3});
   EXPECT_EQ(l1, l3);
+  EXPECT_EQ(h1, h3);
+  EXPECT_EQ(x1, x3);
   EXPECT_NEAR(l1, l0, 1e-5 * std::fabs(l0));
   for (size_t l = 0; l < g1.size(); ++l) {
     EXPECT_EQ(g1[l].q, g3[l].q);
