@@ -1,6 +1,7 @@
 // End to end: `qforge tune` on stories260K-hf lowers the KL of an NVFP4 round-to-nearest
 // quantization (held out and on eval kl's own text), and its output is an ordinary export that
 // inspect and eval read; bad flags fail with one line before any work.
+#include "io/checkpoint.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace fs = std::filesystem;
 
@@ -94,6 +96,38 @@ TEST(TuneE2E, LsqScalesOnTeacherTextExportAnOrdinaryCheckpoint) {
   EXPECT_EQ(schemes["model.layers.0.self_attn.q_proj"], "nvfp4") << schemes;
 }
 
+// --embedding-lr: the tied embedding of stories260K is trained with the weights and written in its
+// dtype in place of the base model's; the export is an ordinary one that inspect and eval read.
+// (Its gradients are TrainModel.HeadAndInputGradientsMatchFiniteDifferences; the rows of tokens
+// never read staying put, Distill.UntiedEmbeddingAndHeadAreTrainedAndExported.)
+TEST(TuneE2E, EmbeddingTrainedAndExportedInItsDtype) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const auto r = test::run_qforge("tune " + quote(model_dir("stories260K-hf")) + " -o " +
+                                  quote(tmp / "tuned") + " --format nvfp4 --steps 24 --batch 4 " +
+                                  "--eval-samples 4 --embedding-lr 0.004 --threads 2 --json" +
+                                  kCalib);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["embedding_parameters"].get<int64_t>(), 512 * 64);
+  EXPECT_TRUE(j["embedding_tied"].get<bool>());
+  EXPECT_LT(j["eval_kl_after"].get<double>(), j["eval_kl_before"].get<double>());
+  const std::string name = "model.embed_tokens.weight";
+  const Checkpoint base = Checkpoint::open(model_dir("stories260K-hf"));
+  const Checkpoint out = Checkpoint::open(tmp / "tuned");
+  const CheckpointTensor* a = base.find(name);
+  const CheckpointTensor* b = out.find(name);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(b->entry->dtype, a->entry->dtype);
+  const TensorView va = a->file->view(*a->entry), vb = b->file->view(*b->entry);
+  ASSERT_EQ(va.nbytes, vb.nbytes);
+  EXPECT_NE(std::memcmp(va.data, vb.data, va.nbytes), 0);
+  EXPECT_EQ(out.find("lm_head.weight"), nullptr);  // still tied: one matrix
+  EXPECT_TRUE(std::isfinite(test::eval_kl_mean("stories260K-hf", tmp / "tuned")));
+  const nlohmann::json schemes = test::inspect_json(tmp / "tuned")["module_schemes"];
+  EXPECT_EQ(schemes["model.layers.0.self_attn.q_proj"], "nvfp4") << schemes;
+}
+
 TEST(TuneE2E, BadFlagsFailWithOneLine) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
@@ -102,7 +136,7 @@ TEST(TuneE2E, BadFlagsFailWithOneLine) {
        {std::string(" --lr 5"), std::string(" --steps 0"), std::string(" --batch 30"),
         std::string(" --train scales --format int4"),
         std::string(" --calib-generate 64"),
-        std::string(" --scale-lr 3")}) {
+        std::string(" --scale-lr 3"), std::string(" --embedding-lr 3")}) {
     const auto r = test::run_qforge(base + bad + kCalib);
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;
