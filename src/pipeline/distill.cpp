@@ -106,9 +106,13 @@ struct TrainedMatrix {
     unit = rms > 0 ? float(rms * double(rate_ratio)) : rate_ratio;
     dtype = stored;
   }
-  void values(const float* params, float* out) const {
-    for (size_t i = 0; i < size; ++i) out[i] = params[offset + i] * unit;
-    round_through(dtype, out, size);
+  void values(const float* params, float* out, ThreadPool& pool) const {
+    constexpr size_t kChunk = size_t(1) << 16;
+    pool.parallel_for(int64_t((size + kChunk - 1) / kChunk), [&](int64_t c) {
+      const size_t begin = size_t(c) * kChunk, count = std::min(kChunk, size - begin);
+      for (size_t i = begin; i < begin + count; ++i) out[i] = params[offset + i] * unit;
+      round_through(dtype, out + begin, count);
+    });
   }
 };
 
@@ -529,8 +533,8 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
       t.ste->forward(w.data(), nullptr, role_slot(student.blocks[size_t(t.layer)], t.role)->data());
     });
     if (train_embedding) {
-      head_matrix.values(st.params.data(), student.head.data());
-      if (!tied) embed_matrix.values(st.params.data(), embed_values.data());
+      head_matrix.values(st.params.data(), student.head.data(), pool);
+      if (!tied) embed_matrix.values(st.params.data(), embed_values.data(), pool);
     }
   };
   std::vector<int64_t> eval_ids(static_cast<size_t>(n_eval));
@@ -589,7 +593,9 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     });
     if (train_embedding) {  // dL/dp = unit · dL/dM; the inputs' rows go back to their tokens
       float* gh = flat_grad.data() + head_matrix.offset;
-      for (size_t k = 0; k < head_matrix.size; ++k) gh[k] = head_matrix.unit * dhead[k];
+      pool.parallel_for(V, [&](int64_t v) {
+        for (int64_t h = v * H; h < (v + 1) * H; ++h) gh[h] = head_matrix.unit * dhead[size_t(h)];
+      });
       float* ge = flat_grad.data() + input_matrix.offset;
       if (!tied) std::fill(ge, ge + input_matrix.size, 0.f);
       for (size_t i = 0; i < ids.size(); ++i) {
@@ -603,7 +609,7 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     }
     AdamOptions ao;
     ao.lr = float(double(o.lr) * 0.5 * (1.0 + std::cos(M_PI * double(s) / double(o.steps))));
-    adam_step(ao, st.adam, st.params.data(), flat_grad.data());
+    adam_step(ao, st.adam, st.params.data(), flat_grad.data(), &pool);
     st.curve.push_back(point);
     st.step = s + 1;
     progress.advance(1);

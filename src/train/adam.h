@@ -9,6 +9,8 @@
 
 namespace qf {
 
+class ThreadPool;
+
 struct AdamOptions {
   float lr = 1e-3f;
   float beta1 = 0.9f;
@@ -25,8 +27,10 @@ struct AdamState {
 
 // One step on params [n] with gradient grad [n] (n = state.m.size()), bias-corrected:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  p -= lr · (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
-// with t the step count after the increment. The result depends only on the state and the
-// inputs (no threads), so a run resumed from a saved state repeats the same bits.
-void adam_step(const AdamOptions& options, AdamState& state, float* params, const float* grad);
+// with t the step count after the increment. Each element's update is its own, so the result
+// depends only on the state and the inputs, not on `pool` (null: one thread; else chunks as
+// tasks), and a run resumed from a saved state repeats the same bits.
+void adam_step(const AdamOptions& options, AdamState& state, float* params, const float* grad,
+               ThreadPool* pool = nullptr);
 
 }  // namespace qf

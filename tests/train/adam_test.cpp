@@ -1,11 +1,13 @@
 // Adam: the first step moves every parameter by lr against its gradient's sign (the bias
 // correction makes m̂/sqrt(v̂) = ±1), it minimises an ill-conditioned quadratic, and a run split
-// in two with the state carried over equals the run in one piece.
+// in two with the state carried over equals the run in one piece, and a pool changes no bit.
+#include "core/thread_pool.h"
 #include "train/adam.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 namespace qf {
 namespace {
@@ -54,6 +56,28 @@ TEST(Adam, ResumedStateRepeatsTheSameBits) {
   EXPECT_EQ(pw[0], pr[0]);
   EXPECT_EQ(pw[1], pr[1]);
   EXPECT_EQ(resumed.steps, 20);
+}
+
+// Chunks of parameters as tasks on a pool (distillation with a trained embedding: hundreds of
+// millions of parameters): the same bits as one thread, over several chunks and a partial one.
+TEST(Adam, PoolGivesTheSameBits) {
+  const size_t n = (size_t(1) << 17) + 12345;
+  std::vector<float> a(n), b(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = b[i] = std::sin(0.001f * float(i));
+    g[i] = std::cos(0.003f * float(i)) * (1.f + float(i % 7));
+  }
+  AdamOptions o;
+  o.lr = 0.01f;
+  AdamState one(n), many(n);
+  ThreadPool pool(3);
+  for (int it = 0; it < 3; ++it) {
+    adam_step(o, one, a.data(), g.data());
+    adam_step(o, many, b.data(), g.data(), &pool);
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(one.v, many.v);
+  EXPECT_NE(a[n - 1], std::sin(0.001f * float(n - 1)));  // the last, partial chunk moved
 }
 
 }  // namespace
