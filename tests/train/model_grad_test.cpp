@@ -49,11 +49,9 @@ DenseModel<double> small_model(std::mt19937& rng, int64_t layers, int64_t T) {
   return m;
 }
 
-TEST(TrainModel, KlGradientMatchesFiniteDifferences) {
-  const int64_t T = 5, B = 2;
-  std::mt19937 rng(5);
-  DenseModel<double> m = small_model(rng, 2, T);
-  std::vector<Vec> x0, teacher;
+// B windows of T random input hidden states and teacher logits, held in x0 and teacher.
+DistillBatch<double> random_batch(std::mt19937& rng, const DenseModel<double>& m, int64_t T,
+                                  int64_t B, std::vector<Vec>& x0, std::vector<Vec>& teacher) {
   DistillBatch<double> batch;
   batch.tokens = T;
   for (int64_t b = 0; b < B; ++b) {
@@ -64,6 +62,15 @@ TEST(TrainModel, KlGradientMatchesFiniteDifferences) {
     batch.x0.push_back(x0[size_t(b)].data());
     batch.teacher_logits.push_back(teacher[size_t(b)].data());
   }
+  return batch;
+}
+
+TEST(TrainModel, KlGradientMatchesFiniteDifferences) {
+  const int64_t T = 5, B = 2;
+  std::mt19937 rng(5);
+  DenseModel<double> m = small_model(rng, 2, T);
+  std::vector<Vec> x0, teacher;
+  const DistillBatch<double> batch = random_batch(rng, m, T, B, x0, teacher);
   auto loss = [&] { return model_kl<double>(m, batch, nullptr, nullptr); };
   std::vector<BlockWeights<double>> g;
   std::vector<double> per_window;
@@ -94,16 +101,7 @@ TEST(TrainModel, HeadAndInputGradientsMatchFiniteDifferences) {
   std::mt19937 rng(11);
   DenseModel<double> m = small_model(rng, 2, T);
   std::vector<Vec> x0, teacher;
-  DistillBatch<double> batch;
-  batch.tokens = T;
-  for (int64_t b = 0; b < B; ++b) {
-    x0.push_back(random_vector(rng, size_t(T * m.block.hidden)));
-    teacher.push_back(random_vector(rng, size_t(T * m.vocab), 2.0));
-  }
-  for (int64_t b = 0; b < B; ++b) {
-    batch.x0.push_back(x0[size_t(b)].data());
-    batch.teacher_logits.push_back(teacher[size_t(b)].data());
-  }
+  const DistillBatch<double> batch = random_batch(rng, m, T, B, x0, teacher);
   auto loss = [&] { return model_kl<double>(m, batch, nullptr, nullptr); };
   ThreadPool pool(2);
   for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
