@@ -308,14 +308,14 @@ void write_output(const SourceModel& source, const ModulePlan& plan, Calibration
         replaced = options.replace_float(item.specs[0].name);
       if (replaced) {
         // Trained values (tune --embedding-lr), in the tensor's dtype.
-        const TensorView& v = view;
-        if (!is_quantizable_float(v.dtype) || replaced->size() != v.nbytes / dtype_size(v.dtype))
+        if (!is_quantizable_float(view.dtype) ||
+            replaced->size() != view.nbytes / dtype_size(view.dtype))
           fail("{}: tensor '{}': {} replacement values for {} elements of {}",
-               t.file->path().string(), t.name, replaced->size(), v.nbytes / dtype_size(v.dtype),
-               dtype_name(v.dtype));
+               t.file->path().string(), t.name, replaced->size(),
+               view.nbytes / dtype_size(view.dtype), dtype_name(view.dtype));
         if (count_nonfinite(DType::F32, replaced->data(), replaced->size() * sizeof(float)) > 0)
           fail("tensor '{}': the trained values hold NaN or Inf", item.specs[0].name);
-        writer.write(item.specs[0].name, scales_to_bytes(*replaced, v.dtype));
+        writer.write(item.specs[0].name, scales_to_bytes(*replaced, view.dtype));
         ++report.tensors_copied;
       } else if (item.linear < 0 && calibration.norm_override.count(t.name)) {
         // A norm that absorbed AWQ / SmoothQuant scales, in its own dtype.

@@ -1,9 +1,10 @@
 // A whole dense Llama model as a distillation loss: token embeddings (given) -> decoder blocks
 // -> final norm -> lm_head -> KL(teacher ‖ student) per token, averaged over the tokens of a
 // window and over the windows of a batch, with the gradient of that loss with respect to every
-// block's weights (and, when asked, the head's and the input hidden states'). Memory is bounded by gradient checkpointing: the forward keeps only each
-// block's input hidden states; the backward recomputes one block's forward at a time, so the
-// activations beyond the hidden states are one block's per window. Each window has its own
+// block's weights (and, when asked, the head's and the input hidden states'). Memory is bounded
+// by gradient checkpointing: the forward keeps only each block's input hidden states; the
+// backward recomputes one block's forward at a time, so the activations beyond the hidden
+// states are one block's per window. Each window has its own
 // one-block gradient buffer; the buffers are summed in window order. With a ThreadPool, float
 // runs the windows one after another with every product on the engine's f32 kernels and the
 // attention heads as tasks (block_grad's pooled path), double runs the windows as parallel
