@@ -157,8 +157,7 @@ ModelWeights ModelWeights::load_gguf(const std::filesystem::path& path) {
   if (embed.format == WeightFormat::ggml) {
     mw.embed.blocks = embed;
   } else {
-    mw.embed.dtype = embed.format == WeightFormat::f32 ? DType::F32
-                     : embed.format == WeightFormat::f16 ? DType::F16 : DType::BF16;
+    mw.embed.dtype = *float_weight_dtype(embed.format);
     mw.embed.data = embed.data;
   }
   mw.embed.rows = a.vocab_size;

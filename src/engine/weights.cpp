@@ -306,6 +306,15 @@ class Loader {
 
 }  // namespace
 
+std::optional<DType> float_weight_dtype(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::f32: return DType::F32;
+    case WeightFormat::f16: return DType::F16;
+    case WeightFormat::bf16: return DType::BF16;
+    default: return std::nullopt;
+  }
+}
+
 void EmbeddingView::row(int64_t id, float* out) const {
   if (blocks.data) return dequantize_weight_rows(blocks, id, 1, out);
   const auto* base = static_cast<const uint8_t*>(data);
@@ -370,8 +379,7 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
   if (!ld.find(head_name) && a.tie_word_embeddings) head_name = embed_name;
   const LinearWeight embed =
       ld.float_weight(embed_name, a.vocab_size, a.hidden_size, "token embedding");
-  mw.embed.dtype = embed.format == WeightFormat::f32 ? DType::F32
-                   : embed.format == WeightFormat::f16 ? DType::F16 : DType::BF16;
+  mw.embed.dtype = *float_weight_dtype(embed.format);
   mw.embed.data = embed.data;
   mw.embed.rows = a.vocab_size;
   mw.embed.cols = a.hidden_size;

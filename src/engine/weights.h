@@ -13,6 +13,7 @@
 #include <array>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,9 @@ struct LayerWeights {
     return linears[size_t(spec.slot_of(role))];
   }
 };
+
+// The DType of a float weight format (f32, f16, bf16); nullopt for the quantized ones.
+std::optional<DType> float_weight_dtype(WeightFormat f);
 
 // The token embedding table as stored: F32, F16 or BF16 [vocab, hidden], or ggml blocks (a
 // GGUF's token_embd: `blocks`, format ggml, used when its data is set).

@@ -116,15 +116,6 @@ struct TrainedMatrix {
   }
 };
 
-DType float_dtype(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::f32: return DType::F32;
-    case WeightFormat::f16: return DType::F16;
-    case WeightFormat::bf16: return DType::BF16;
-    default: fail("tune --embedding-lr: the output head is stored quantized");
-  }
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -424,7 +415,9 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
     for (int64_t v = 0; v < V; ++v) mw.embed.row(v, e0.data() + v * H);
     tied = arch.tie_word_embeddings && e0 == student.head;
     const float ratio = o.embedding_lr / o.lr;
-    head_matrix.init(student.head, ratio, float_dtype(mw.lm_head.w.format), total);
+    const std::optional<DType> head_dtype = float_weight_dtype(mw.lm_head.w.format);
+    if (!head_dtype) fail("tune --embedding-lr: the output head is stored quantized");
+    head_matrix.init(student.head, ratio, *head_dtype, total);
     total += head_matrix.size;
     if (!tied) {
       embed_matrix.init(e0, ratio, mw.embed.dtype, total);
@@ -483,9 +476,9 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   rep.eval_windows = n_eval;
   rep.tokens_per_window = n;
   std::vector<std::vector<float>> x0(static_cast<size_t>(W));
-  for (int64_t w = 0; w < W; ++w) {
+  for (int64_t w = 0; w < W; ++w) {  // with --embedding-lr batch_of embeds from the trained matrix
     x0[size_t(w)].resize(size_t(n * H));
-    teacher->embed(data.windows[size_t(w)], x0[size_t(w)].data());
+    if (!train_embedding) teacher->embed(data.windows[size_t(w)], x0[size_t(w)].data());
   }
   const bool cache = uint64_t(W) * uint64_t(n) * uint64_t(V) * 4 <= o.teacher_cache_bytes;
   std::vector<std::vector<float>> cached(static_cast<size_t>(W));
