@@ -65,9 +65,9 @@ QF_BF16_TARGET inline __m512i bf16_pairs(__m512 even, __m512 odd) {
 // For rows [0, nr) (nr <= kPanel) in groups of 16 and columns [0, nc) 32 at a time:
 // row_pairs(r, c, n) returns row r's BF16 pairs of columns c .. c+n-1 (n <= 32; the lanes past
 // (n + 1) / 2 are not stored), stored at panel[(c / 2 + k) * kPanel + r]. Rows past nr in a
-// group of 16 are written as zeros; a group wholly past nr is not written. The 16 rows are transposed in
-// registers: scatter stores (a word at a time) made packing cost ~3 cycles per weight on Zen 4,
-// more than a 16-token product over the panel.
+// group of 16 are written as zeros; a group wholly past nr is not written. The 16 rows are
+// transposed in registers: scatter stores (a word at a time) made packing cost ~3 cycles per
+// weight on Zen 4, more than a 16-token product over the panel.
 template <class RowPairs>
 QF_BF16_TARGET inline void pack_rows(int64_t nr, int64_t nc, uint32_t* panel,
                                      const RowPairs& row_pairs) {
