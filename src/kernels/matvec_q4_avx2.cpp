@@ -254,17 +254,13 @@ void row_range(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0
 
 // x [tokens, cols] -> y [tokens, rows]; the row tasks read the weights once per token group.
 // R x T accumulators stay within the 16 YMM registers with the decoded weights.
-// Rows of at most kShortRowBytes (up to 4096 columns: Llama-3.2-1B's every product but
-// down_proj, and its head) are read one at a time for every token count: 4 such rows are 4
-// streams inside one or two 4 KB pages, which this Zen 3 VM's prefetchers followed poorly. One
+// Rows of at most kShortRowBytes are read one at a time for every token count. On a Zen 3 VM, one
 // thread, one token, 32 MB NVFP4 matrices from memory, medians of 5 alternating runs, GB/s, 4
 // rows -> 1 row at a time: 2048 columns 7.7 -> 11.6, 4096 10.2 -> 11.5. Longer rows keep 4
 // (8192: 12.4 against 10.2, 14336: 12.2 against 11.5): each row is its own page stream and x is
 // loaded once per 4. A Llama-1B layer's seven products (KernelMatVecLayerLlama1bNvfp4, medians
 // of 4 alternating runs) 8.7 -> 10.0 GB/s on one thread, 12.3 -> 16.8 on two; `bench --batch 4`
-// (2 rows at a time before) 42 -> 47 tok/s, `--batch 2` 32-38 -> 35-38. A row's arithmetic is
-// the same either way (the same bits).
-constexpr int64_t kShortRowBytes = 2048;
+// (2 rows at a time before) 42 -> 47 tok/s, `--batch 2` 32-38 -> 35-38.
 template <bool kLut, class Scales>
 void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
          int offset, const Scales& scales, float factor) {

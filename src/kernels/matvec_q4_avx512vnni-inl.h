@@ -209,19 +209,33 @@ void row_range(const uint8_t* data, int64_t row_bytes, int64_t ahead, int64_t r0
 
 // x [tokens, cols] -> y [tokens, rows]; tokens in groups of 8, 4, 2 and 1, each group's
 // activations interleaved by chunk and its rows reading the weights once.
+// One token reads rows of at most kShortRowBytes one at a time (the batched groups, compute-bound,
+// keep 2 rows sharing each activation load). Zen 4 VM, NVFP4 from 2 MB pages, GB/s, 4 rows -> 1
+// row at a time, medians of 9-21 passes alternating in one process (a scratch harness; the ratio
+// of each pass pair): a Llama-1B layer's seven products 1.04-1.07x on two threads, 1.05-1.11x on
+// one; its 128256 x 2048 head 1.12x; 14336 x 4096 1.05x; 2048 x 8192 (4 KB rows) 1.00-1.02x;
+// 4096 x 14336 0.97x with 1 row, so longer rows keep 4. In the cache (one core, 512 x 2048) one
+// row at a time is slower, 25 against 35 GB/s: the one-row kernel is near its compute bound at
+// the memory's rate, so the threshold stays where short rows' streams cost more.
 template <bool kLut, class Scales>
 void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
          int offset, const Scales& scales, float factor) {
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = w.cols / 2, cols = w.cols, rows = w.rows;
   const int64_t ahead = prefetch_ahead_bytes(row_bytes);
+  const bool short_rows = row_bytes <= kShortRowBytes;
   run_row_tasks(w, x, tokens, y, pool, offset, factor,
                 [&](int64_t r0, int64_t r1, const TokenGroup& g, float* yt) {
     switch (g.size) {
       case 8: row_range<2, 8, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
       case 4: row_range<2, 4, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
       case 2: row_range<2, 2, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
-      default: row_range<4, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows); break;
+      default:
+        if (short_rows)
+          row_range<1, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
+        else
+          row_range<4, 1, kLut>(data, row_bytes, ahead, r0, r1, cols, g.qx, scales, yt, rows);
+        break;
     }
   });
 }

@@ -255,6 +255,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::int4_packed32, 7, 512, 128},
                       Case{WeightFormat::int4_packed32, 5, 64, 8},
                       Case{WeightFormat::nvfp4, 13, 4096 + 48, 0},  // chunks plus a tail of 48
+                      // Rows longer than kShortRowBytes: one token reads 4 at a time on
+                      // AVX-512 VNNI (shorter rows one at a time).
+                      Case{WeightFormat::mxfp4, 9, 4096 + 128, 0},
+                      Case{WeightFormat::int4_packed32, 9, 4096 + 256, 128},
                       Case{WeightFormat::mxfp4, 6, 32, 0},
                       Case{WeightFormat::int4_packed32, 9, 768, 256},
                       Case{WeightFormat::int4_packed32, 6, 208, 8},
