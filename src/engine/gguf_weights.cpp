@@ -181,8 +181,8 @@ ModelWeights ModelWeights::load_gguf(const std::filesystem::path& path) {
     mw.layers.push_back(std::move(L));
   }
   ld.require_all_read();
-  // Q4_0 where this CPU's fast kernel is the AVX2 one: the rows repacked 8 at a time for it
-  // (kernels/ggml_rows8.h; ~3x its one-row rate), a tensor at a time, on 2 MB pages as
+  // Q4_0 on CPUs with AVX2 (AVX-512 ones included): the rows repacked 8 at a time for the AVX2
+  // kernel (kernels/ggml_rows8.h; ~3x its one-row rate), a tensor at a time, on 2 MB pages as
   // ModelWeights::move_to_huge_pages would put them (which leaves these alone), each tensor's
   // file pages dropped once its copy exists, so memory holds the weights once.
   auto repack = [](EngineLinear& L) {

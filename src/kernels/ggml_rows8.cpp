@@ -16,7 +16,7 @@ uint64_t q4_0_row_bytes(const LinearWeight& w) { return uint64_t(w.cols / 32) * 
 
 bool ggml_rows8_wanted(const LinearWeight& w) {
   return w.format == WeightFormat::ggml && GgmlType(w.ggml_type) == GgmlType::Q4_0 &&
-         !w.ggml_rows8 && w.rows >= kGgmlRows8 && !ggml_has_simd(w) && ggml_has_avx2_kernel(w);
+         !w.ggml_rows8 && w.rows >= kGgmlRows8 && ggml_has_avx2_kernel(w);
 }
 
 void ggml_repack_rows8(const LinearWeight& w, uint8_t* dst) {
