@@ -10,12 +10,14 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "formats/registry.h"
+#include "kernels/nvfp4_rows16.h"
 #include "model/expert_tensors.h"
 #include "targets/target.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace qf {
@@ -450,9 +452,37 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
 }
 
 void ModelWeights::move_to_huge_pages(bool release_file_pages, uint64_t min_bytes) {
+  // NVFP4 on CPUs with the AVX-512 VNNI + VBMI kernel: repacked 16 rows at a time, codes and
+  // scales in one copy (kernels/nvfp4_rows16.h; one stream instead of a row's codes and its
+  // scales), on 2 MB pages from min_bytes up; smaller ones in ordinary memory, where a 2 MB page
+  // would mostly go unused. The stored codes and scales are no longer read: the file's pages or
+  // the old copy are let go.
+  auto repack = [&](EngineLinear& L) {
+    const LinearWeight stored = L.w;
+    const uint64_t codes = uint64_t(stored.rows) * uint64_t(stored.cols) / 2;
+    const uint64_t scales = codes / 8;
+    const size_t n = size_t(codes + scales);
+    auto fill = [&](void* dst) { kernels::nvfp4_repack_rows16(stored, static_cast<uint8_t*>(dst)); };
+    std::shared_ptr<const void> copy;
+    if (n >= min_bytes) {
+      copy = fill_huge_pages(n, fill);
+    } else {
+      void* m = std::aligned_alloc(64, (n + 63) / 64 * 64);
+      if (m == nullptr) fail("cannot allocate {} bytes for the weights (out of memory)", n);
+      fill(m);
+      copy = std::shared_ptr<const void>(m, [](const void* p) { std::free(const_cast<void*>(p)); });
+    }
+    L.w = kernels::nvfp4_rows16_weight(stored, copy.get());
+    if (!L.storage && release_file_pages) {
+      release_mapped_pages(stored.data, size_t(codes));
+      release_mapped_pages(stored.block_scales, size_t(scales));
+    }
+    L.storage = std::move(copy);
+  };
   auto move = [&](EngineLinear& L) {
     // Repacked GGUF Q4_0 rows are already a copy on 2 MB pages (engine/gguf_weights.cpp).
     if (L.w.transposed || !L.w.data || L.w.ggml_rows8) return;
+    if (kernels::nvfp4_rows16_wanted(L.w)) return repack(L);
     const uint64_t n = L.w.data_bytes();
     if (n < min_bytes) return;
     const void* from = L.w.data;

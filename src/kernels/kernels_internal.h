@@ -70,6 +70,7 @@ void matvec_bf16_tokens_amx(const LinearWeight& w, const float* x, int64_t token
                             ThreadPool* pool);
 
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_nvfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_int8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
@@ -110,6 +111,8 @@ bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mo
 inline constexpr int64_t kRowPairInt8PrefillTokens = 24;
 inline constexpr int64_t kVnniInt8PrefillTokens = 32;
 bool cpu_has_avx512vnni();
+// AVX-512 VBMI (vpermb: the 4-bit kernels' one-instruction nibble decode).
+bool cpu_has_avx512vbmi();
 // AVX2 with FMA and F16C (the AVX2 kernels of matvec_q4_avx2.cpp and matvec_ggml_avx2.cpp).
 bool cpu_has_avx2();
 // The int8-activation products per 4-bit layout, x [tokens, cols] -> y [tokens, rows]: on
@@ -118,6 +121,11 @@ bool cpu_has_avx2();
 // whether w's shape suits the kernels of this CPU (false where it runs neither); call a product
 // only if it holds.
 bool fits_int8act_nvfp4(const LinearWeight& w);
+// NVFP4 repacked 16 rows at a time (kernels/nvfp4_rows16.h): AVX-512 VNNI and VBMI only
+// (matvec_nvfp4_rows16_avx512vnni.cpp).
+bool fits_int8act_nvfp4_rows16(const LinearWeight& w);
+void matvec_nvfp4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                                 ThreadPool* pool);
 bool fits_int8act_mxfp4(const LinearWeight& w);
 bool fits_int8act_int4_row_pairs(const LinearWeight& w);
 bool fits_int8act_int4_packed32(const LinearWeight& w);

@@ -12,6 +12,7 @@
 #include <hwy/highway.h>
 
 #include "core/numeric.h"
+#include "kernels/nvfp4_rows16.h"
 #include "kernels/simd-inl.h"
 
 #include <vector>
@@ -39,9 +40,19 @@ void MatVecE2M1Blocks(const LinearWeight& w, const float* x, float* y, ThreadPoo
   for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 1), [&](int64_t r0, int64_t r1) {
     // This row's block scales as float32, padded for the vector loads of the kernel.
     std::vector<float> bs(static_cast<size_t>(cols / block + 16), 0.f);
+    std::vector<uint8_t> scratch;
     for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* p = data + r * (cols / 2);
-      const uint8_t* s = w.block_scales + r * (cols / block);
+      const uint8_t* p;
+      const uint8_t* s;
+      if (w.format == WeightFormat::nvfp4_rows16) {
+        // The row gathered into the stored layout: the same arithmetic, so the same bits.
+        const LinearWeight v = nvfp4_rows16_view(w, r, 1, 0, cols, scratch);
+        p = static_cast<const uint8_t*>(v.data);
+        s = v.block_scales;
+      } else {
+        p = data + r * (cols / 2);
+        s = w.block_scales + r * (cols / block);
+      }
       float dot = 0.f;
 #if HWY_TARGET != HWY_SCALAR
       for (int64_t b = 0; b < main / block; ++b) bs[size_t(b)] = stab[s[b]];
@@ -61,6 +72,10 @@ void MatVecNvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* po
   MatVecE2M1Blocks(w, x, y, pool, 16, e4m3_table());
 }
 
+void MatVecNvfp4Rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  MatVecE2M1Blocks(w, x, y, pool, 16, e4m3_table());
+}
+
 void MatVecMxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   MatVecE2M1Blocks(w, x, y, pool, 32, e8m0_table());
 }
@@ -72,9 +87,13 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qf::kernels {
 HWY_EXPORT(MatVecNvfp4);
+HWY_EXPORT(MatVecNvfp4Rows16);
 HWY_EXPORT(MatVecMxfp4);
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   HWY_DYNAMIC_DISPATCH(MatVecNvfp4)(w, x, y, pool);
+}
+void matvec_nvfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecNvfp4Rows16)(w, x, y, pool);
 }
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   HWY_DYNAMIC_DISPATCH(MatVecMxfp4)(w, x, y, pool);

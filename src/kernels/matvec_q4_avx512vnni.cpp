@@ -291,11 +291,6 @@ struct Int4Scales {
 #undef QF_Q4_VBMI
 #undef QF_Q4_TARGET
 
-bool cpu_has_avx512vbmi() {
-  static const bool ok = __builtin_cpu_supports("avx512vbmi");
-  return ok;
-}
-
 template <bool kLut, class Scales>
 void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
          int offset, const Scales& scales, float factor) {

@@ -12,6 +12,7 @@
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/linear.h"
+#include "kernels/nvfp4_rows16.h"
 #include "kernels/q4_int8_activation.h"
 #include "kernels/ops.h"
 
@@ -113,6 +114,13 @@ std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t co
       }
       w.scales = t->scales.data();
       w.group = group;
+      break;
+    }
+    case WeightFormat::nvfp4_rows16: {  // the NVFP4 weight of the same seed, repacked
+      const auto stored = make_weight(WeightFormat::nvfp4, rows, cols, group, seed);
+      t->bytes.resize(size_t(rows * cols / 2 + rows * cols / 16));
+      kernels::nvfp4_repack_rows16(stored->w, t->bytes.data());
+      w = kernels::nvfp4_rows16_weight(stored->w, t->bytes.data());
       break;
     }
     case WeightFormat::ggml:  // GgmlBlockWeightsMatchTheirDequantization builds its own
@@ -270,7 +278,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::int4_row_pairs, 64, 172, 172},
                       Case{WeightFormat::int4_row_pairs, 10, 64, 64},
                       Case{WeightFormat::int4_packed32, 7, 168, 168},
-                      Case{WeightFormat::int4_packed32, 6, 384, 384}),
+                      Case{WeightFormat::int4_packed32, 6, 384, 384},
+                      // NVFP4 repacked 16 rows at a time: a tail of 16 after the chunks, rows
+                      // beyond kShortRowBytes, one group.
+                      Case{WeightFormat::nvfp4_rows16, 64, 272, 0},
+                      Case{WeightFormat::nvfp4_rows16, 32, 4096 + 48, 0},
+                      Case{WeightFormat::nvfp4_rows16, 16, 16, 0}),
     [](const ::testing::TestParamInfo<Case>& p) {
       std::string n(weight_format_name(p.param.format));
       for (char& ch : n)
@@ -510,11 +523,13 @@ TEST(KernelLinear, TransposedFloatWeightsMatchRowMajor) {
 // rounding), BF16 ones take BF16 activations (within their rounding, 2^-9 relative).
 TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
   ThreadPool two(2);
-  const int64_t rows = 70;
   // 704 columns: two pairs of 128-column chunks, an odd chunk and a tail of 64.
   for (int64_t cols : {int64_t(512), int64_t(704)}) {
     for (WeightFormat f : {WeightFormat::nvfp4, WeightFormat::mxfp4, WeightFormat::int4_packed32,
-                           WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32}) {
+                           WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32,
+                           WeightFormat::nvfp4_rows16}) {
+      // 70 rows: tails of every row grouping but the 16-row blocks (whole groups only).
+      const int64_t rows = f == WeightFormat::nvfp4_rows16 ? 80 : 70;
       auto t = make_weight(f, rows, cols);
       for (int64_t tokens : {int64_t(2), int64_t(3), int64_t(7), int64_t(8), int64_t(9),
                              int64_t(64), kernels::kRowPairInt8PrefillTokens + 1,
@@ -710,9 +725,10 @@ TEST(KernelLinear, Int8ActivationLayoutsHoldTheScalarQuantization) {
 }
 
 // Every finite E4M3 scale code (subnormals, negatives, the largest) and every nibble through the
-// int8-activation NVFP4 kernel, with a chunk tail, against its scalar model.
+// int8-activation NVFP4 kernels (the stored layout, with a chunk tail, and the 16-row blocks),
+// against their scalar model.
 TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
-  const int64_t rows = 12, cols = 4096 + 48;
+  const int64_t rows = 16, cols = 4096 + 48;
   std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols / 2)),
       scales(static_cast<size_t>(rows * cols / 16));
   std::mt19937 rng(3);
@@ -731,16 +747,57 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
   w.block_scales = scales.data();
   w.global_scale = 0.75f;
   if (!matvec_uses_int8_activation(w)) GTEST_SKIP() << "no int8-activation kernel on this CPU";
+  std::vector<uint8_t> repacked(bytes.size() + scales.size());
+  kernels::nvfp4_repack_rows16(w, repacked.data());
   const auto x = random_vector(size_t(cols), 11);
   std::vector<float> y(static_cast<size_t>(rows)), ref(y.size()), row(static_cast<size_t>(cols));
   ThreadPool two(2);
-  linear_forward(w, x.data(), 1, y.data(), &two, KernelMode::fast);
   linear_reference_int8_activation(w, x.data(), ref.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    dequantize_weight_rows(w, r, 1, row.data());
-    double mag = 0;
-    for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(row[size_t(c)]) * x[size_t(c)]);
-    ASSERT_NEAR(y[size_t(r)], ref[size_t(r)], 4e-6 * mag) << "row " << r;
+  for (const LinearWeight& v : {w, kernels::nvfp4_rows16_weight(w, repacked.data())}) {
+    if (!matvec_uses_int8_activation(v)) continue;  // no VBMI: no 16-row kernel
+    linear_forward(v, x.data(), 1, y.data(), &two, KernelMode::fast);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_weight_rows(w, r, 1, row.data());
+      double mag = 0;
+      for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(row[size_t(c)]) * x[size_t(c)]);
+      ASSERT_NEAR(y[size_t(r)], ref[size_t(r)], 4e-6 * mag)
+          << weight_format_name(v.format) << " row " << r;
+    }
+  }
+}
+
+// NVFP4 repacked 16 rows at a time reads back as the stored weight: its rows, tiles, the exact
+// products and the BF16 prefill (which gather the stored layout) the same bits; the
+// int8-activation products are checked in KernelFormats and FewTokensEqualEachTokenAlone.
+TEST(KernelLinear, Nvfp4Rows16ReadsAsStored) {
+  ThreadPool two(2);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{48, 272}, {16, 4096 + 48}}) {
+    const auto stored = make_weight(WeightFormat::nvfp4, rows, cols);
+    const auto packed = make_weight(WeightFormat::nvfp4_rows16, rows, cols);
+    const LinearWeight &s = stored->w, &p = packed->w;
+    ASSERT_EQ(p.stored_bytes(), s.stored_bytes());
+    ASSERT_EQ(p.data_bytes(), s.data_bytes() + uint64_t(rows * cols / 16));
+    std::vector<uint8_t> scratch;
+    const LinearWeight v = kernels::nvfp4_rows16_view(p, 0, rows, 0, cols, scratch);
+    ASSERT_TRUE(std::equal(stored->bytes.begin(), stored->bytes.end(),
+                           static_cast<const uint8_t*>(v.data)));
+    ASSERT_TRUE(std::equal(stored->block_scales.begin(), stored->block_scales.end(), v.block_scales));
+    std::vector<float> a(size_t(rows * cols)), b(a.size());
+    dequantize_weight_rows(s, 0, rows, a.data());
+    dequantize_weight_rows(p, 0, rows, b.data());
+    ASSERT_EQ(a, b);
+    kernels::decode_tile(s, 5, rows - 8, 32, cols - 48, a.data(), cols);
+    kernels::decode_tile(p, 5, rows - 8, 32, cols - 48, b.data(), cols);
+    ASSERT_EQ(a, b);
+    for (int64_t tokens : {int64_t(1), int64_t(40), int64_t(100)})
+      for (KernelMode mode : {KernelMode::exact, KernelMode::fast}) {
+        if (mode == KernelMode::fast && kernels::takes_int8_activations(p, tokens, mode)) continue;
+        const auto x = random_vector(size_t(tokens * cols), 9);
+        std::vector<float> ys(size_t(tokens * rows)), yp(ys.size());
+        linear_forward(s, x.data(), tokens, ys.data(), &two, mode);
+        linear_forward(p, x.data(), tokens, yp.data(), &two, mode);
+        ASSERT_EQ(ys, yp) << "tokens " << tokens << " " << kernel_mode_name(mode);
+      }
   }
 }
 
