@@ -71,6 +71,7 @@ void matvec_bf16_tokens_amx(const LinearWeight& w, const float* x, int64_t token
 
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_nvfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
+void matvec_mxfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_int8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
@@ -121,11 +122,11 @@ bool cpu_has_avx2();
 // whether w's shape suits the kernels of this CPU (false where it runs neither); call a product
 // only if it holds.
 bool fits_int8act_nvfp4(const LinearWeight& w);
-// NVFP4 repacked 16 rows at a time (kernels/nvfp4_rows16.h): AVX-512 VNNI and VBMI only
-// (matvec_nvfp4_rows16_avx512vnni.cpp).
-bool fits_int8act_nvfp4_rows16(const LinearWeight& w);
-void matvec_nvfp4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
-                                 ThreadPool* pool);
+// NVFP4 and MXFP4 repacked 16 rows at a time (kernels/fp4_rows16.h): AVX-512 VNNI and VBMI
+// only (matvec_fp4_rows16_avx512vnni.cpp).
+bool fits_int8act_fp4_rows16(const LinearWeight& w);
+void matvec_fp4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                               ThreadPool* pool);
 bool fits_int8act_mxfp4(const LinearWeight& w);
 bool fits_int8act_int4_row_pairs(const LinearWeight& w);
 bool fits_int8act_int4_packed32(const LinearWeight& w);

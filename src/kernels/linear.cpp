@@ -43,6 +43,7 @@ uint64_t LinearWeight::data_bytes() const {
     case WeightFormat::int4_packed32: return n / 2;
     case WeightFormat::ggml: return stored_bytes();
     case WeightFormat::nvfp4_rows16: return n / 2 + n / 16;
+    case WeightFormat::mxfp4_rows16: return n / 2 + n / 32;
   }
   return 0;
 }

@@ -12,7 +12,7 @@
 #include <hwy/highway.h>
 
 #include "core/numeric.h"
-#include "kernels/nvfp4_rows16.h"
+#include "kernels/fp4_rows16.h"
 #include "kernels/simd-inl.h"
 
 #include <vector>
@@ -44,9 +44,9 @@ void MatVecE2M1Blocks(const LinearWeight& w, const float* x, float* y, ThreadPoo
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* p;
       const uint8_t* s;
-      if (w.format == WeightFormat::nvfp4_rows16) {
+      if (is_fp4_rows16(w.format)) {
         // The row gathered into the stored layout: the same arithmetic, so the same bits.
-        const LinearWeight v = nvfp4_rows16_view(w, r, 1, 0, cols, scratch);
+        const LinearWeight v = fp4_rows16_view(w, r, 1, 0, cols, scratch);
         p = static_cast<const uint8_t*>(v.data);
         s = v.block_scales;
       } else {
@@ -80,6 +80,10 @@ void MatVecMxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* po
   MatVecE2M1Blocks(w, x, y, pool, 32, e8m0_table());
 }
 
+void MatVecMxfp4Rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  MatVecE2M1Blocks(w, x, y, pool, 32, e8m0_table());
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace qf::kernels
 HWY_AFTER_NAMESPACE();
@@ -89,11 +93,15 @@ namespace qf::kernels {
 HWY_EXPORT(MatVecNvfp4);
 HWY_EXPORT(MatVecNvfp4Rows16);
 HWY_EXPORT(MatVecMxfp4);
+HWY_EXPORT(MatVecMxfp4Rows16);
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   HWY_DYNAMIC_DISPATCH(MatVecNvfp4)(w, x, y, pool);
 }
 void matvec_nvfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   HWY_DYNAMIC_DISPATCH(MatVecNvfp4Rows16)(w, x, y, pool);
+}
+void matvec_mxfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(MatVecMxfp4Rows16)(w, x, y, pool);
 }
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   HWY_DYNAMIC_DISPATCH(MatVecMxfp4)(w, x, y, pool);

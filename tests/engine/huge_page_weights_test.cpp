@@ -1,11 +1,12 @@
 // Weights moved into 2 MB pages (ModelWeights::move_to_huge_pages, what bench and generate do)
 // give the same logits, bit for bit, in every stored format: the copies hold exactly the bytes
 // the kernels read, other owned parts (scales) stay alive, and releasing the file pages is safe.
-// NVFP4 repacked 16 rows at a time (on CPUs with that kernel) gives the same bits in exact mode
-// (its readers gather the stored layout) and, in fast mode, the int8-activation products summed
-// per row in another order: within float rounding.
+// NVFP4 and MXFP4 repacked 16 rows at a time (on CPUs with that kernel) give the same bits in
+// exact mode (their readers gather the stored layout) and, in fast mode, the int8-activation
+// products summed per row in another order: within float rounding.
 #include "engine/model.h"
 #include "engine/weights.h"
+#include "kernels/fp4_rows16.h"
 #include "kernels/kernels_internal.h"
 #include "test_util.h"
 
@@ -25,8 +26,8 @@ std::vector<float> logits_of(const fs::path& model, bool huge, KernelMode mode,
                              bool* repacked = nullptr) {
   ModelWeights w = ModelWeights::load(model);
   if (huge) w.move_to_huge_pages(/*release_file_pages=*/true, /*min_bytes=*/0);
-  if (repacked) *repacked = w.lm_head.w.format == WeightFormat::nvfp4_rows16 ||
-                            w.layers[0].linears[0].w.format == WeightFormat::nvfp4_rows16;
+  if (repacked) *repacked = kernels::is_fp4_rows16(w.lm_head.w.format) ||
+                            kernels::is_fp4_rows16(w.layers[0].linears[0].w.format);
   ModelOptions opt;
   opt.threads = 2;
   opt.kernels = mode;
@@ -60,9 +61,9 @@ TEST(HugePageWeights, SameLogitsInEveryFormat) {
     bool repacked = false;
     const std::vector<float> moved = logits_of(m, true, KernelMode::fast, &repacked);
     const std::vector<float> stored = logits_of(m, false, KernelMode::fast);
-    if (m.filename() == "nvfp4" && kernels::cpu_has_avx512vnni() &&
+    if ((m.filename() == "nvfp4" || m.filename() == "mxfp4") && kernels::cpu_has_avx512vnni() &&
         kernels::cpu_has_avx512vbmi()) {
-      EXPECT_TRUE(repacked) << "NVFP4 not repacked on a CPU with the 16-row kernel";
+      EXPECT_TRUE(repacked) << m << " not repacked on a CPU with the 16-row kernel";
     }
     if (!repacked) {
       EXPECT_EQ(stored, moved) << m;

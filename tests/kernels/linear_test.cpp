@@ -12,7 +12,7 @@
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/linear.h"
-#include "kernels/nvfp4_rows16.h"
+#include "kernels/fp4_rows16.h"
 #include "kernels/q4_int8_activation.h"
 #include "kernels/ops.h"
 
@@ -116,11 +116,14 @@ std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t co
       w.group = group;
       break;
     }
-    case WeightFormat::nvfp4_rows16: {  // the NVFP4 weight of the same seed, repacked
-      const auto stored = make_weight(WeightFormat::nvfp4, rows, cols, group, seed);
-      t->bytes.resize(size_t(rows * cols / 2 + rows * cols / 16));
-      kernels::nvfp4_repack_rows16(stored->w, t->bytes.data());
-      w = kernels::nvfp4_rows16_weight(stored->w, t->bytes.data());
+    case WeightFormat::nvfp4_rows16:
+    case WeightFormat::mxfp4_rows16: {  // the stored weight of the same seed, repacked
+      const auto stored =
+          make_weight(f == WeightFormat::nvfp4_rows16 ? WeightFormat::nvfp4 : WeightFormat::mxfp4,
+                      rows, cols, group, seed);
+      t->bytes.resize(size_t(kernels::fp4_rows16_bytes(stored->w)));
+      kernels::fp4_repack_rows16(stored->w, t->bytes.data());
+      w = kernels::fp4_rows16_weight(stored->w, t->bytes.data());
       break;
     }
     case WeightFormat::ggml:  // GgmlBlockWeightsMatchTheirDequantization builds its own
@@ -283,7 +286,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // beyond kShortRowBytes, one group.
                       Case{WeightFormat::nvfp4_rows16, 64, 272, 0},
                       Case{WeightFormat::nvfp4_rows16, 32, 4096 + 48, 0},
-                      Case{WeightFormat::nvfp4_rows16, 16, 16, 0}),
+                      Case{WeightFormat::nvfp4_rows16, 16, 16, 0},
+                      Case{WeightFormat::mxfp4_rows16, 48, 288, 0},
+                      Case{WeightFormat::mxfp4_rows16, 16, 4096 + 96, 0},
+                      Case{WeightFormat::mxfp4_rows16, 16, 32, 0}),
     [](const ::testing::TestParamInfo<Case>& p) {
       std::string n(weight_format_name(p.param.format));
       for (char& ch : n)
@@ -527,9 +533,9 @@ TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
   for (int64_t cols : {int64_t(512), int64_t(704)}) {
     for (WeightFormat f : {WeightFormat::nvfp4, WeightFormat::mxfp4, WeightFormat::int4_packed32,
                            WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32,
-                           WeightFormat::nvfp4_rows16}) {
+                           WeightFormat::nvfp4_rows16, WeightFormat::mxfp4_rows16}) {
       // 70 rows: tails of every row grouping but the 16-row blocks (whole groups only).
-      const int64_t rows = f == WeightFormat::nvfp4_rows16 ? 80 : 70;
+      const int64_t rows = kernels::is_fp4_rows16(f) ? 80 : 70;
       auto t = make_weight(f, rows, cols);
       for (int64_t tokens : {int64_t(2), int64_t(3), int64_t(7), int64_t(8), int64_t(9),
                              int64_t(64), kernels::kRowPairInt8PrefillTokens + 1,
@@ -748,12 +754,12 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
   w.global_scale = 0.75f;
   if (!matvec_uses_int8_activation(w)) GTEST_SKIP() << "no int8-activation kernel on this CPU";
   std::vector<uint8_t> repacked(bytes.size() + scales.size());
-  kernels::nvfp4_repack_rows16(w, repacked.data());
+  kernels::fp4_repack_rows16(w, repacked.data());
   const auto x = random_vector(size_t(cols), 11);
   std::vector<float> y(static_cast<size_t>(rows)), ref(y.size()), row(static_cast<size_t>(cols));
   ThreadPool two(2);
   linear_reference_int8_activation(w, x.data(), ref.data());
-  for (const LinearWeight& v : {w, kernels::nvfp4_rows16_weight(w, repacked.data())}) {
+  for (const LinearWeight& v : {w, kernels::fp4_rows16_weight(w, repacked.data())}) {
     if (!matvec_uses_int8_activation(v)) continue;  // no VBMI: no 16-row kernel
     linear_forward(v, x.data(), 1, y.data(), &two, KernelMode::fast);
     for (int64_t r = 0; r < rows; ++r) {
@@ -766,19 +772,25 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
   }
 }
 
-// NVFP4 repacked 16 rows at a time reads back as the stored weight: its rows, tiles, the exact
-// products and the BF16 prefill (which gather the stored layout) the same bits; the
+// NVFP4 and MXFP4 repacked 16 rows at a time read back as the stored weight: their rows, tiles,
+// the exact products and the BF16 prefill (which gather the stored layout) the same bits; the
 // int8-activation products are checked in KernelFormats and FewTokensEqualEachTokenAlone.
-TEST(KernelLinear, Nvfp4Rows16ReadsAsStored) {
+TEST(KernelLinear, Fp4Rows16ReadsAsStored) {
   ThreadPool two(2);
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{48, 272}, {16, 4096 + 48}}) {
-    const auto stored = make_weight(WeightFormat::nvfp4, rows, cols);
-    const auto packed = make_weight(WeightFormat::nvfp4_rows16, rows, cols);
+  for (auto [format, rows, cols] :
+       {std::tuple<WeightFormat, int64_t, int64_t>{WeightFormat::nvfp4, 48, 272},
+        {WeightFormat::nvfp4, 16, 4096 + 48},
+        {WeightFormat::mxfp4, 32, 288},
+        {WeightFormat::mxfp4, 16, 4096 + 96}}) {
+    const auto stored = make_weight(format, rows, cols);
+    const auto packed = make_weight(format == WeightFormat::nvfp4 ? WeightFormat::nvfp4_rows16
+                                                                  : WeightFormat::mxfp4_rows16,
+                                    rows, cols);
     const LinearWeight &s = stored->w, &p = packed->w;
     ASSERT_EQ(p.stored_bytes(), s.stored_bytes());
-    ASSERT_EQ(p.data_bytes(), s.data_bytes() + uint64_t(rows * cols / 16));
+    ASSERT_EQ(p.data_bytes(), s.data_bytes() + uint64_t(stored->block_scales.size()));
     std::vector<uint8_t> scratch;
-    const LinearWeight v = kernels::nvfp4_rows16_view(p, 0, rows, 0, cols, scratch);
+    const LinearWeight v = kernels::fp4_rows16_view(p, 0, rows, 0, cols, scratch);
     ASSERT_TRUE(std::equal(stored->bytes.begin(), stored->bytes.end(),
                            static_cast<const uint8_t*>(v.data)));
     ASSERT_TRUE(std::equal(stored->block_scales.begin(), stored->block_scales.end(), v.block_scales));
@@ -786,8 +798,8 @@ TEST(KernelLinear, Nvfp4Rows16ReadsAsStored) {
     dequantize_weight_rows(s, 0, rows, a.data());
     dequantize_weight_rows(p, 0, rows, b.data());
     ASSERT_EQ(a, b);
-    kernels::decode_tile(s, 5, rows - 8, 32, cols - 48, a.data(), cols);
-    kernels::decode_tile(p, 5, rows - 8, 32, cols - 48, b.data(), cols);
+    kernels::decode_tile(s, 5, rows - 8, 32, cols - 64, a.data(), cols);
+    kernels::decode_tile(p, 5, rows - 8, 32, cols - 64, b.data(), cols);
     ASSERT_EQ(a, b);
     for (int64_t tokens : {int64_t(1), int64_t(40), int64_t(100)})
       for (KernelMode mode : {KernelMode::exact, KernelMode::fast}) {
@@ -796,7 +808,8 @@ TEST(KernelLinear, Nvfp4Rows16ReadsAsStored) {
         std::vector<float> ys(size_t(tokens * rows)), yp(ys.size());
         linear_forward(s, x.data(), tokens, ys.data(), &two, mode);
         linear_forward(p, x.data(), tokens, yp.data(), &two, mode);
-        ASSERT_EQ(ys, yp) << "tokens " << tokens << " " << kernel_mode_name(mode);
+        ASSERT_EQ(ys, yp) << weight_format_name(format) << " tokens " << tokens << " "
+                          << kernel_mode_name(mode);
       }
   }
 }
