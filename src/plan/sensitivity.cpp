@@ -163,6 +163,13 @@ struct Weighting {
 Weighting make_weighting(const LinearStats& stats, int64_t k, bool sampled) {
   Weighting wt;
   wt.k = k;
+  if (stats.tokens == 0 && stats.samples.empty() && stats.xtx.empty() &&
+      stats.channel_mean_abs.empty()) {
+    // No calibration token reached this input (a routed expert the router never picked with
+    // --calib-moe routed): its errors change no output on the calibration text, so they weigh 0.
+    wt.diag.assign(size_t(k), 0.f);
+    return wt;
+  }
   if (sampled) {
     wt.s = samples_of(stats, k);
     return wt;

@@ -32,8 +32,10 @@ std::vector<float> fake_quantize_choice(const WeightRows& w, const FormatChoice&
 // If stats.xtx is empty, the diagonal fallback sum_{n,c} dW[n,c]^2 * m_c with m_c =
 // channel_mean_abs[c]^2 (a lower bound of the mean square, by Jensen; the statistics collect no
 // mean square). w_hat: float32 [rows, cols]. Deterministic for any thread count (rows are summed
-// in fixed tasks, in order). Throws qf::Error if the statistics do not match cols or hold
-// neither xtx nor channel_mean_abs. Costs rows x cols^2 (and the calibration pass in^2 per
+// in fixed tasks, in order). Statistics of no token at all (a routed expert that calibration
+// never reached) give 0: the weight's error moves no output on the calibration text. Throws
+// qf::Error if the statistics do not match cols or, having seen tokens, hold neither xtx nor
+// channel_mean_abs. Costs rows x cols^2 (and the calibration pass in^2 per
 // token to collect X^T X): tests and small models only; the pipeline uses the sampled measure.
 double weighted_output_error(const WeightRows& w, const float* w_hat, const LinearStats& stats,
                              ThreadPool& pool);

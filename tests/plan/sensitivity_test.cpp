@@ -74,6 +74,11 @@ TEST(Sensitivity, DiagonalFallbackWithoutXtx) {
   LinearStats bad = st;
   bad.channel_mean_abs.resize(3);
   EXPECT_THROW(weighted_output_error(wr, fq.data(), bad, pool), Error);
+  // No token seen (a routed expert calibration never reached): no output error to weigh.
+  EXPECT_EQ(weighted_output_error(wr, fq.data(), LinearStats{}, pool), 0.0);
+  bad = LinearStats{};
+  bad.tokens = 5;
+  EXPECT_THROW(weighted_output_error(wr, fq.data(), bad, pool), Error);
 }
 
 // The fast proxy is the full-H measure with H = X_s^T X_s / n: on the same rows the two agree
