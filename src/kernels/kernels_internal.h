@@ -69,9 +69,8 @@ bool fits_bf16_tokens_amx(const LinearWeight& w);
 void matvec_bf16_tokens_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                             ThreadPool* pool);
 
+// NVFP4 and MXFP4, also repacked 16 rows at a time (each row gathered back: the same bits).
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
-void matvec_nvfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
-void matvec_mxfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_int8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);

@@ -72,15 +72,7 @@ void MatVecNvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* po
   MatVecE2M1Blocks(w, x, y, pool, 16, e4m3_table());
 }
 
-void MatVecNvfp4Rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  MatVecE2M1Blocks(w, x, y, pool, 16, e4m3_table());
-}
-
 void MatVecMxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  MatVecE2M1Blocks(w, x, y, pool, 32, e8m0_table());
-}
-
-void MatVecMxfp4Rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   MatVecE2M1Blocks(w, x, y, pool, 32, e8m0_table());
 }
 
@@ -91,17 +83,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qf::kernels {
 HWY_EXPORT(MatVecNvfp4);
-HWY_EXPORT(MatVecNvfp4Rows16);
 HWY_EXPORT(MatVecMxfp4);
-HWY_EXPORT(MatVecMxfp4Rows16);
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   HWY_DYNAMIC_DISPATCH(MatVecNvfp4)(w, x, y, pool);
-}
-void matvec_nvfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  HWY_DYNAMIC_DISPATCH(MatVecNvfp4Rows16)(w, x, y, pool);
-}
-void matvec_mxfp4_rows16(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
-  HWY_DYNAMIC_DISPATCH(MatVecMxfp4Rows16)(w, x, y, pool);
 }
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool) {
   HWY_DYNAMIC_DISPATCH(MatVecMxfp4)(w, x, y, pool);

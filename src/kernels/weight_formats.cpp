@@ -291,10 +291,10 @@ constexpr std::array<WeightFormatRow, 12> kRows = {{
      int4_packed32_tile, int4_rows<int4_packed32_at>},
     {F::ggml, "ggml", kGroupBlock, ggml_bytes, matvec_ggml, nullptr, nullptr, false, O::none,
      ggml_tile, ggml_rows},
-    {F::nvfp4_rows16, "NVFP4 (16-row blocks)", kNvfp4Block, nvfp4_bytes, matvec_nvfp4_rows16,
+    {F::nvfp4_rows16, "NVFP4 (16-row blocks)", kNvfp4Block, nvfp4_bytes, matvec_nvfp4,
      fits_int8act_fp4_rows16, matvec_fp4_rows16_int8act, true, O::tensor, fp4_rows16_tile<true>,
      fp4_rows16_rows<nvfp4_rows>},
-    {F::mxfp4_rows16, "MXFP4 (16-row blocks)", kMxfp4Block, mxfp4_bytes, matvec_mxfp4_rows16,
+    {F::mxfp4_rows16, "MXFP4 (16-row blocks)", kMxfp4Block, mxfp4_bytes, matvec_mxfp4,
      fits_int8act_fp4_rows16, matvec_fp4_rows16_int8act, true, O::none, fp4_rows16_tile<false>,
      fp4_rows16_rows<mxfp4_rows>},
 }};
