@@ -30,7 +30,8 @@ using namespace q4;  // the activation layout, its quantization in token groups
 
 // One token's 16-element block as the kernel reads it: its int8 values as four 4-byte groups,
 // elements 0, 2, 4, 6 | 1, 3, 5, 7 | 8, 10, 12, 14 | 9, 11, 13, 15 (the order the codes' low
-// and high nibbles come out of a block's two loads), the bias -12 x their sum, the scale.
+// and high nibbles come out of the two code registers it meets), the bias -12 x their sum, the
+// scale.
 struct BlockAct {
   int32_t q[4];
   int32_t bias;
