@@ -19,7 +19,7 @@
 #include "kernels/kernels_internal.h"
 #include "kernels/linear.h"
 #include "kernels/memory_read.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 
 #include <benchmark/benchmark.h>
 
@@ -77,16 +77,21 @@ void on_huge_pages(Stored& s) {
 }
 
 std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_t seed) {
-  if (kernels::is_fp4_rows16(f)) {
+  if (kernels::is_q4_rows16(f)) {
     // The stored weight of the same seed repacked 16 rows at a time on 2 MB pages, as
     // ModelWeights::move_to_huge_pages makes it.
-    auto s = make(f == WeightFormat::nvfp4_rows16 ? WeightFormat::nvfp4 : WeightFormat::mxfp4,
-                  rows, cols, seed);
-    s->huge = fill_huge_pages(size_t(kernels::fp4_rows16_bytes(s->w)), [&](void* dst) {
-      kernels::fp4_repack_rows16(s->w, static_cast<uint8_t*>(dst));
+    const WeightFormat stored = f == WeightFormat::nvfp4_rows16   ? WeightFormat::nvfp4
+                                : f == WeightFormat::mxfp4_rows16 ? WeightFormat::mxfp4
+                                : f == WeightFormat::int4_row_pairs_rows16
+                                    ? WeightFormat::int4_row_pairs
+                                    : WeightFormat::int4_packed32;
+    auto s = make(stored, rows, cols, seed);
+    s->huge = fill_huge_pages(size_t(kernels::q4_rows16_bytes(s->w)), [&](void* dst) {
+      kernels::q4_repack_rows16(s->w, static_cast<uint8_t*>(dst));
     });
-    s->w = kernels::fp4_rows16_weight(s->w, s->huge.get());
+    s->w = kernels::q4_rows16_weight(s->w, s->huge.get());
     std::vector<uint8_t>().swap(s->block_scales);
+    std::vector<float>().swap(s->scales);
     return s;
   }
   auto s = std::make_unique<Stored>();
@@ -430,10 +435,10 @@ void KernelVsStreamInt4Words(benchmark::State& s) {
   MatVecVsStream(s, WeightFormat::int4_packed32);
 }
 void KernelVsStreamBf16(benchmark::State& s) { MatVecVsStream(s, WeightFormat::bf16); }
-// NVFP4 and MXFP4 repacked 16 rows at a time (kernels/fp4_rows16.h) where the CPU has the kernel.
+// 4-bit weights repacked 16 rows at a time (kernels/q4_rows16.h) where the CPU has the kernel.
 bool rows16_kernel(benchmark::State& s) {
   if (kernels::cpu_has_avx512vnni() && kernels::cpu_has_avx512vbmi()) return true;
-  s.SkipWithError("no AVX-512 VNNI + VBMI: NVFP4 and MXFP4 are not repacked on this CPU");
+  s.SkipWithError("no AVX-512 VNNI + VBMI: 4-bit weights are not repacked on this CPU");
   return false;
 }
 void KernelVsStreamNvfp4Rows16(benchmark::State& s) {
@@ -450,6 +455,15 @@ void KernelVsStreamMxfp4Rows16(benchmark::State& s) {
 }
 void KernelMatVecMxfp4Rows16Cached(benchmark::State& s) {
   if (rows16_kernel(s)) MatVecCached(s, WeightFormat::mxfp4_rows16);
+}
+void KernelVsStreamInt4Rows16(benchmark::State& s) {
+  if (rows16_kernel(s)) MatVecVsStream(s, WeightFormat::int4_row_pairs_rows16);
+}
+void KernelMatVecInt4Rows16Cached(benchmark::State& s) {
+  if (rows16_kernel(s)) MatVecCached(s, WeightFormat::int4_row_pairs_rows16);
+}
+void KernelMatVecInt4WordsRows16Cached(benchmark::State& s) {
+  if (rows16_kernel(s)) MatVecCached(s, WeightFormat::int4_packed32_rows16);
 }
 void KernelMatVecNvfp4(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4); }
 void KernelMatVecNvfp4Precise(benchmark::State& s) { MatVec(s, WeightFormat::nvfp4, true); }
@@ -489,6 +503,7 @@ BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->
 BENCHMARK(KernelVsStreamNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
 BENCHMARK(KernelVsStreamNvfp4Rows16)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
 BENCHMARK(KernelVsStreamMxfp4Rows16)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
+BENCHMARK(KernelVsStreamInt4Rows16)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
 BENCHMARK(KernelVsStreamMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
 BENCHMARK(KernelVsStreamInt4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
 BENCHMARK(KernelVsStreamInt4Words)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
@@ -503,6 +518,8 @@ BENCHMARK(KernelMatVecMxfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelMatVecNvfp4Cached)->Arg(1)->Arg(8)->MinTime(0.5);
 BENCHMARK(KernelMatVecNvfp4Rows16Cached)->Arg(1)->Arg(8)->MinTime(0.5);
 BENCHMARK(KernelMatVecMxfp4Rows16Cached)->Arg(1)->Arg(8)->MinTime(0.5);
+BENCHMARK(KernelMatVecInt4Rows16Cached)->Arg(1)->Arg(8)->MinTime(0.5);
+BENCHMARK(KernelMatVecInt4WordsRows16Cached)->Arg(1)->Arg(8)->MinTime(0.5);
 BENCHMARK(KernelMatVecMxfp4Cached)->Arg(1)->Arg(8)->MinTime(0.5);
 BENCHMARK(KernelMatVecInt4Cached)->Arg(1)->Arg(8)->MinTime(0.5);
 BENCHMARK(KernelMatVecInt4Words)->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);

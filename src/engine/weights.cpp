@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "formats/registry.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 #include "model/expert_tensors.h"
 #include "targets/target.h"
 
@@ -452,9 +452,9 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
 }
 
 void ModelWeights::move_to_huge_pages(bool release_file_pages, uint64_t min_bytes) {
-  // NVFP4 and MXFP4 on CPUs with the AVX-512 VNNI + VBMI kernel: repacked 16 rows at a time,
-  // codes and scales in one copy (kernels/fp4_rows16.h; one stream instead of a row's codes and
-  // its scales), every size of them. A layer's repacked weights share one allocation: codes plus
+  // NVFP4, MXFP4 and INT4 on CPUs with the AVX-512 VNNI + VBMI kernel: repacked 16 rows at a
+  // time, codes and scales in one copy (kernels/q4_rows16.h; one stream instead of a row's codes
+  // and its scales), every size of them. A layer's repacked weights share one allocation: codes plus
   // scales are 9/8 or 17/16 of a power of two in most models, so one 2 MB-page allocation each would
   // leave most of a page unused per weight (Llama-1B: +104 MB resident); per layer the rest of
   // at most one page. On 2 MB pages from min_bytes up, smaller ones in ordinary memory. The
@@ -465,11 +465,11 @@ void ModelWeights::move_to_huge_pages(bool release_file_pages, uint64_t min_byte
     uint64_t total = 0;
     for (const EngineLinear* L : Ls) {
       at.push_back(total);
-      total += (kernels::fp4_rows16_bytes(L->w) + 63) / 64 * 64;
+      total += (kernels::q4_rows16_bytes(L->w) + 63) / 64 * 64;
     }
     auto fill = [&](void* dst) {
       for (size_t i = 0; i < Ls.size(); ++i)
-        kernels::fp4_repack_rows16(Ls[i]->w, static_cast<uint8_t*>(dst) + at[i]);
+        kernels::q4_repack_rows16(Ls[i]->w, static_cast<uint8_t*>(dst) + at[i]);
     };
     std::shared_ptr<const void> copy;
     if (total >= min_bytes) {
@@ -484,11 +484,14 @@ void ModelWeights::move_to_huge_pages(bool release_file_pages, uint64_t min_byte
       EngineLinear& L = *Ls[i];
       const LinearWeight stored = L.w;
       const void* mine = static_cast<const uint8_t*>(copy.get()) + at[i];
-      L.w = kernels::fp4_rows16_weight(stored, mine);
+      L.w = kernels::q4_rows16_weight(stored, mine);
       if (!L.storage && release_file_pages) {
         const uint64_t codes = uint64_t(stored.rows) * uint64_t(stored.cols) / 2;
+        const size_t scales = size_t(kernels::q4_rows16_bytes(stored) - codes);
         release_mapped_pages(stored.data, size_t(codes));
-        release_mapped_pages(stored.block_scales, size_t(kernels::fp4_rows16_bytes(stored) - codes));
+        if (stored.block_scales) release_mapped_pages(stored.block_scales, scales);
+        // INT4 scales converted from BF16/F16 are owned (freed with `stored`), F32 ones mapped.
+        if (stored.scales && !stored.owned_scales) release_mapped_pages(stored.scales, scales);
       }
       L.storage = std::shared_ptr<const void>(copy, mine);
     }
@@ -514,14 +517,14 @@ void ModelWeights::move_to_huge_pages(bool release_file_pages, uint64_t min_byte
   // The head first, while little else is resident: its file pages and its copy coexist until
   // the copy is done, and it is the largest weight (Llama-1B NVFP4, head quantized: peak RSS
   // 878 -> 764 MB).
-  if (kernels::fp4_rows16_wanted(lm_head.w)) repack({&lm_head});
+  if (kernels::q4_rows16_wanted(lm_head.w)) repack({&lm_head});
   else move(lm_head);
   for (LayerWeights& layer : layers) {
-    std::vector<EngineLinear*> fp4;
+    std::vector<EngineLinear*> q4;
     for (EngineLinear& L : layer.linears)
-      if (kernels::fp4_rows16_wanted(L.w)) fp4.push_back(&L);
+      if (kernels::q4_rows16_wanted(L.w)) q4.push_back(&L);
       else move(L);
-    repack(fp4);
+    repack(q4);
   }
 }
 

@@ -94,8 +94,8 @@ struct ModelWeights {
   // where the system grants them (core/huge_pages.h): what a decode loop that streams them every
   // token wants. `release_file_pages`: the weights not already copied are views of read-only
   // file mappings (a model loaded from its path), whose pages are then dropped, so the copies
-  // replace them in memory (plus one tensor while copying); otherwise both stay. NVFP4 and MXFP4
-  // weights are repacked instead where this CPU has the kernel for it (kernels/fp4_rows16.h), every
+  // replace them in memory (plus one tensor while copying); otherwise both stay. NVFP4, MXFP4
+  // and INT4 weights are repacked instead where this CPU has the kernel for it (kernels/q4_rows16.h), every
   // size of them (below min_bytes into ordinary memory).
   void move_to_huge_pages(bool release_file_pages, uint64_t min_bytes = uint64_t(2) << 20);
 

@@ -121,10 +121,10 @@ bool cpu_has_avx2();
 // whether w's shape suits the kernels of this CPU (false where it runs neither); call a product
 // only if it holds.
 bool fits_int8act_nvfp4(const LinearWeight& w);
-// NVFP4 and MXFP4 repacked 16 rows at a time (kernels/fp4_rows16.h): AVX-512 VNNI and VBMI
-// only (matvec_fp4_rows16_avx512vnni.cpp).
-bool fits_int8act_fp4_rows16(const LinearWeight& w);
-void matvec_fp4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+// NVFP4 and MXFP4 repacked 16 rows at a time (kernels/q4_rows16.h): AVX-512 VNNI and VBMI
+// only (matvec_q4_rows16_avx512vnni.cpp).
+bool fits_int8act_q4_rows16(const LinearWeight& w);
+void matvec_q4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                                ThreadPool* pool);
 bool fits_int8act_mxfp4(const LinearWeight& w);
 bool fits_int8act_int4_row_pairs(const LinearWeight& w);

@@ -4,7 +4,7 @@
 
 #include "core/numeric.h"
 #include "core/thread_pool.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/ops.h"
@@ -44,7 +44,9 @@ uint64_t LinearWeight::data_bytes() const {
     case WeightFormat::int4_packed32: return n / 2;
     case WeightFormat::ggml: return stored_bytes();
     case WeightFormat::nvfp4_rows16:
-    case WeightFormat::mxfp4_rows16: return kernels::fp4_rows16_bytes(*this);
+    case WeightFormat::mxfp4_rows16:
+    case WeightFormat::int4_row_pairs_rows16:
+    case WeightFormat::int4_packed32_rows16: return kernels::q4_rows16_bytes(*this);
   }
   return 0;
 }

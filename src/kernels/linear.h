@@ -30,9 +30,10 @@ enum class WeightFormat : uint8_t {
                    // stored unsigned as q + 8; scales [rows, cols/group]
   ggml,            // a GGUF tensor in ggml blocks of type `ggml_type` (formats/ggml_types.h),
                    // rows of cols / group blocks; dequantized = the type's decode x global_scale
-  nvfp4_rows16,    // NVFP4 / MXFP4 repacked 16 rows at a time, codes and scales together in
-  mxfp4_rows16,    // `data` (kernels/fp4_rows16.h; block_scales null): made at load by the
-                   // engine for the AVX-512 VNNI kernel, never read from or written to a file
+  nvfp4_rows16,    // NVFP4 / MXFP4 / INT4 (stored as row pairs or int32 words) repacked 16
+  mxfp4_rows16,    // rows at a time, codes and scales together in `data` (kernels/q4_rows16.h;
+  int4_row_pairs_rows16,  // block_scales and scales null): made at load by the engine for the
+  int4_packed32_rows16,   // AVX-512 VNNI kernel, never read from or written to a file
 };
 
 std::string_view weight_format_name(WeightFormat f);

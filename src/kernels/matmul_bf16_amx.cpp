@@ -23,7 +23,7 @@
 // split, so outputs do not depend on the thread count (tasks are fixed row ranges).
 #include "kernels/amx_tile_config.h"
 #include "kernels/kernels_internal.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 #include "kernels/transpose16.h"
 #include "kernels/weight_formats.h"
 
@@ -122,10 +122,12 @@ QF_AMX_TARGET void pack_activations(const float* x, int64_t tokens, int64_t K, i
 // next multiple of kChunk and rows nr .. kRows are zero.
 QF_AMX_TARGET void decode_block(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0,
                                 int64_t nc, uint16_t* out, std::vector<float>& tile) {
-  if (is_fp4_rows16(w.format)) {
+  if (is_q4_rows16(w.format)) {
     // Gathered into the stored layout (the block's rows and columns), then decoded as stored.
     thread_local std::vector<uint8_t> scratch;
-    return decode_block(fp4_rows16_view(w, row0, nr, c0, nc, scratch), 0, nr, 0, nc, out, tile);
+    int64_t offset = 0;
+    return decode_block(q4_rows16_view(w, row0, nr, c0, nc, scratch, offset), 0, nr, offset, nc,
+                        out, tile);
   }
   const int64_t K = w.cols;
   const int64_t ncp = (nc + kChunk - 1) / kChunk * kChunk;
@@ -206,9 +208,9 @@ void prefetch_rows(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0, 
     for (int64_t i = 0; i < bytes; i += 64) asm volatile("prefetcht1 %0" : : "m"(p[i]));
   };
   const int64_t first = row0 + nr * part / parts, end = row0 + nr * (part + 1) / parts;
-  if (is_fp4_rows16(w.format)) {
+  if (is_q4_rows16(w.format)) {
     // The 16-row groups holding the rows: each one run of blocks over the columns.
-    const int64_t block = fp4_rows16_block(w.format), bytes = fp4_rows16_block_bytes(block);
+    const int64_t block = q4_rows16_block(w), bytes = q4_rows16_block_bytes(w);
     for (int64_t g = first / kRows16; g * kRows16 < end; ++g)
       range(data + g * (K / block * bytes) + c0 / block * bytes, nc / block * bytes);
     return;

@@ -9,7 +9,7 @@
 // (relative 2^-9, far below its quantization step). The activation rounding (relative 2^-9)
 // is the only other change. F32 and F16 weights keep the float kernel (matmul.cpp).
 #include "kernels/kernels_internal.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 #include "kernels/transpose16.h"
 #include "kernels/weight_formats.h"
 
@@ -109,10 +109,11 @@ QF_BF16_TARGET void pack_panel(const float* tile, int64_t ld, int64_t nr, int64_
 // other formats and shapes.
 QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0,
                                       int64_t nc, uint32_t* panel) {
-  if (is_fp4_rows16(w.format)) {
+  if (is_q4_rows16(w.format)) {
     // Gathered into the stored layout (a panel's rows and columns), then packed as stored.
     thread_local std::vector<uint8_t> scratch;
-    return pack_panel_direct(fp4_rows16_view(w, row0, nr, c0, nc, scratch), 0, nr, 0, nc,
+    int64_t offset = 0;
+    return pack_panel_direct(q4_rows16_view(w, row0, nr, c0, nc, scratch, offset), 0, nr, offset, nc,
                              panel);
   }
   const int64_t K = w.cols;

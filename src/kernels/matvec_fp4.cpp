@@ -12,7 +12,7 @@
 #include <hwy/highway.h>
 
 #include "core/numeric.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 #include "kernels/simd-inl.h"
 
 #include <vector>
@@ -44,9 +44,9 @@ void MatVecE2M1Blocks(const LinearWeight& w, const float* x, float* y, ThreadPoo
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* p;
       const uint8_t* s;
-      if (is_fp4_rows16(w.format)) {
+      if (is_q4_rows16(w.format)) {
         // The row gathered into the stored layout: the same arithmetic, so the same bits.
-        const LinearWeight v = fp4_rows16_view(w, r, 1, 0, cols, scratch);
+        const LinearWeight v = q4_rows16_view(w, r, 1, scratch);
         p = static_cast<const uint8_t*>(v.data);
         s = v.block_scales;
       } else {

@@ -1,7 +1,10 @@
 // INT4 matrix-vector products, both stored layouts decoded on the fly: ModelOpt's row pairs
 // (one byte holds the same column of two adjacent rows, so two rows are computed together) and
 // compressed-tensors' int32 words (nibble pairs along a row, offset by 8). One scale per group.
+// Weights repacked 16 rows at a time (kernels/q4_rows16.h) are gathered back into their stored
+// layout, row by row or pair by pair: the same arithmetic, so the same bits.
 #include "kernels/kernels_internal.h"
+#include "kernels/q4_rows16.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matvec_int4.cpp"
@@ -72,10 +75,26 @@ void MatVecInt4RowPairs(const LinearWeight& w, const float* x, float* y, ThreadP
   const int64_t cols = w.cols;
   const int64_t groups = cols / w.group;
   const auto* data = static_cast<const uint8_t*>(w.data);
+  const bool repacked = is_q4_rows16(w.format);
   for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 2), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; r += 2)
-      RowPairDot(df, data + (r / 2) * cols, w.scales + r * groups, w.scales + (r + 1) * groups,
-                 x, cols, w.group, &y[r], &y[r + 1]);
+    std::vector<uint8_t> scratch, pair(repacked ? size_t(cols) : 0);
+    for (int64_t r = r0; r < r1; r += 2) {
+      if (!repacked) {
+        RowPairDot(df, data + (r / 2) * cols, w.scales + r * groups, w.scales + (r + 1) * groups,
+                   x, cols, w.group, &y[r], &y[r + 1]);
+        continue;
+      }
+      // The view holds the two rows as q + 8 nibble pairs along each row; a row-pair byte is
+      // column c of both as two's complement nibbles (q + 8 with bit 3 flipped).
+      const LinearWeight v = q4_rows16_view(w, r, 2, scratch);
+      const auto* q = static_cast<const uint8_t*>(v.data);
+      for (int64_t c = 0; c < cols; ++c) {
+        const int shift = 4 * int(c % 2);
+        const int a = (q[c / 2] >> shift) & 0xF, b = (q[cols / 2 + c / 2] >> shift) & 0xF;
+        pair[size_t(c)] = uint8_t((a ^ 8) | ((b ^ 8) << 4));
+      }
+      RowPairDot(df, pair.data(), v.scales, v.scales + groups, x, cols, w.group, &y[r], &y[r + 1]);
+    }
   });
 }
 
@@ -89,9 +108,18 @@ void MatVecInt4Packed32(const LinearWeight& w, const float* x, float* y, ThreadP
   DeinterleavePairs(df, x, main, xp.data());
   for_row_tasks(pool, w.rows, matvec_rows_per_task(w, 1), [&](int64_t r0, int64_t r1) {
     std::vector<float> bs(static_cast<size_t>(groups + 16), 0.f);  // padded copy of the scales
+    std::vector<uint8_t> scratch;
     for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* p = data + r * (cols / 2);  // little-endian words: nibble pairs in order
-      const float* s = w.scales + r * groups;
+      const uint8_t* p;  // little-endian words: nibble pairs in order
+      const float* s;
+      if (is_q4_rows16(w.format)) {
+        const LinearWeight v = q4_rows16_view(w, r, 1, scratch);
+        p = static_cast<const uint8_t*>(v.data);
+        s = v.scales;
+      } else {
+        p = data + r * (cols / 2);
+        s = w.scales + r * groups;
+      }
       float dot = 0.f;
 #if HWY_TARGET != HWY_SCALAR
       std::copy_n(s, groups, bs.begin());

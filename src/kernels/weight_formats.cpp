@@ -11,7 +11,7 @@
 #include "formats/mxfp4.h"
 #include "formats/nvfp4.h"
 #include "kernels/ggml_rows8.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 
@@ -106,23 +106,10 @@ void nvfp4_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
   nvfp4_dequantize(static_cast<const uint8_t*>(w.data) + r0 * w.cols / 2,
                    w.block_scales + r0 * w.cols / kNvfp4Block, w.global_scale, n, w.cols, out);
 }
-// NVFP4 / MXFP4 repacked 16 rows at a time: the stored layout's decoders over a view of the rows.
-template <bool kNv>
-void fp4_rows16_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                     float* out, int64_t ld) {
-  std::vector<uint8_t> scratch;
-  fp4_tile<kNv>(fp4_rows16_view(w, r0, nr, c0, nc, scratch), 0, nr, 0, nc, out, ld);
-}
 void mxfp4_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
   mxfp4_dequantize(static_cast<const uint8_t*>(w.data) + r0 * w.cols / 2,
                    w.block_scales + r0 * w.cols / kMxfp4Block, n, w.cols, out);
 }
-template <void (*Rows)(const LinearWeight&, int64_t, int64_t, float*)>
-void fp4_rows16_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
-  std::vector<uint8_t> scratch;
-  Rows(fp4_rows16_view(w, r0, n, 0, w.cols, scratch), 0, n, out);
-}
-
 // ---- bytes with a scale per row (FP8, INT8) -----------------------------------------------
 uint64_t byte_row_scaled_bytes(const LinearWeight& w) { return elements(w) + uint64_t(w.rows) * 4; }
 void fp8_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* out,
@@ -225,6 +212,21 @@ void int4_packed32_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c
   }
 }
 
+// ---- 4-bit weights repacked 16 rows at a time (kernels/q4_rows16.h) ----------------------
+// The stored layout's decoders over a view of the rows (INT4 as int32 words, either layout).
+template <void (*Tile)(const LinearWeight&, int64_t, int64_t, int64_t, int64_t, float*, int64_t)>
+void q4_rows16_tile(const LinearWeight& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                    float* out, int64_t ld) {
+  std::vector<uint8_t> scratch;
+  int64_t offset = 0;
+  Tile(q4_rows16_view(w, r0, nr, c0, nc, scratch, offset), 0, nr, offset, nc, out, ld);
+}
+template <void (*Rows)(const LinearWeight&, int64_t, int64_t, float*)>
+void q4_rows16_rows(const LinearWeight& w, int64_t r0, int64_t n, float* out) {
+  std::vector<uint8_t> scratch;
+  Rows(q4_rows16_view(w, r0, n, scratch), 0, n, out);
+}
+
 // ---- ggml blocks (GGUF tensors) ------------------------------------------------------------
 // Decoded through the type's own dequantizer (formats/ggml_types.h), a row's blocks at a time:
 // the precise path for every type ggml defines that qforge can decode, not a fast one.
@@ -268,7 +270,7 @@ void matvec_ggml(const LinearWeight& w, const float* x, float* y, ThreadPool* po
 
 using F = WeightFormat;
 using O = OutputFactor;
-constexpr std::array<WeightFormatRow, 12> kRows = {{
+constexpr std::array<WeightFormatRow, 14> kRows = {{
     {F::f32, "F32", 0, f32_bytes, matvec_f32, nullptr, nullptr, false, O::none,
      float_tile<f32_at>, float_rows<f32_at>},
     {F::f16, "F16", 0, half_bytes, matvec_f16, nullptr, nullptr, false, O::none,
@@ -292,11 +294,17 @@ constexpr std::array<WeightFormatRow, 12> kRows = {{
     {F::ggml, "ggml", kGroupBlock, ggml_bytes, matvec_ggml, nullptr, nullptr, false, O::none,
      ggml_tile, ggml_rows},
     {F::nvfp4_rows16, "NVFP4 (16-row blocks)", kNvfp4Block, nvfp4_bytes, matvec_nvfp4,
-     fits_int8act_fp4_rows16, matvec_fp4_rows16_int8act, true, O::tensor, fp4_rows16_tile<true>,
-     fp4_rows16_rows<nvfp4_rows>},
+     fits_int8act_q4_rows16, matvec_q4_rows16_int8act, true, O::tensor,
+     q4_rows16_tile<fp4_tile<true>>, q4_rows16_rows<nvfp4_rows>},
     {F::mxfp4_rows16, "MXFP4 (16-row blocks)", kMxfp4Block, mxfp4_bytes, matvec_mxfp4,
-     fits_int8act_fp4_rows16, matvec_fp4_rows16_int8act, true, O::none, fp4_rows16_tile<false>,
-     fp4_rows16_rows<mxfp4_rows>},
+     fits_int8act_q4_rows16, matvec_q4_rows16_int8act, true, O::none,
+     q4_rows16_tile<fp4_tile<false>>, q4_rows16_rows<mxfp4_rows>},
+    {F::int4_row_pairs_rows16, "INT4 (row pairs, 16-row blocks)", kGroupBlock, int4_bytes,
+     matvec_int4_row_pairs, fits_int8act_q4_rows16, matvec_q4_rows16_int8act, true, O::none,
+     q4_rows16_tile<int4_packed32_tile>, q4_rows16_rows<int4_rows<int4_packed32_at>>},
+    {F::int4_packed32_rows16, "INT4 (int32 packed, 16-row blocks)", kGroupBlock, int4_bytes,
+     matvec_int4_packed32, fits_int8act_q4_rows16, matvec_q4_rows16_int8act, true, O::none,
+     q4_rows16_tile<int4_packed32_tile>, q4_rows16_rows<int4_rows<int4_packed32_at>>},
 }};
 
 constexpr bool rows_in_enum_order() {

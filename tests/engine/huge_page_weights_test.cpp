@@ -1,12 +1,12 @@
 // Weights moved into 2 MB pages (ModelWeights::move_to_huge_pages, what bench and generate do)
 // give the same logits, bit for bit, in every stored format: the copies hold exactly the bytes
 // the kernels read, other owned parts (scales) stay alive, and releasing the file pages is safe.
-// NVFP4 and MXFP4 repacked 16 rows at a time (on CPUs with that kernel) give the same bits in
+// NVFP4, MXFP4 and INT4 repacked 16 rows at a time (on CPUs with that kernel) give the same bits in
 // exact mode (their readers gather the stored layout) and, in fast mode, the int8-activation
 // products summed per row in another order: within float rounding.
 #include "engine/model.h"
 #include "engine/weights.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 #include "kernels/kernels_internal.h"
 #include "test_util.h"
 
@@ -26,8 +26,8 @@ std::vector<float> logits_of(const fs::path& model, bool huge, KernelMode mode,
                              bool* repacked = nullptr) {
   ModelWeights w = ModelWeights::load(model);
   if (huge) w.move_to_huge_pages(/*release_file_pages=*/true, /*min_bytes=*/0);
-  if (repacked) *repacked = kernels::is_fp4_rows16(w.lm_head.w.format) ||
-                            kernels::is_fp4_rows16(w.layers[0].linears[0].w.format);
+  if (repacked) *repacked = kernels::is_q4_rows16(w.lm_head.w.format) ||
+                            kernels::is_q4_rows16(w.layers[0].linears[0].w.format);
   ModelOptions opt;
   opt.threads = 2;
   opt.kernels = mode;
@@ -43,11 +43,17 @@ TEST(HugePageWeights, SameLogitsInEveryFormat) {
   test::ScratchDir tmp;
   const fs::path src = test::model_dir("tinystories-656K-hf");
   std::vector<fs::path> models = {src};
-  for (const std::string f : {"nvfp4", "mxfp4", "fp8", "int4"}) {
-    const fs::path out = tmp / f;
-    const auto q = test::run_qforge("quantize " + test::quote(src) + " -o " + test::quote(out) +
-                                    " --format " + f);
-    ASSERT_EQ(q.exit_code, 0) << f << ": " << q.err;
+  // INT4 as ModelOpt stores it (row pairs) and as compressed-tensors does (int32 words).
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
+           {"nvfp4", "--format nvfp4"},
+           {"mxfp4", "--format mxfp4"},
+           {"fp8", "--format fp8"},
+           {"int4", "--format int4"},
+           {"int4-ct", "--format int4 --export compressed-tensors"}}) {
+    const fs::path out = tmp / name;
+    const auto q =
+        test::run_qforge("quantize " + test::quote(src) + " -o " + test::quote(out) + " " + flags);
+    ASSERT_EQ(q.exit_code, 0) << name << ": " << q.err;
     models.push_back(out);
   }
   for (const std::string f : {"q4_0", "q6_k", "bf16"}) {
@@ -61,8 +67,9 @@ TEST(HugePageWeights, SameLogitsInEveryFormat) {
     bool repacked = false;
     const std::vector<float> moved = logits_of(m, true, KernelMode::fast, &repacked);
     const std::vector<float> stored = logits_of(m, false, KernelMode::fast);
-    if ((m.filename() == "nvfp4" || m.filename() == "mxfp4") && kernels::cpu_has_avx512vnni() &&
-        kernels::cpu_has_avx512vbmi()) {
+    const std::string name = m.filename().string();
+    if ((name == "nvfp4" || name == "mxfp4" || name == "int4" || name == "int4-ct") &&
+        kernels::cpu_has_avx512vnni() && kernels::cpu_has_avx512vbmi()) {
       EXPECT_TRUE(repacked) << m << " not repacked on a CPU with the 16-row kernel";
     }
     if (!repacked) {

@@ -12,7 +12,7 @@
 #include "kernels/ggml_vec_dot.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/linear.h"
-#include "kernels/fp4_rows16.h"
+#include "kernels/q4_rows16.h"
 #include "kernels/q4_int8_activation.h"
 #include "kernels/ops.h"
 
@@ -43,6 +43,17 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.f) {
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// The stored layout a repacked one comes from.
+WeightFormat stored_format(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::nvfp4_rows16: return WeightFormat::nvfp4;
+    case WeightFormat::mxfp4_rows16: return WeightFormat::mxfp4;
+    case WeightFormat::int4_row_pairs_rows16: return WeightFormat::int4_row_pairs;
+    case WeightFormat::int4_packed32_rows16: return WeightFormat::int4_packed32;
+    default: return f;
+  }
 }
 
 std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t cols, int group = 32,
@@ -117,13 +128,13 @@ std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t co
       break;
     }
     case WeightFormat::nvfp4_rows16:
-    case WeightFormat::mxfp4_rows16: {  // the stored weight of the same seed, repacked
-      const auto stored =
-          make_weight(f == WeightFormat::nvfp4_rows16 ? WeightFormat::nvfp4 : WeightFormat::mxfp4,
-                      rows, cols, group, seed);
-      t->bytes.resize(size_t(kernels::fp4_rows16_bytes(stored->w)));
-      kernels::fp4_repack_rows16(stored->w, t->bytes.data());
-      w = kernels::fp4_rows16_weight(stored->w, t->bytes.data());
+    case WeightFormat::mxfp4_rows16:
+    case WeightFormat::int4_row_pairs_rows16:
+    case WeightFormat::int4_packed32_rows16: {  // the stored weight of the same seed, repacked
+      const auto stored = make_weight(stored_format(f), rows, cols, group, seed);
+      t->bytes.resize(size_t(kernels::q4_rows16_bytes(stored->w)));
+      kernels::q4_repack_rows16(stored->w, t->bytes.data());
+      w = kernels::q4_rows16_weight(stored->w, t->bytes.data());
       break;
     }
     case WeightFormat::ggml:  // GgmlBlockWeightsMatchTheirDequantization builds its own
@@ -183,8 +194,8 @@ void expect_bf16_matmul_close(const LinearWeight& w, const std::vector<float>& x
   std::vector<float> xr(x.size()), refr(ref.size());
   for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
   linear_reference(w, xr.data(), tokens, refr.data());
-  const bool int4 =
-      w.format == WeightFormat::int4_row_pairs || w.format == WeightFormat::int4_packed32;
+  const bool int4 = stored_format(w.format) == WeightFormat::int4_row_pairs ||
+                    stored_format(w.format) == WeightFormat::int4_packed32;
   std::vector<float> row(static_cast<size_t>(w.cols));
   for (int64_t r = 0; r < w.rows; ++r) {
     dequantize_weight_rows(w, r, 1, row.data());
@@ -289,7 +300,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WeightFormat::nvfp4_rows16, 16, 16, 0},
                       Case{WeightFormat::mxfp4_rows16, 48, 288, 0},
                       Case{WeightFormat::mxfp4_rows16, 16, 4096 + 96, 0},
-                      Case{WeightFormat::mxfp4_rows16, 16, 32, 0}),
+                      Case{WeightFormat::mxfp4_rows16, 16, 32, 0},
+                      // INT4 repacked: groups of 16 (one sub-block), 32, 128 and whole rows,
+                      // rows beyond kShortRowBytes.
+                      Case{WeightFormat::int4_row_pairs_rows16, 48, 336, 16},
+                      Case{WeightFormat::int4_row_pairs_rows16, 32, 4096 + 128, 128},
+                      Case{WeightFormat::int4_row_pairs_rows16, 16, 64, 64},
+                      Case{WeightFormat::int4_packed32_rows16, 64, 256, 32},
+                      Case{WeightFormat::int4_packed32_rows16, 16, 4096 + 256, 128},
+                      Case{WeightFormat::int4_packed32_rows16, 32, 768, 256}),
     [](const ::testing::TestParamInfo<Case>& p) {
       std::string n(weight_format_name(p.param.format));
       for (char& ch : n)
@@ -533,9 +552,11 @@ TEST(KernelLinear, FewTokensEqualEachTokenAlone) {
   for (int64_t cols : {int64_t(512), int64_t(704)}) {
     for (WeightFormat f : {WeightFormat::nvfp4, WeightFormat::mxfp4, WeightFormat::int4_packed32,
                            WeightFormat::int4_row_pairs, WeightFormat::bf16, WeightFormat::f32,
-                           WeightFormat::nvfp4_rows16, WeightFormat::mxfp4_rows16}) {
+                           WeightFormat::nvfp4_rows16, WeightFormat::mxfp4_rows16,
+                           WeightFormat::int4_row_pairs_rows16,
+                           WeightFormat::int4_packed32_rows16}) {
       // 70 rows: tails of every row grouping but the 16-row blocks (whole groups only).
-      const int64_t rows = kernels::is_fp4_rows16(f) ? 80 : 70;
+      const int64_t rows = kernels::is_q4_rows16(f) ? 80 : 70;
       auto t = make_weight(f, rows, cols);
       for (int64_t tokens : {int64_t(2), int64_t(3), int64_t(7), int64_t(8), int64_t(9),
                              int64_t(64), kernels::kRowPairInt8PrefillTokens + 1,
@@ -754,12 +775,12 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
   w.global_scale = 0.75f;
   if (!matvec_uses_int8_activation(w)) GTEST_SKIP() << "no int8-activation kernel on this CPU";
   std::vector<uint8_t> repacked(bytes.size() + scales.size());
-  kernels::fp4_repack_rows16(w, repacked.data());
+  kernels::q4_repack_rows16(w, repacked.data());
   const auto x = random_vector(size_t(cols), 11);
   std::vector<float> y(static_cast<size_t>(rows)), ref(y.size()), row(static_cast<size_t>(cols));
   ThreadPool two(2);
   linear_reference_int8_activation(w, x.data(), ref.data());
-  for (const LinearWeight& v : {w, kernels::fp4_rows16_weight(w, repacked.data())}) {
+  for (const LinearWeight& v : {w, kernels::q4_rows16_weight(w, repacked.data())}) {
     if (!matvec_uses_int8_activation(v)) continue;  // no VBMI: no 16-row kernel
     linear_forward(v, x.data(), 1, y.data(), &two, KernelMode::fast);
     for (int64_t r = 0; r < rows; ++r) {
@@ -772,34 +793,49 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
   }
 }
 
-// NVFP4 and MXFP4 repacked 16 rows at a time read back as the stored weight: their rows, tiles,
+// 4-bit weights repacked 16 rows at a time read back as the stored weight: their rows, tiles,
 // the exact products and the BF16 prefill (which gather the stored layout) the same bits; the
 // int8-activation products are checked in KernelFormats and FewTokensEqualEachTokenAlone.
-TEST(KernelLinear, Fp4Rows16ReadsAsStored) {
+TEST(KernelLinear, Q4Rows16ReadsAsStored) {
   ThreadPool two(2);
-  for (auto [format, rows, cols] :
-       {std::tuple<WeightFormat, int64_t, int64_t>{WeightFormat::nvfp4, 48, 272},
-        {WeightFormat::nvfp4, 16, 4096 + 48},
-        {WeightFormat::mxfp4, 32, 288},
-        {WeightFormat::mxfp4, 16, 4096 + 96}}) {
-    const auto stored = make_weight(format, rows, cols);
-    const auto packed = make_weight(format == WeightFormat::nvfp4 ? WeightFormat::nvfp4_rows16
-                                                                  : WeightFormat::mxfp4_rows16,
-                                    rows, cols);
+  for (auto [format, rows, cols, group] :
+       {std::tuple<WeightFormat, int64_t, int64_t, int>{WeightFormat::nvfp4_rows16, 48, 272, 0},
+        {WeightFormat::nvfp4_rows16, 16, 4096 + 48, 0},
+        {WeightFormat::mxfp4_rows16, 32, 288, 0},
+        {WeightFormat::mxfp4_rows16, 16, 4096 + 96, 0},
+        {WeightFormat::int4_row_pairs_rows16, 48, 384, 128},
+        {WeightFormat::int4_row_pairs_rows16, 16, 4096 + 64, 32},
+        {WeightFormat::int4_packed32_rows16, 32, 256, 16},
+        {WeightFormat::int4_packed32_rows16, 16, 4096 + 128, 128}}) {
+    const auto stored = make_weight(stored_format(format), rows, cols, group);
+    const auto packed = make_weight(format, rows, cols, group);
     const LinearWeight &s = stored->w, &p = packed->w;
+    const bool int4 = group > 0;
     ASSERT_EQ(p.stored_bytes(), s.stored_bytes());
-    ASSERT_EQ(p.data_bytes(), s.data_bytes() + uint64_t(stored->block_scales.size()));
+    ASSERT_EQ(p.data_bytes(), s.data_bytes() + (int4 ? stored->scales.size() * 4
+                                                     : stored->block_scales.size()));
+    // The view: FP4 as stored, INT4 as int32 words (compared as bytes where stored so).
     std::vector<uint8_t> scratch;
-    const LinearWeight v = kernels::fp4_rows16_view(p, 0, rows, 0, cols, scratch);
-    ASSERT_TRUE(std::equal(stored->bytes.begin(), stored->bytes.end(),
-                           static_cast<const uint8_t*>(v.data)));
-    ASSERT_TRUE(std::equal(stored->block_scales.begin(), stored->block_scales.end(), v.block_scales));
+    const LinearWeight v = kernels::q4_rows16_view(p, 0, rows, scratch);
+    const auto* vb = static_cast<const uint8_t*>(v.data);
+    if (int4) {
+      ASSERT_EQ(v.format, WeightFormat::int4_packed32);
+      ASSERT_TRUE(std::equal(stored->scales.begin(), stored->scales.end(), v.scales));
+      if (s.format == WeightFormat::int4_packed32) {
+        ASSERT_TRUE(std::equal(vb, vb + s.data_bytes(), static_cast<const uint8_t*>(s.data)));
+      }
+    } else {
+      ASSERT_TRUE(std::equal(stored->bytes.begin(), stored->bytes.end(), vb));
+      ASSERT_TRUE(
+          std::equal(stored->block_scales.begin(), stored->block_scales.end(), v.block_scales));
+    }
     std::vector<float> a(size_t(rows * cols)), b(a.size());
     dequantize_weight_rows(s, 0, rows, a.data());
     dequantize_weight_rows(p, 0, rows, b.data());
     ASSERT_EQ(a, b);
-    kernels::decode_tile(s, 5, rows - 8, 32, cols - 64, a.data(), cols);
-    kernels::decode_tile(p, 5, rows - 8, 32, cols - 64, b.data(), cols);
+    const int64_t c0 = std::max(32, group);  // tiles start at a multiple of the block
+    kernels::decode_tile(s, 5, rows - 8, c0, cols - 2 * c0, a.data(), cols);
+    kernels::decode_tile(p, 5, rows - 8, c0, cols - 2 * c0, b.data(), cols);
     ASSERT_EQ(a, b);
     for (int64_t tokens : {int64_t(1), int64_t(40), int64_t(100)})
       for (KernelMode mode : {KernelMode::exact, KernelMode::fast}) {
@@ -808,7 +844,7 @@ TEST(KernelLinear, Fp4Rows16ReadsAsStored) {
         std::vector<float> ys(size_t(tokens * rows)), yp(ys.size());
         linear_forward(s, x.data(), tokens, ys.data(), &two, mode);
         linear_forward(p, x.data(), tokens, yp.data(), &two, mode);
-        ASSERT_EQ(ys, yp) << weight_format_name(format) << " tokens " << tokens << " "
+        ASSERT_EQ(ys, yp) << weight_format_name(format) << " " << cols << " tokens " << tokens << " "
                           << kernel_mode_name(mode);
       }
   }

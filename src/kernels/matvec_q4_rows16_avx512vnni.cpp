@@ -1,0 +1,208 @@
+// The int8-activation product over NVFP4, MXFP4 and INT4 repacked 16 rows at a time
+// (kernels/q4_rows16.h), AVX-512 VNNI + VBMI. Per scale block of 16 rows (16 or 32 elements, an
+// INT4 group, and their scales): one scale conversion (or load) for the 16 rows, and per 16
+// elements two loads, four vpermb (E2M1 doubled + 12, or INT4's q + 8: the unsigned side of
+// vpdpbusd), and per token four vpdpbusd against the activation's 4-byte groups broadcast to
+// every lane, the block's bias (-12 or -8 x the sum of its 16 activation bytes), one conversion
+// and one multiply-add. Lane k
+// accumulates row k over the whole row in block order, so a (row, token)'s arithmetic is the
+// same whatever the token group: one token's result never depends on the others.
+#include "kernels/q4_rows16.h"
+#include "kernels/q4_int8_activation.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*(), which -Wuninitialized
+// flags once inlined (GCC bug 105593); nothing here reads an undefined value.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+#include <vector>
+
+#define QF_ROWS16_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,f16c")))
+
+namespace qf::kernels {
+namespace {
+
+using namespace q4;  // the activation layout, its quantization in token groups
+
+// One token's 16-element block as the kernel reads it: its int8 values as four 4-byte groups,
+// elements 0, 2, 4, 6 | 1, 3, 5, 7 | 8, 10, 12, 14 | 9, 11, 13, 15 (the order the codes' low
+// and high nibbles come out of the two code registers it meets), the bias (-offset x their sum:
+// 12 for E2M1, 8 for INT4), the scale.
+struct BlockAct {
+  int32_t q[4];
+  int32_t bias;
+  float scale;
+};
+
+// A token group's activations (QuantizedX, T tokens interleaved by chunk) as [blocks][T].
+void block_acts(const QuantizedX& qx, int64_t T, int64_t blocks, std::vector<BlockAct>& out) {
+  out.resize(size_t(blocks * T));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      // Block b is lanes 2j, 2j + 1 of chunk b / 8 (QuantizedX: even elements in bytes
+      // [0, 64) of a chunk, odd ones in [64, 128), lane L covering elements 8L .. 8L + 7).
+      const int64_t at = b / 8 * T + t, j = b % 8;
+      const int8_t* q = qx.q.data() + at * kChunk;
+      BlockAct& a = out[size_t(b * T + t)];
+      std::memcpy(&a.q[0], q + 8 * j, 4);
+      std::memcpy(&a.q[1], q + 64 + 8 * j, 4);
+      std::memcpy(&a.q[2], q + 8 * j + 4, 4);
+      std::memcpy(&a.q[3], q + 64 + 8 * j + 4, 4);
+      a.bias = qx.lane_bias[size_t(at * kLanes + 2 * j)] + qx.lane_bias[size_t(at * kLanes + 2 * j + 1)];
+      a.scale = qx.lane_scale[size_t(at * kLanes + 2 * j)];
+    }
+}
+
+// The L2 prefetch distance (8 KB measured best on Zen 4 and on an Emerald Rapids Xeon).
+constexpr int64_t kAhead = 8192;
+
+enum class Kind { nvfp4, mxfp4, int4 };
+
+// The 16 rows' scales of a block (at s) as floats. E4M3 -> F16 is a shift (as in
+// matvec_q4_avx512vnni.cpp's Nvfp4Scales): with the code in the high byte, an arithmetic shift
+// right by one and bit 14 cleared give 2^-8 x the scale; E8M0 is 2^(e - 127), exactly (2^-127
+// is subnormal); INT4's are floats.
+template <Kind K>
+QF_ROWS16_TARGET inline __m512 block_scales(const uint8_t* s) {
+  if constexpr (K == Kind::int4) {
+    return _mm512_loadu_ps(s);
+  } else {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    if constexpr (K == Kind::nvfp4) {
+      const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(codes), 8);
+      return _mm512_cvtph_ps(
+          _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(-0x4001)));
+    } else {
+      const __m512i e = _mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), _mm512_set1_epi32(127));
+      return _mm512_scalef_ps(_mm512_set1_ps(1.f), _mm512_cvtepi32_ps(e));
+    }
+  }
+}
+
+// y[t * y_stride + k] = row k of the group at `g` (16 rows, `blocks` scale blocks of `subs`
+// 16-element sub-blocks: NVFP4 1, MXFP4 2, INT4 group / 16) against token t < T (a: [activation
+// blocks][T], 16 elements each), in the units of the codes as the kernel reads them (doubled
+// E2M1; NVFP4's F16-shifted scales). kPrefetch: L2 prefetches kAhead bytes ahead.
+template <Kind K, int T, bool kPrefetch>
+QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
+                                const BlockAct* a, float* y, int64_t y_stride) {
+  if constexpr (K != Kind::int4) subs = K == Kind::nvfp4 ? 1 : 2;
+  const int64_t bytes = 128 * subs + 16 * (K == Kind::int4 ? 4 : 1);
+  // vpermb reads the low 6 bits of an index and the table repeats every 16 bytes, so the bits
+  // above a nibble do not matter. E2M1 doubled + 12: {0, .5, 1, 1.5, 2, 3, 4, 6} * 2 + 12, then
+  // the negatives; INT4's q + 8 as it is.
+  const __m512i lut = _mm512_broadcast_i32x4(
+      K == Kind::int4 ? _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+                      : _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < blocks; ++i, g += bytes) {
+    if constexpr (kPrefetch) {
+      const char* pc = reinterpret_cast<const char*>(g);
+      for (int64_t line = 0; line < bytes; line += 64) _mm_prefetch(pc + kAhead + line, _MM_HINT_T1);
+    }
+    const __m512 ws = block_scales<K>(g + 128 * subs);
+    for (int64_t h = 0; h < subs; ++h, a += T) {
+      // Registers 2h and 2h + 1 (elements 0-7 and 8-15 of the sub-block): w[0], w[2] their low
+      // nibbles (elements 0, 2, 4, 6 and 8, .., 14 of each row), w[1], w[3] the high ones.
+      const __m512i v0 = _mm512_loadu_si512(g + 128 * h), v1 = _mm512_loadu_si512(g + 128 * h + 64);
+      const __m512i w[4] = {_mm512_permutexvar_epi8(v0, lut),
+                            _mm512_permutexvar_epi8(_mm512_srli_epi16(v0, 4), lut),
+                            _mm512_permutexvar_epi8(v1, lut),
+                            _mm512_permutexvar_epi8(_mm512_srli_epi16(v1, 4), lut)};
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        __m512i d = _mm512_set1_epi32(a[t].bias);
+        d = _mm512_dpbusd_epi32(d, w[0], _mm512_set1_epi32(a[t].q[0]));
+        d = _mm512_dpbusd_epi32(d, w[1], _mm512_set1_epi32(a[t].q[1]));
+        d = _mm512_dpbusd_epi32(d, w[2], _mm512_set1_epi32(a[t].q[2]));
+        d = _mm512_dpbusd_epi32(d, w[3], _mm512_set1_epi32(a[t].q[3]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                 _mm512_mul_ps(ws, _mm512_set1_ps(a[t].scale)), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// `offset`: what the codes as read add to the signed value (E2M1 doubled 12, INT4 8);
+// `factor`: what turns the sums into the product's units.
+template <Kind K>
+void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
+         int offset, float factor) {
+  const std::vector<TokenGroup> groups = quantize_token_groups(x, tokens, w.cols, offset);
+  const int64_t block = q4_rows16_block(w), blocks = w.cols / block, subs = block / 16;
+  const int64_t rows = w.rows;
+  std::vector<std::vector<BlockAct>> acts(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i)
+    block_acts(groups[i].qx, groups[i].size, w.cols / 16, acts[i]);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const uint64_t group_bytes = uint64_t(blocks * q4_rows16_block_bytes(w));
+  const int64_t per_task = (q4_rows_per_task(w) + kRows16 - 1) / kRows16 * kRows16;
+  // Software prefetch: token groups (compute-bound) gain from it everywhere (Zen 4, 8 tokens:
+  // 1.24x). One token reads the 16 rows as one sequential stream: Zen 4's hardware prefetchers
+  // follow it (without the prefetches 1.05-1.10x on a Llama-1B layer and on 4096 x 14336, 1 and
+  // 2 threads, 2 MB pages), Intel's L2 streamer, which stays within 4 KB, does not (Emerald
+  // Rapids, 4096 x 14336 NVFP4: 0.58 of a STREAM read without, 0.96-0.97 with).
+  static const bool prefetch_one = !__builtin_cpu_is("amd");
+  for_row_tasks(pool, rows, per_task, [&](int64_t r0, int64_t r1) {
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const BlockAct* a = acts[i].data();
+      float* yt = y + groups[i].t0 * rows;
+      for (int64_t r = r0; r < r1; r += kRows16) {
+        const uint8_t* g = data + uint64_t(r / kRows16) * group_bytes;
+        switch (groups[i].size) {
+          case 8: group_dot<K, 8, true>(g, blocks, subs, a, yt + r, rows); break;
+          case 4: group_dot<K, 4, true>(g, blocks, subs, a, yt + r, rows); break;
+          case 2: group_dot<K, 2, true>(g, blocks, subs, a, yt + r, rows); break;
+          default:
+            if (prefetch_one) group_dot<K, 1, true>(g, blocks, subs, a, yt + r, rows);
+            else group_dot<K, 1, false>(g, blocks, subs, a, yt + r, rows);
+        }
+      }
+    }
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = r0; r < r1; ++r) y[t * rows + r] *= factor;
+  });
+}
+
+}  // namespace
+
+bool cpu_has_avx512vbmi() {
+  static const bool ok = __builtin_cpu_supports("avx512vbmi");
+  return ok;
+}
+
+bool fits_int8act_q4_rows16(const LinearWeight& w) {
+  const int64_t block = q4_rows16_block(w);
+  return is_q4_rows16(w.format) && block > 0 && block % 16 == 0 && w.cols % block == 0 &&
+         w.rows % kRows16 == 0 && cpu_has_avx512vnni() && cpu_has_avx512vbmi();
+}
+
+void matvec_q4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
+                               ThreadPool* pool) {
+  // Doubled E2M1 (x 0.5); NVFP4's F16-shifted scales (x 2^8) and its tensor scale.
+  switch (w.format) {
+    case WeightFormat::nvfp4_rows16:
+      return run<Kind::nvfp4>(w, x, tokens, y, pool, 12, w.global_scale * 128.f);
+    case WeightFormat::mxfp4_rows16: return run<Kind::mxfp4>(w, x, tokens, y, pool, 12, 0.5f);
+    default: return run<Kind::int4>(w, x, tokens, y, pool, 8, 1.f);
+  }
+}
+
+}  // namespace qf::kernels
+
+#else  // not x86-64 GCC/Clang: no repacked weights (q4_rows16_wanted is false)
+
+namespace qf::kernels {
+bool cpu_has_avx512vbmi() { return false; }
+bool fits_int8act_q4_rows16(const LinearWeight&) { return false; }
+void matvec_q4_rows16_int8act(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
+}  // namespace qf::kernels
+
+#endif
