@@ -115,6 +115,12 @@ bool cpu_has_avx512vnni();
 bool cpu_has_avx512vbmi();
 // AVX2 with FMA and F16C (the AVX2 kernels of matvec_q4_avx2.cpp and matvec_ggml_avx2.cpp).
 bool cpu_has_avx2();
+// Whether one token's product over a weight repacked into one sequential stream (the 16-row
+// 4-bit and 8-row Q4_0 layouts) should issue software L2 prefetches: not on AMD, whose hardware
+// prefetchers follow the stream across 4 KB pages (Zen 4: 5-10% faster without them), yes
+// elsewhere: Intel's L2 streamer stops at each 4 KB page (Emerald Rapids, 4096 x 14336 NVFP4
+// repacked: 0.58 of a STREAM read without them, 0.96 with).
+bool one_stream_wants_prefetch();
 // The int8-activation products per 4-bit layout, x [tokens, cols] -> y [tokens, rows]: on
 // AVX-512 VNNI (BW, VL, F16C; matvec_q4_avx512vnni.cpp), else on AVX2 + FMA + F16C
 // (matvec_q4_avx2.cpp), both in q4_int8_activation.cpp's activation layout. fits_int8act_* say

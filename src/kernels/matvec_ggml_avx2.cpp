@@ -255,13 +255,17 @@ QF_AVX2_TARGET void row_q6_k(const uint8_t* b, int64_t cols, const int8_t* const
 // the token's 4 activation bytes broadcast to every row's lane (16-bit sums of at most 8 x 2 x 15
 // x 127 = 30480: no saturation), the offset 8 taken off as 8 x the block's activation sum, one
 // multiply-add per token for the 8 rows. Integer sums exact; a token's arithmetic is the same
-// for any T.
-template <int T>
+// for any T. kPrefetch: L2 prefetches 8 KB ahead (one_stream_wants_prefetch).
+template <int T, bool kPrefetch>
 QF_AVX2_TARGET void rows8_q4_0(const uint8_t* b, int64_t blocks, const int8_t* const* q,
                                const float* const* d, const int32_t* const* s8, __m256* acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < blocks; ++i, b += kGgmlRows8BlockBytes) {
+    if constexpr (kPrefetch) {
+      const char* p = reinterpret_cast<const char*>(b) + 8192;
+      for (int64_t line = 0; line < kGgmlRows8BlockBytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
+    }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
     __m256i lo[4], hi[4];
     for (int v = 0; v < 4; ++v) {
@@ -302,7 +306,9 @@ void rows8_tokens(const LinearWeight& w, const GgmlActivations& a, int64_t g0, i
       s8[k] = a.block_sum8.data() + (t + k) * a.d_stride();
     }
     __m256 acc[T];
-    rows8_q4_0<T>(data + uint64_t(g) * group_bytes, w.cols / 32, q, d, s8, acc);
+    const uint8_t* b = data + uint64_t(g) * group_bytes;
+    if (one_stream_wants_prefetch()) rows8_q4_0<T, true>(b, w.cols / 32, q, d, s8, acc);
+    else rows8_q4_0<T, false>(b, w.cols / 32, q, d, s8, acc);
     for (int k = 0; k < T; ++k) {
       alignas(32) float v[8];
       _mm256_store_ps(v, _mm256_mul_ps(acc[k], _mm256_set1_ps(factor)));
@@ -341,6 +347,11 @@ bool cpu_has_avx2() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                          __builtin_cpu_supports("f16c");
   return ok;
+}
+
+bool one_stream_wants_prefetch() {
+  static const bool yes = !__builtin_cpu_is("amd");
+  return yes;
 }
 
 bool ggml_has_avx2_kernel(const LinearWeight& w) {
@@ -396,6 +407,7 @@ void ggml_rows_avx2(const LinearWeight& w, const GgmlActivations& a, int64_t r0,
 
 namespace qf::kernels {
 bool cpu_has_avx2() { return false; }
+bool one_stream_wants_prefetch() { return false; }
 bool ggml_has_avx2_kernel(const LinearWeight&) { return false; }
 void ggml_rows_avx2(const LinearWeight&, const GgmlActivations&, int64_t, int64_t, int64_t,
                     int64_t, float, float*) {}

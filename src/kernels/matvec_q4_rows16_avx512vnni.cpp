@@ -145,11 +145,9 @@ void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, Thread
   const uint64_t group_bytes = uint64_t(blocks * q4_rows16_block_bytes(w));
   const int64_t per_task = (q4_rows_per_task(w) + kRows16 - 1) / kRows16 * kRows16;
   // Software prefetch: token groups (compute-bound) gain from it everywhere (Zen 4, 8 tokens:
-  // 1.24x). One token reads the 16 rows as one sequential stream: Zen 4's hardware prefetchers
-  // follow it (without the prefetches 1.05-1.10x on a Llama-1B layer and on 4096 x 14336, 1 and
-  // 2 threads, 2 MB pages), Intel's L2 streamer, which stays within 4 KB, does not (Emerald
-  // Rapids, 4096 x 14336 NVFP4: 0.58 of a STREAM read without, 0.96-0.97 with).
-  static const bool prefetch_one = !__builtin_cpu_is("amd");
+  // 1.24x); one token where the hardware prefetchers do not follow the one stream alone (Zen 4
+  // without them: 1.05-1.10x on a Llama-1B layer and on 4096 x 14336, 1 and 2 threads).
+  const bool prefetch_one = one_stream_wants_prefetch();
   for_row_tasks(pool, rows, per_task, [&](int64_t r0, int64_t r1) {
     for (size_t i = 0; i < groups.size(); ++i) {
       const BlockAct* a = acts[i].data();
