@@ -80,12 +80,7 @@ std::unique_ptr<Stored> make(WeightFormat f, int64_t rows, int64_t cols, uint64_
   if (kernels::is_q4_rows16(f)) {
     // The stored weight of the same seed repacked 16 rows at a time on 2 MB pages, as
     // ModelWeights::move_to_huge_pages makes it.
-    const WeightFormat stored = f == WeightFormat::nvfp4_rows16   ? WeightFormat::nvfp4
-                                : f == WeightFormat::mxfp4_rows16 ? WeightFormat::mxfp4
-                                : f == WeightFormat::int4_row_pairs_rows16
-                                    ? WeightFormat::int4_row_pairs
-                                    : WeightFormat::int4_packed32;
-    auto s = make(stored, rows, cols, seed);
+    auto s = make(kernels::q4_rows16_source(f), rows, cols, seed);
     s->huge = fill_huge_pages(size_t(kernels::q4_rows16_bytes(s->w)), [&](void* dst) {
       kernels::q4_repack_rows16(s->w, static_cast<uint8_t*>(dst));
     });

@@ -127,8 +127,8 @@ bool one_stream_wants_prefetch();
 // whether w's shape suits the kernels of this CPU (false where it runs neither); call a product
 // only if it holds.
 bool fits_int8act_nvfp4(const LinearWeight& w);
-// NVFP4 and MXFP4 repacked 16 rows at a time (kernels/q4_rows16.h): AVX-512 VNNI and VBMI
-// only (matvec_q4_rows16_avx512vnni.cpp).
+// NVFP4, MXFP4 and INT4 repacked 16 rows at a time (kernels/q4_rows16.h): AVX-512 VNNI and
+// VBMI only (matvec_q4_rows16_avx512vnni.cpp).
 bool fits_int8act_q4_rows16(const LinearWeight& w);
 void matvec_q4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                                ThreadPool* pool);

@@ -4,9 +4,9 @@
 // elements two loads, four vpermb (E2M1 doubled + 12, or INT4's q + 8: the unsigned side of
 // vpdpbusd), and per token four vpdpbusd against the activation's 4-byte groups broadcast to
 // every lane, the block's bias (-12 or -8 x the sum of its 16 activation bytes), one conversion
-// and one multiply-add. Lane k
-// accumulates row k over the whole row in block order, so a (row, token)'s arithmetic is the
-// same whatever the token group: one token's result never depends on the others.
+// and one multiply-add. Lane k accumulates row k over the whole row in block order, so a (row,
+// token)'s arithmetic is the same whatever the token group: one token's result never depends on
+// the others.
 #include "kernels/q4_rows16.h"
 #include "kernels/q4_int8_activation.h"
 

@@ -8,8 +8,8 @@ namespace qf::kernels {
 namespace {
 
 bool is_int4(WeightFormat f) {
-  return f == WeightFormat::int4_row_pairs || f == WeightFormat::int4_packed32 ||
-         f == WeightFormat::int4_row_pairs_rows16 || f == WeightFormat::int4_packed32_rows16;
+  f = q4_rows16_source(f);
+  return f == WeightFormat::int4_row_pairs || f == WeightFormat::int4_packed32;
 }
 
 uint64_t group_bytes(const LinearWeight& w) {
@@ -38,9 +38,19 @@ bool is_q4_rows16(WeightFormat f) {
          f == WeightFormat::int4_row_pairs_rows16 || f == WeightFormat::int4_packed32_rows16;
 }
 
+WeightFormat q4_rows16_source(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::nvfp4_rows16: return WeightFormat::nvfp4;
+    case WeightFormat::mxfp4_rows16: return WeightFormat::mxfp4;
+    case WeightFormat::int4_row_pairs_rows16: return WeightFormat::int4_row_pairs;
+    case WeightFormat::int4_packed32_rows16: return WeightFormat::int4_packed32;
+    default: return f;
+  }
+}
+
 int64_t q4_rows16_block(const LinearWeight& w) {
   if (is_int4(w.format)) return w.group;
-  return w.format == WeightFormat::mxfp4 || w.format == WeightFormat::mxfp4_rows16 ? 32 : 16;
+  return q4_rows16_source(w.format) == WeightFormat::mxfp4 ? 32 : 16;
 }
 
 int q4_rows16_scale_bytes(WeightFormat f) { return is_int4(f) ? 4 : 1; }
@@ -141,7 +151,7 @@ LinearWeight q4_rows16_view(const LinearWeight& w, int64_t r0, int64_t nr, int64
     v.format = WeightFormat::int4_packed32;
     v.scales = reinterpret_cast<const float*>(scales);
   } else {
-    v.format = w.format == WeightFormat::mxfp4_rows16 ? WeightFormat::mxfp4 : WeightFormat::nvfp4;
+    v.format = q4_rows16_source(w.format);
     v.block_scales = scales;
   }
   return v;

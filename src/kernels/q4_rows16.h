@@ -20,6 +20,9 @@ inline constexpr int64_t kRows16 = 16;
 // Whether f is one of the repacked layouts.
 bool is_q4_rows16(WeightFormat f);
 
+// The stored layout a repacked one comes from (f itself for the others).
+WeightFormat q4_rows16_source(WeightFormat f);
+
 // Elements per scale block of a stored or repacked 4-bit weight: NVFP4 16, MXFP4 32, INT4 its
 // group.
 int64_t q4_rows16_block(const LinearWeight& w);

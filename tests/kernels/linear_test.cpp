@@ -45,17 +45,6 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.f) {
   return v;
 }
 
-// The stored layout a repacked one comes from.
-WeightFormat stored_format(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::nvfp4_rows16: return WeightFormat::nvfp4;
-    case WeightFormat::mxfp4_rows16: return WeightFormat::mxfp4;
-    case WeightFormat::int4_row_pairs_rows16: return WeightFormat::int4_row_pairs;
-    case WeightFormat::int4_packed32_rows16: return WeightFormat::int4_packed32;
-    default: return f;
-  }
-}
-
 std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t cols, int group = 32,
                                         uint32_t seed = 1) {
   auto t = std::make_unique<TestWeight>();
@@ -131,7 +120,7 @@ std::unique_ptr<TestWeight> make_weight(WeightFormat f, int64_t rows, int64_t co
     case WeightFormat::mxfp4_rows16:
     case WeightFormat::int4_row_pairs_rows16:
     case WeightFormat::int4_packed32_rows16: {  // the stored weight of the same seed, repacked
-      const auto stored = make_weight(stored_format(f), rows, cols, group, seed);
+      const auto stored = make_weight(kernels::q4_rows16_source(f), rows, cols, group, seed);
       t->bytes.resize(size_t(kernels::q4_rows16_bytes(stored->w)));
       kernels::q4_repack_rows16(stored->w, t->bytes.data());
       w = kernels::q4_rows16_weight(stored->w, t->bytes.data());
@@ -194,8 +183,8 @@ void expect_bf16_matmul_close(const LinearWeight& w, const std::vector<float>& x
   std::vector<float> xr(x.size()), refr(ref.size());
   for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
   linear_reference(w, xr.data(), tokens, refr.data());
-  const bool int4 = stored_format(w.format) == WeightFormat::int4_row_pairs ||
-                    stored_format(w.format) == WeightFormat::int4_packed32;
+  const bool int4 = kernels::q4_rows16_source(w.format) == WeightFormat::int4_row_pairs ||
+                    kernels::q4_rows16_source(w.format) == WeightFormat::int4_packed32;
   std::vector<float> row(static_cast<size_t>(w.cols));
   for (int64_t r = 0; r < w.rows; ++r) {
     dequantize_weight_rows(w, r, 1, row.data());
@@ -807,7 +796,7 @@ TEST(KernelLinear, Q4Rows16ReadsAsStored) {
         {WeightFormat::int4_row_pairs_rows16, 16, 4096 + 64, 32},
         {WeightFormat::int4_packed32_rows16, 32, 256, 16},
         {WeightFormat::int4_packed32_rows16, 16, 4096 + 128, 128}}) {
-    const auto stored = make_weight(stored_format(format), rows, cols, group);
+    const auto stored = make_weight(kernels::q4_rows16_source(format), rows, cols, group);
     const auto packed = make_weight(format, rows, cols, group);
     const LinearWeight &s = stored->w, &p = packed->w;
     const bool int4 = group > 0;
