@@ -454,11 +454,12 @@ ModelWeights ModelWeights::load(std::shared_ptr<const Checkpoint> checkpoint) {
 void ModelWeights::move_to_huge_pages(bool release_file_pages, uint64_t min_bytes) {
   // NVFP4, MXFP4 and INT4 on CPUs with the AVX-512 VNNI + VBMI kernel: repacked 16 rows at a
   // time, codes and scales in one copy (kernels/q4_rows16.h; one stream instead of a row's codes
-  // and its scales), every size of them. A layer's repacked weights share one allocation: codes plus
-  // scales are 9/8 or 17/16 of a power of two in most models, so one 2 MB-page allocation each would
-  // leave most of a page unused per weight (Llama-1B: +104 MB resident); per layer the rest of
-  // at most one page. On 2 MB pages from min_bytes up, smaller ones in ordinary memory. The
-  // stored codes and scales are no longer read: the file's pages or the old copy are let go.
+  // and its scales), every size of them. A layer's repacked weights share one allocation: codes
+  // plus scales are 9/8 or 17/16 of a power of two in most models, so one 2 MB-page allocation
+  // each would leave most of a page unused per weight (Llama-1B: +104 MB resident); per layer
+  // the rest of at most one page. On 2 MB pages from min_bytes up, smaller ones in ordinary
+  // memory. The stored codes and scales are no longer read: the file's pages or the old copy are
+  // let go.
   auto repack = [&](const std::vector<EngineLinear*>& Ls) {
     if (Ls.empty()) return;
     std::vector<uint64_t> at;

@@ -95,8 +95,8 @@ struct ModelWeights {
   // token wants. `release_file_pages`: the weights not already copied are views of read-only
   // file mappings (a model loaded from its path), whose pages are then dropped, so the copies
   // replace them in memory (plus one tensor while copying); otherwise both stay. NVFP4, MXFP4
-  // and INT4 weights are repacked instead where this CPU has the kernel for it (kernels/q4_rows16.h), every
-  // size of them (below min_bytes into ordinary memory).
+  // and INT4 weights are repacked instead where this CPU has the kernel for it
+  // (kernels/q4_rows16.h), every size of them (below min_bytes into ordinary memory).
   void move_to_huge_pages(bool release_file_pages, uint64_t min_bytes = uint64_t(2) << 20);
 
   // Loads `dir`, or a GGUF file (load_gguf). Throws qf::Error, starting with the directory and

@@ -69,7 +69,8 @@ bool fits_bf16_tokens_amx(const LinearWeight& w);
 void matvec_bf16_tokens_amx(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                             ThreadPool* pool);
 
-// NVFP4 and MXFP4, also repacked 16 rows at a time (each row gathered back: the same bits).
+// NVFP4, MXFP4 and INT4 (below), also repacked 16 rows at a time (each row gathered back: the
+// same bits).
 void matvec_nvfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_mxfp4(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
 void matvec_fp8(const LinearWeight& w, const float* x, float* y, ThreadPool* pool);
@@ -115,12 +116,14 @@ bool cpu_has_avx512vnni();
 bool cpu_has_avx512vbmi();
 // AVX2 with FMA and F16C (the AVX2 kernels of matvec_q4_avx2.cpp and matvec_ggml_avx2.cpp).
 bool cpu_has_avx2();
-// Whether one token's product over a weight repacked into one sequential stream (the 16-row
-// 4-bit and 8-row Q4_0 layouts) should issue software L2 prefetches: not on AMD, whose hardware
-// prefetchers follow the stream across 4 KB pages (Zen 4: 5-10% faster without them), yes
-// elsewhere: Intel's L2 streamer stops at each 4 KB page (Emerald Rapids, 4096 x 14336 NVFP4
-// repacked: 0.58 of a STREAM read without them, 0.96 with).
+// Whether a product of one token over a weight repacked into one sequential stream (the 16-row
+// 4-bit and 8-row Q4_0 layouts; the 8-row kernel's 4-token groups too) should issue software L2
+// prefetches kOneStreamPrefetchBytes ahead: not on AMD, whose hardware prefetchers follow the
+// stream across 4 KB pages (Zen 4: 5-10% faster without them), yes elsewhere: Intel's L2
+// streamer stops at each 4 KB page (Emerald Rapids, 4096 x 14336 NVFP4 repacked: 0.58 of a
+// STREAM read without them, 0.96 with; 2 / 4 / 16 KB ahead: 0.76 / 0.92 / 0.92).
 bool one_stream_wants_prefetch();
+inline constexpr int64_t kOneStreamPrefetchBytes = 8192;
 // The int8-activation products per 4-bit layout, x [tokens, cols] -> y [tokens, rows]: on
 // AVX-512 VNNI (BW, VL, F16C; matvec_q4_avx512vnni.cpp), else on AVX2 + FMA + F16C
 // (matvec_q4_avx2.cpp), both in q4_int8_activation.cpp's activation layout. fits_int8act_* say

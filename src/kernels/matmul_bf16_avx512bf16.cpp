@@ -113,8 +113,8 @@ QF_BF16_TARGET bool pack_panel_direct(const LinearWeight& w, int64_t row0, int64
     // Gathered into the stored layout (a panel's rows and columns), then packed as stored.
     thread_local std::vector<uint8_t> scratch;
     int64_t offset = 0;
-    return pack_panel_direct(q4_rows16_view(w, row0, nr, c0, nc, scratch, offset), 0, nr, offset, nc,
-                             panel);
+    return pack_panel_direct(q4_rows16_view(w, row0, nr, c0, nc, scratch, offset), 0, nr, offset,
+                             nc, panel);
   }
   const int64_t K = w.cols;
   if (w.format == WeightFormat::bf16 && K % 2 == 0) {

@@ -255,7 +255,7 @@ QF_AVX2_TARGET void row_q6_k(const uint8_t* b, int64_t cols, const int8_t* const
 // the token's 4 activation bytes broadcast to every row's lane (16-bit sums of at most 8 x 2 x 15
 // x 127 = 30480: no saturation), the offset 8 taken off as 8 x the block's activation sum, one
 // multiply-add per token for the 8 rows. Integer sums exact; a token's arithmetic is the same
-// for any T. kPrefetch: L2 prefetches 8 KB ahead (one_stream_wants_prefetch).
+// for any T. kPrefetch: L2 prefetches kOneStreamPrefetchBytes ahead (one_stream_wants_prefetch).
 template <int T, bool kPrefetch>
 QF_AVX2_TARGET void rows8_q4_0(const uint8_t* b, int64_t blocks, const int8_t* const* q,
                                const float* const* d, const int32_t* const* s8, __m256* acc) {
@@ -263,8 +263,9 @@ QF_AVX2_TARGET void rows8_q4_0(const uint8_t* b, int64_t blocks, const int8_t* c
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < blocks; ++i, b += kGgmlRows8BlockBytes) {
     if constexpr (kPrefetch) {
-      const char* p = reinterpret_cast<const char*>(b) + 8192;
-      for (int64_t line = 0; line < kGgmlRows8BlockBytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
+      const char* p = reinterpret_cast<const char*>(b) + kOneStreamPrefetchBytes;
+      for (int64_t line = 0; line < kGgmlRows8BlockBytes; line += 64)
+        _mm_prefetch(p + line, _MM_HINT_T1);
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
     __m256i lo[4], hi[4];
@@ -296,6 +297,7 @@ void rows8_tokens(const LinearWeight& w, const GgmlActivations& a, int64_t g0, i
                   int64_t t0, int64_t t1, float factor, float* y) {
   const uint64_t group_bytes = uint64_t(w.cols / 32) * 18 * kGgmlRows8;
   const auto* data = static_cast<const uint8_t*>(w.data);
+  const bool prefetch = one_stream_wants_prefetch();
   auto run = [&]<int T>(int64_t g, int64_t t) QF_AVX2_TARGET {
     const int8_t* q[T];
     const float* d[T];
@@ -307,7 +309,7 @@ void rows8_tokens(const LinearWeight& w, const GgmlActivations& a, int64_t g0, i
     }
     __m256 acc[T];
     const uint8_t* b = data + uint64_t(g) * group_bytes;
-    if (one_stream_wants_prefetch()) rows8_q4_0<T, true>(b, w.cols / 32, q, d, s8, acc);
+    if (prefetch) rows8_q4_0<T, true>(b, w.cols / 32, q, d, s8, acc);
     else rows8_q4_0<T, false>(b, w.cols / 32, q, d, s8, acc);
     for (int k = 0; k < T; ++k) {
       alignas(32) float v[8];

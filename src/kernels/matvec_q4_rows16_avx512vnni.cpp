@@ -53,13 +53,11 @@ void block_acts(const QuantizedX& qx, int64_t T, int64_t blocks, std::vector<Blo
       std::memcpy(&a.q[1], q + 64 + 8 * j, 4);
       std::memcpy(&a.q[2], q + 8 * j + 4, 4);
       std::memcpy(&a.q[3], q + 64 + 8 * j + 4, 4);
-      a.bias = qx.lane_bias[size_t(at * kLanes + 2 * j)] + qx.lane_bias[size_t(at * kLanes + 2 * j + 1)];
+      a.bias = qx.lane_bias[size_t(at * kLanes + 2 * j)] +
+               qx.lane_bias[size_t(at * kLanes + 2 * j + 1)];
       a.scale = qx.lane_scale[size_t(at * kLanes + 2 * j)];
     }
 }
-
-// The L2 prefetch distance (8 KB measured best on Zen 4 and on an Emerald Rapids Xeon).
-constexpr int64_t kAhead = 8192;
 
 enum class Kind { nvfp4, mxfp4, int4 };
 
@@ -87,7 +85,8 @@ QF_ROWS16_TARGET inline __m512 block_scales(const uint8_t* s) {
 // y[t * y_stride + k] = row k of the group at `g` (16 rows, `blocks` scale blocks of `subs`
 // 16-element sub-blocks: NVFP4 1, MXFP4 2, INT4 group / 16) against token t < T (a: [activation
 // blocks][T], 16 elements each), in the units of the codes as the kernel reads them (doubled
-// E2M1; NVFP4's F16-shifted scales). kPrefetch: L2 prefetches kAhead bytes ahead.
+// E2M1; NVFP4's F16-shifted scales). kPrefetch: L2 prefetches kOneStreamPrefetchBytes ahead
+// (8 KB measured best on Zen 4 and on Emerald Rapids).
 template <Kind K, int T, bool kPrefetch>
 QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
                                 const BlockAct* a, float* y, int64_t y_stride) {
@@ -104,7 +103,8 @@ QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
   for (int64_t i = 0; i < blocks; ++i, g += bytes) {
     if constexpr (kPrefetch) {
       const char* pc = reinterpret_cast<const char*>(g);
-      for (int64_t line = 0; line < bytes; line += 64) _mm_prefetch(pc + kAhead + line, _MM_HINT_T1);
+      for (int64_t line = 0; line < bytes; line += 64)
+        _mm_prefetch(pc + kOneStreamPrefetchBytes + line, _MM_HINT_T1);
     }
     const __m512 ws = block_scales<K>(g + 128 * subs);
     for (int64_t h = 0; h < subs; ++h, a += T) {
