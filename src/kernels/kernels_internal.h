@@ -31,6 +31,20 @@ inline int64_t prefetch_ahead_bytes(int64_t row_bytes) {
   return block * std::max<int64_t>(1, (kPrefetchAheadBytes + block - 1) / block);
 }
 
+// The same kernels' L2 prefetch target for rows longer than kRowPrefetchBytes, as an offset from
+// the byte `at` of each of the 4 rows being read: kRowPrefetchBytes further along the same row,
+// and past its end the matching place in the same row of the next block, so each row's stream
+// is prefetched a steady 4 KB (16 KB of the 4 streams together) ahead. A whole block ahead (what
+// prefetch_ahead_bytes gives, and still gives for shorter rows) was too far for long rows:
+// Emerald Rapids, 4096 x 14336 BF16 (114 KB blocks), 2 threads: 0.83-0.87 of a STREAM read,
+// 0.99-1.02 with this.
+inline constexpr int64_t kRowPrefetchBytes = 4096;
+inline int64_t row_prefetch_offset(int64_t at, int64_t row_bytes) {
+  if (at + kRowPrefetchBytes < row_bytes) return kRowPrefetchBytes;
+  if (row_bytes >= kRowPrefetchBytes) return kRowPrefetchBytes + 3 * row_bytes;
+  return prefetch_ahead_bytes(row_bytes);
+}
+
 // E4M3 code -> float32, all 256 codes (NaN codes give NaN).
 const float* e4m3_table();
 // E8M0 code -> float32.

@@ -99,7 +99,7 @@ void FloatRows(const LinearWeight& w, const float* x, float* y, ThreadPool* pool
   // 64 KB tasks paid often enough to show on a 151936 x 2048 BF16 head (+5% decode).
   const int64_t per_task =
       std::min(matvec_rows_per_task(w, 4) * 4, std::max<int64_t>(4, w.rows / 16 / 4 * 4));
-  const int64_t ahead = prefetch_ahead_bytes(cols * int64_t(elem));
+  const int64_t row_bytes = cols * int64_t(elem);
   for_row_tasks(pool, w.rows, per_task, [&](int64_t r0, int64_t r1) {
     int64_t r = r0;
     // Four rows at a time share each activation load and keep four weight streams in flight
@@ -113,13 +113,14 @@ void FloatRows(const LinearWeight& w, const float* x, float* y, ThreadPool* pool
       auto b0 = hn::Zero(df), b1 = hn::Zero(df), b2 = hn::Zero(df), b3 = hn::Zero(df);
       int64_t c = 0;
       for (; c + 2 * N <= cols; c += 2 * N) {
-        // The same columns of a later 4-row block, to L2 (prefetch_ahead_bytes). An L1
-        // prefetch of each row's next lines as well made it slower.
+        // To L2 (row_prefetch_offset). An L1 prefetch of each row's next lines as well made
+        // it slower on Zen 4 and no faster on Emerald Rapids.
         for (int64_t k = c * int64_t(elem); k < (c + 2 * N) * int64_t(elem); k += 64) {
-          __builtin_prefetch(p0 + ahead + k, 0, 2);
-          __builtin_prefetch(p1 + ahead + k, 0, 2);
-          __builtin_prefetch(p2 + ahead + k, 0, 2);
-          __builtin_prefetch(p3 + ahead + k, 0, 2);
+          const int64_t ahead = row_prefetch_offset(k, row_bytes) + k;
+          __builtin_prefetch(p0 + ahead, 0, 2);
+          __builtin_prefetch(p1 + ahead, 0, 2);
+          __builtin_prefetch(p2 + ahead, 0, 2);
+          __builtin_prefetch(p3 + ahead, 0, 2);
         }
         const auto x0 = hn::LoadU(df, x + c), x1 = hn::LoadU(df, x + c + N);
         a0 = hn::MulAdd(load(df, p0, c), x0, a0);

@@ -101,13 +101,13 @@ QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < blocks; ++i, g += bytes) {
-    if constexpr (kPrefetch) {
-      const char* pc = reinterpret_cast<const char*>(g);
-      for (int64_t line = 0; line < bytes; line += 64)
-        _mm_prefetch(pc + kOneStreamPrefetchBytes + line, _MM_HINT_T1);
-    }
     const __m512 ws = block_scales<K>(g + 128 * subs);
     for (int64_t h = 0; h < subs; ++h, a += T) {
+      if constexpr (kPrefetch) {
+        const char* pc = reinterpret_cast<const char*>(g) + kOneStreamPrefetchBytes;
+        for (int64_t line = 128 * h; line < (h + 1 == subs ? bytes : 128 * (h + 1)); line += 64)
+          _mm_prefetch(pc + line, _MM_HINT_T1);
+      }
       // Registers 2h and 2h + 1 (elements 0-7 and 8-15 of the sub-block): w[0], w[2] their low
       // nibbles (elements 0, 2, 4, 6 and 8, .., 14 of each row), w[1], w[3] the high ones.
       const __m512i v0 = _mm512_loadu_si512(g + 128 * h), v1 = _mm512_loadu_si512(g + 128 * h + 64);
