@@ -215,37 +215,58 @@ void StreamRead(benchmark::State& state) {
 // their ratio. On a shared machine whose memory bandwidth moves by 2x within seconds, separate
 // benchmarks minutes apart compare different machines; a few milliseconds apart they share the
 // neighbours' load, so the ratio is what the kernel gets of what the memory gave just then.
-void MatVecVsStream(benchmark::State& state, WeightFormat f) {
-  const auto& ws = copies(f);
-  const auto& rs = copies(WeightFormat::nvfp4);
-  ThreadPool pool(int(state.range(0)));
-  const auto x = activation(kCols);
-  std::vector<float> y(static_cast<size_t>(kRows));
-  std::vector<uint64_t> sums;
-  std::vector<double> kernel, stream, ratio;
-  size_t i = 0, j = 0;
-  using clock = std::chrono::steady_clock;
-  for (auto _ : state) {
-    const LinearWeight& w = ws[i++ % ws.size()]->w;
+// The alternation itself: time(fn) for a product of `bytes` weight bytes, then a STREAM read of
+// as many bytes (rotated NVFP4 copies, the same pool); report() sets the medians.
+class VsStream {
+ public:
+  explicit VsStream(ThreadPool& pool) : pool_(pool), rs_(copies(WeightFormat::nvfp4)) {}
+  template <class Fn>
+  void time(uint64_t bytes, const Fn& fn) {
+    using clock = std::chrono::steady_clock;
     auto t0 = clock::now();
-    linear_forward(w, x.data(), 1, y.data(), &pool, KernelMode::fast);
-    benchmark::DoNotOptimize(y.data());
+    fn();
     const double tk = std::chrono::duration<double>(clock::now() - t0).count();
     uint64_t read = 0;
     t0 = clock::now();
-    while (read < w.stored_bytes()) read += stream_pass(*rs[j++ % rs.size()], pool, sums);
+    while (read < bytes) read += stream_pass(*rs_[j_++ % rs_.size()], pool_, sums_);
     const double ts = std::chrono::duration<double>(clock::now() - t0).count();
-    kernel.push_back(double(w.stored_bytes()) / tk / 1e9);
-    stream.push_back(double(read) / ts / 1e9);
-    ratio.push_back(kernel.back() / stream.back());
+    kernel_.push_back(double(bytes) / tk / 1e9);
+    stream_.push_back(double(read) / ts / 1e9);
+    ratio_.push_back(kernel_.back() / stream_.back());
   }
-  auto median = [](std::vector<double> v) {
+  void report(benchmark::State& state) const {
+    state.counters["GB/s"] = median(kernel_);
+    state.counters["stream_GB/s"] = median(stream_);
+    state.counters["of_stream"] = median(ratio_);
+  }
+
+ private:
+  static double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
-  };
-  state.counters["GB/s"] = median(kernel);
-  state.counters["stream_GB/s"] = median(stream);
-  state.counters["of_stream"] = median(ratio);
+  }
+  ThreadPool& pool_;
+  const std::vector<std::unique_ptr<Stored>>& rs_;
+  std::vector<uint64_t> sums_;
+  std::vector<double> kernel_, stream_, ratio_;
+  size_t j_ = 0;
+};
+
+void MatVecVsStream(benchmark::State& state, WeightFormat f) {
+  const auto& ws = copies(f);
+  ThreadPool pool(int(state.range(0)));
+  const auto x = activation(kCols);
+  std::vector<float> y(static_cast<size_t>(kRows));
+  VsStream vs(pool);
+  size_t i = 0;
+  for (auto _ : state) {
+    const LinearWeight& w = ws[i++ % ws.size()]->w;
+    vs.time(w.stored_bytes(), [&] {
+      linear_forward(w, x.data(), 1, y.data(), &pool, KernelMode::fast);
+      benchmark::DoNotOptimize(y.data());
+    });
+  }
+  vs.report(state);
 }
 
 void MatMul(benchmark::State& state, WeightFormat f, bool precise = false) {
@@ -372,10 +393,11 @@ void MatMulLayerLlama1b(benchmark::State& state, WeightFormat f) {
       benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
-// One Llama-3.2-1B decoder layer's Linear products for one token (q, k, v, o, gate, up, down,
-// in the model's order), over enough copies of the layer to stream from memory: what whole-model
-// decode runs, next to the single 4096 x 14336 product (short rows, small k/v matrices, seven
-// pool dispatches per layer). GB/s of weight bytes, to compare with KernelStreamRead.
+// One Llama-3.2-1B decoder layer's Linear products for one token, called as the model calls
+// them (q/k/v sharing their input, o, gate/up with the gating, down), over enough copies of the
+// layer to stream from memory: what whole-model decode runs, next to the single 4096 x 14336
+// product (short rows, small k/v matrices, several pool dispatches per layer). GB/s of weight bytes, and of_stream: each layer against a STREAM
+// read of as many bytes in alternation, as KernelVsStream*.
 void MatVecLayerLlama1b(benchmark::State& state, WeightFormat f) {
   const int64_t hidden = 2048, kv = 512, inter = 8192;
   const std::pair<int64_t, int64_t> shapes[] = {{hidden, hidden}, {kv, hidden},    {kv, hidden},
@@ -392,18 +414,26 @@ void MatVecLayerLlama1b(benchmark::State& state, WeightFormat f) {
   }
   ThreadPool pool(int(state.range(0)));
   const auto x = activation(inter);
-  std::vector<float> y(static_cast<size_t>(inter));
+  std::vector<float> y(static_cast<size_t>(inter)), y2(y.size());
+  VsStream vs(pool);
   size_t l = 0;
-  uint64_t bytes = 0;
   for (auto _ : state) {
-    for (const auto& s : layers[l]) {
-      linear_forward(s->w, x.data(), 1, y.data(), &pool, KernelMode::fast);
-      bytes += s->w.stored_bytes();
-    }
-    benchmark::DoNotOptimize(y.data());
+    uint64_t bytes = 0;
+    for (const auto& s : layers[l]) bytes += s->w.stored_bytes();
+    vs.time(bytes, [&] {
+      const auto& L = layers[l];
+      const LinearWeight* qkv[] = {&L[0]->w, &L[1]->w, &L[2]->w};
+      float* qkv_out[] = {y.data(), y.data() + hidden, y.data() + hidden + kv};
+      linear_forward_shared_input(qkv, x.data(), 1, qkv_out, &pool, KernelMode::fast);
+      linear_forward(L[3]->w, x.data(), 1, y.data(), &pool, KernelMode::fast);
+      linear_forward_gated_silu(L[4]->w, L[5]->w, x.data(), 1, y.data(), y2.data(), &pool,
+                                KernelMode::fast);
+      linear_forward(L[6]->w, x.data(), 1, y.data(), &pool, KernelMode::fast);
+      benchmark::DoNotOptimize(y.data());
+    });
     l = (l + 1) % layers.size();
   }
-  state.counters["GB/s"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
+  vs.report(state);
   state.counters["copies"] = double(layers.size());
 }
 

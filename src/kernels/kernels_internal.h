@@ -149,6 +149,13 @@ bool fits_int8act_nvfp4(const LinearWeight& w);
 bool fits_int8act_q4_rows16(const LinearWeight& w);
 void matvec_q4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                                ThreadPool* pool);
+// Several repacked products over the same input x [tokens, cols] (q/k/v, gate/up): the same
+// values as one matvec_q4_rows16_int8act each, x quantized once and all rows in one pool loop.
+// Only where q4_rows16_can_share_input(ws): every weight fits the kernel, one format, the same
+// cols and block.
+bool q4_rows16_can_share_input(std::span<const LinearWeight* const> ws);
+void matvec_q4_rows16_int8act_shared(std::span<const LinearWeight* const> ws, const float* x,
+                                     int64_t tokens, std::span<float* const> ys, ThreadPool* pool);
 bool fits_int8act_mxfp4(const LinearWeight& w);
 bool fits_int8act_int4_row_pairs(const LinearWeight& w);
 bool fits_int8act_int4_packed32(const LinearWeight& w);

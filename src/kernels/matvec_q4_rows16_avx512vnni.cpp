@@ -18,7 +18,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #define QF_ROWS16_TARGET \
@@ -130,29 +132,59 @@ QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// `offset`: what the codes as read add to the signed value (E2M1 doubled 12, INT4 8);
-// `factor`: what turns the sums into the product's units.
+// One product of a call: its weight, its output [tokens, w->rows], and what turns its sums into
+// the product's units (doubled E2M1: x 0.5; NVFP4's F16-shifted scales: x 2^8 and its tensor
+// scale).
+struct Product {
+  const LinearWeight* w;
+  float* y;
+  float factor;
+};
+
+float product_factor(const LinearWeight& w) {
+  switch (w.format) {
+    case WeightFormat::nvfp4_rows16: return w.global_scale * 128.f;
+    case WeightFormat::mxfp4_rows16: return 0.5f;
+    default: return 1.f;
+  }
+}
+
+// Products of one kind over the same input (same cols and block): x quantized once, then every
+// product's row tasks in one pool loop, so q/k/v or gate/up cost one hand-off and one tail.
+// `offset`: what the codes as read add to the signed value (E2M1 doubled 12, INT4 8). A row's
+// arithmetic is the same as in a call of its product alone.
 template <Kind K>
-void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, ThreadPool* pool,
-         int offset, float factor) {
-  const std::vector<TokenGroup> groups = quantize_token_groups(x, tokens, w.cols, offset);
-  const int64_t block = q4_rows16_block(w), blocks = w.cols / block, subs = block / 16;
-  const int64_t rows = w.rows;
+void run(std::span<const Product> products, const float* x, int64_t tokens, ThreadPool* pool,
+         int offset) {
+  const LinearWeight& w0 = *products[0].w;
+  const std::vector<TokenGroup> groups = quantize_token_groups(x, tokens, w0.cols, offset);
+  const int64_t block = q4_rows16_block(w0), blocks = w0.cols / block, subs = block / 16;
   std::vector<std::vector<BlockAct>> acts(groups.size());
   for (size_t i = 0; i < groups.size(); ++i)
-    block_acts(groups[i].qx, groups[i].size, w.cols / 16, acts[i]);
-  const auto* data = static_cast<const uint8_t*>(w.data);
-  const uint64_t group_bytes = uint64_t(blocks * q4_rows16_block_bytes(w));
-  const int64_t per_task = (q4_rows_per_task(w) + kRows16 - 1) / kRows16 * kRows16;
+    block_acts(groups[i].qx, groups[i].size, w0.cols / 16, acts[i]);
+  const uint64_t group_bytes = uint64_t(blocks * q4_rows16_block_bytes(w0));
+  struct Task {
+    const Product* p;
+    int64_t r0, r1;
+  };
+  std::vector<Task> tasks;
+  for (const Product& p : products) {
+    const int64_t per_task = (q4_rows_per_task(*p.w) + kRows16 - 1) / kRows16 * kRows16;
+    for (int64_t r0 = 0; r0 < p.w->rows; r0 += per_task)
+      tasks.push_back({&p, r0, std::min(p.w->rows, r0 + per_task)});
+  }
   // Software prefetch: token groups (compute-bound) gain from it everywhere (Zen 4, 8 tokens:
   // 1.24x); one token where the hardware prefetchers do not follow the one stream alone (Zen 4
   // without them: 1.05-1.10x on a Llama-1B layer and on 4096 x 14336, 1 and 2 threads).
   const bool prefetch_one = one_stream_wants_prefetch();
-  for_row_tasks(pool, rows, per_task, [&](int64_t r0, int64_t r1) {
+  auto run_task = [&](int64_t k) {
+    const Task& task = tasks[size_t(k)];
+    const int64_t rows = task.p->w->rows;
+    const auto* data = static_cast<const uint8_t*>(task.p->w->data);
     for (size_t i = 0; i < groups.size(); ++i) {
       const BlockAct* a = acts[i].data();
-      float* yt = y + groups[i].t0 * rows;
-      for (int64_t r = r0; r < r1; r += kRows16) {
+      float* yt = task.p->y + groups[i].t0 * rows;
+      for (int64_t r = task.r0; r < task.r1; r += kRows16) {
         const uint8_t* g = data + uint64_t(r / kRows16) * group_bytes;
         switch (groups[i].size) {
           case 8: group_dot<K, 8, true>(g, blocks, subs, a, yt + r, rows); break;
@@ -165,8 +197,18 @@ void run(const LinearWeight& w, const float* x, int64_t tokens, float* y, Thread
       }
     }
     for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t r = r0; r < r1; ++r) y[t * rows + r] *= factor;
-  });
+      for (int64_t r = task.r0; r < task.r1; ++r) task.p->y[t * rows + r] *= task.p->factor;
+  };
+  for_row_tasks(pool, int64_t(tasks.size()), 1, [&](int64_t k, int64_t) { run_task(k); });
+}
+
+void run_products(std::span<const Product> products, const float* x, int64_t tokens,
+                  ThreadPool* pool) {
+  switch (products[0].w->format) {
+    case WeightFormat::nvfp4_rows16: return run<Kind::nvfp4>(products, x, tokens, pool, 12);
+    case WeightFormat::mxfp4_rows16: return run<Kind::mxfp4>(products, x, tokens, pool, 12);
+    default: return run<Kind::int4>(products, x, tokens, pool, 8);
+  }
 }
 
 }  // namespace
@@ -184,13 +226,24 @@ bool fits_int8act_q4_rows16(const LinearWeight& w) {
 
 void matvec_q4_rows16_int8act(const LinearWeight& w, const float* x, int64_t tokens, float* y,
                                ThreadPool* pool) {
-  // Doubled E2M1 (x 0.5); NVFP4's F16-shifted scales (x 2^8) and its tensor scale.
-  switch (w.format) {
-    case WeightFormat::nvfp4_rows16:
-      return run<Kind::nvfp4>(w, x, tokens, y, pool, 12, w.global_scale * 128.f);
-    case WeightFormat::mxfp4_rows16: return run<Kind::mxfp4>(w, x, tokens, y, pool, 12, 0.5f);
-    default: return run<Kind::int4>(w, x, tokens, y, pool, 8, 1.f);
-  }
+  const Product p{&w, y, product_factor(w)};
+  run_products(std::span(&p, 1), x, tokens, pool);
+}
+
+bool q4_rows16_can_share_input(std::span<const LinearWeight* const> ws) {
+  for (const LinearWeight* w : ws)
+    if (!fits_int8act_q4_rows16(*w) || w->format != ws[0]->format || w->cols != ws[0]->cols ||
+        q4_rows16_block(*w) != q4_rows16_block(*ws[0]))
+      return false;
+  return !ws.empty();
+}
+
+void matvec_q4_rows16_int8act_shared(std::span<const LinearWeight* const> ws, const float* x,
+                                     int64_t tokens, std::span<float* const> ys,
+                                     ThreadPool* pool) {
+  std::vector<Product> products;
+  for (size_t i = 0; i < ws.size(); ++i) products.push_back({ws[i], ys[i], product_factor(*ws[i])});
+  run_products(products, x, tokens, pool);
 }
 
 }  // namespace qf::kernels
@@ -201,6 +254,9 @@ namespace qf::kernels {
 bool cpu_has_avx512vbmi() { return false; }
 bool fits_int8act_q4_rows16(const LinearWeight&) { return false; }
 void matvec_q4_rows16_int8act(const LinearWeight&, const float*, int64_t, float*, ThreadPool*) {}
+bool q4_rows16_can_share_input(std::span<const LinearWeight* const>) { return false; }
+void matvec_q4_rows16_int8act_shared(std::span<const LinearWeight* const>, const float*, int64_t,
+                                     std::span<float* const>, ThreadPool*) {}
 }  // namespace qf::kernels
 
 #endif

@@ -414,8 +414,9 @@ TEST(KernelLinear, Bf16TokensAmxMatchesReference) {
 }
 
 // Products sharing their input (q/k/v, gate/up) equal one linear_forward per weight, bit for bit,
-// in both modes, at 1 and 2 threads: the AMX path (x laid out once, one task loop), mixed
-// formats, and groups it cannot share (an INT4 group that changes the K-blocks, an F32 weight).
+// in both modes, at 1 and 2 threads: the AMX path (x laid out once, one task loop), the repacked
+// 4-bit one (x quantized once, one task loop), mixed formats, and groups neither can share (an
+// INT4 group that changes the K-blocks, an F32 weight).
 TEST(KernelLinear, SharedInputProductsMatchSeparateOnes) {
   ThreadPool one(1), two(2);
   const int64_t cols = 512;
@@ -427,6 +428,16 @@ TEST(KernelLinear, SharedInputProductsMatchSeparateOnes) {
       {{{WeightFormat::nvfp4, 130, cols, 0}, {WeightFormat::mxfp4, 64, cols, 0}, {WeightFormat::fp8, 20, cols, 0}}},
       {{{WeightFormat::nvfp4, 64, cols, 0}, {WeightFormat::int4_packed32, 64, cols, 512}}},
       {{{WeightFormat::bf16, 64, cols, 0}, {WeightFormat::f32, 33, cols, 0}}},
+      // The repacked 4-bit layouts' one-loop path (VNNI + VBMI CPUs; elsewhere one call each),
+      // and groups it cannot share (two formats; INT4 groups of different sizes).
+      {{{WeightFormat::nvfp4_rows16, 96, cols, 0}, {WeightFormat::nvfp4_rows16, 32, cols, 0},
+        {WeightFormat::nvfp4_rows16, 48, cols, 0}}},
+      {{{WeightFormat::mxfp4_rows16, 64, cols, 0}, {WeightFormat::mxfp4_rows16, 16, cols, 0}}},
+      {{{WeightFormat::int4_packed32_rows16, 32, cols, 128},
+        {WeightFormat::int4_packed32_rows16, 48, cols, 128}}},
+      {{{WeightFormat::nvfp4_rows16, 32, cols, 0}, {WeightFormat::mxfp4_rows16, 32, cols, 0}}},
+      {{{WeightFormat::int4_row_pairs_rows16, 32, cols, 64},
+        {WeightFormat::int4_row_pairs_rows16, 32, cols, 128}}},
   };
   for (const Group& g : groups) {
     std::vector<std::unique_ptr<TestWeight>> ts;
