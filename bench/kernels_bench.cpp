@@ -396,8 +396,9 @@ void MatMulLayerLlama1b(benchmark::State& state, WeightFormat f) {
 // One Llama-3.2-1B decoder layer's Linear products for one token, called as the model calls
 // them (q/k/v sharing their input, o, gate/up with the gating, down), over enough copies of the
 // layer to stream from memory: what whole-model decode runs, next to the single 4096 x 14336
-// product (short rows, small k/v matrices, several pool dispatches per layer). GB/s of weight bytes, and of_stream: each layer against a STREAM
-// read of as many bytes in alternation, as KernelVsStream*.
+// product (short rows, small k/v matrices, several pool dispatches per layer). GB/s of weight
+// bytes, and of_stream: each layer against a STREAM read of as many bytes in alternation, as
+// KernelVsStream*.
 void MatVecLayerLlama1b(benchmark::State& state, WeightFormat f) {
   const int64_t hidden = 2048, kv = 512, inter = 8192;
   const std::pair<int64_t, int64_t> shapes[] = {{hidden, hidden}, {kv, hidden},    {kv, hidden},
