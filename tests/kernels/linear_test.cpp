@@ -413,6 +413,37 @@ TEST(KernelLinear, Bf16TokensAmxMatchesReference) {
   }
 }
 
+// One token over the repacked 4-bit layouts reads 4 groups of 16 rows at a time where a row task
+// holds that many (matvec_q4_rows16_avx512vnni.cpp's groups_dot): each row's output is the same,
+// bit for bit, as in a product of its 16-row group alone (a weight of those rows, whose one task
+// runs the one-group kernel). 1072 rows: tasks of 272 rows, four sets of 4 groups and one left.
+TEST(KernelLinear, Rows16GroupsReadTogetherMatchEachGroupAlone) {
+  ThreadPool one(1), two(2);
+  const int64_t rows = 1072, cols = 512;
+  for (const Case& c : {Case{WeightFormat::nvfp4_rows16, rows, cols, 0},
+                        Case{WeightFormat::mxfp4_rows16, rows, cols, 0},
+                        Case{WeightFormat::int4_packed32_rows16, rows, cols, 128},
+                        Case{WeightFormat::int4_row_pairs_rows16, rows, cols, 64}}) {
+    const auto t = make_weight(c.format, c.rows, c.cols, c.group, 11);
+    const size_t group_bytes = t->bytes.size() / size_t(rows / 16);
+    const auto x = random_vector(size_t(cols), 31);
+    for (ThreadPool* pool : {&one, &two}) {
+      std::vector<float> y(static_cast<size_t>(rows)), alone(16);
+      linear_forward(t->w, x.data(), 1, y.data(), pool, KernelMode::fast);
+      for (int64_t g = 0; g < rows / 16; ++g) {
+        LinearWeight w16 = t->w;
+        w16.rows = 16;
+        w16.data = t->bytes.data() + size_t(g) * group_bytes;
+        linear_forward(w16, x.data(), 1, alone.data(), pool, KernelMode::fast);
+        for (int64_t r = 0; r < 16; ++r)
+          ASSERT_EQ(y[size_t(16 * g + r)], alone[size_t(r)])
+              << weight_format_name(c.format) << " row " << 16 * g + r << " threads "
+              << pool->size();
+      }
+    }
+  }
+}
+
 // Products sharing their input (q/k/v, gate/up) equal one linear_forward per weight, bit for bit,
 // in both modes, at 1 and 2 threads: the AMX path (x laid out once, one task loop), the repacked
 // 4-bit one (x quantized once, one task loop), mixed formats, and groups neither can share (an
