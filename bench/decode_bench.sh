@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 16's decode criteria on synthetic 1B-class checkpoints, each figure next to its baseline
-# in the same round (BF16 and NVFP4 runs alternate, so a busy machine slows both alike):
+# in the same round (BF16 and NVFP4 runs alternate, so a busy machine slows both alike; for the
+# byte limit, in one `bench --alternate` process):
 #  1. BF16 vs NVFP4 decode, with the BF16 head kept and with --quantize-lm-head, on llama-1b
 #     (128256-token tied head) and llama-1b-32k (32000): the speedup against the byte limit
 #     (BF16 weight bytes per step / NVFP4 weight bytes per step, as `bench` reports them);
@@ -40,17 +41,21 @@ print(d["decode_tok_s"], d["weight_bytes_per_token"], d["kv_cache_bytes"])'
 
 for ((r = 1; r <= rounds; ++r)); do
   for shape in llama-1b llama-1b-32k; do
-    read -r bf_tps bf_bytes _ < <(bench "$work/$shape" --prompt 16 --gen 32)
-    for head in nvfp4 nvfp4-head; do
-      read -r q_tps q_bytes _ < <(bench "$work/$shape-$head" --prompt 16 --gen 32)
-      python3 -c "
+    # The three models loaded together and run in turns (--alternate), 5 runs each: the ratio is
+    # the median of same-round ratios, which a machine whose speed drifts moves far less
+    # than separate processes minutes apart.
+    $qforge bench "$work/$shape" "$work/$shape-nvfp4" "$work/$shape-nvfp4-head" --alternate \
+      --repeat 5 --prompt 16 --gen 32 --json | python3 -c "
 import json, sys
-bf, bfb, q, qb = map(float, sys.argv[1:5])
-limit = bfb / qb
-print(json.dumps({'round': $r, 'shape': '$shape', 'nvfp4': '$head', 'bf16_tok_s': round(bf, 2),
-  'nvfp4_tok_s': round(q, 2), 'speedup': round(q / bf, 3), 'byte_limit': round(limit, 3),
-  'of_limit': round(q / bf / limit, 3)}))" "$bf_tps" "$bf_bytes" "$q_tps" "$q_bytes"
-    done
+d = json.load(sys.stdin)['models']
+bf = d[0]
+for q, head in zip(d[1:], ['nvfp4', 'nvfp4-head']):
+    print(json.dumps({'round': $r, 'shape': '$shape', 'nvfp4': head,
+      'bf16_tok_s': round(bf['decode_tok_s'], 2), 'nvfp4_tok_s': round(q['decode_tok_s'], 2),
+      'speedup': round(q['decode_vs_first'], 3),
+      'speedup_range': [round(q['decode_vs_first_min'], 3), round(q['decode_vs_first_max'], 3)],
+      'byte_limit': round(q['byte_limit_vs_first'], 3),
+      'of_limit': round(q['decode_of_byte_limit'], 3)}))"
   done
   m="$work/llama-1b-nvfp4"
   for kv in bf16 fp8; do

@@ -524,6 +524,10 @@ void KernelMatVecLayerLlama1bNvfp4(benchmark::State& s) { MatVecLayerLlama1b(s, 
 void KernelMatVecLayerLlama1bBf16(benchmark::State& s) { MatVecLayerLlama1b(s, WeightFormat::bf16); }
 void KernelMatMulLayerLlama1bBf16(benchmark::State& s) { MatMulLayerLlama1b(s, WeightFormat::bf16); }
 void KernelMatMulLayerLlama1bNvfp4(benchmark::State& s) { MatMulLayerLlama1b(s, WeightFormat::nvfp4); }
+// The layout the engine runs NVFP4 in on AVX-512 VNNI + VBMI CPUs (`bench`'s prefill there).
+void KernelMatMulLayerLlama1bNvfp4Rows16(benchmark::State& s) {
+  if (rows16_kernel(s)) MatMulLayerLlama1b(s, WeightFormat::nvfp4_rows16);
+}
 
 BENCHMARK(StreamRead)->Name("KernelStreamRead")->Arg(1)->Arg(2)->UseRealTime()->MinTime(1.0);
 BENCHMARK(KernelVsStreamNvfp4)->Arg(1)->Arg(2)->UseRealTime()->MinTime(2.0);
@@ -576,6 +580,7 @@ BENCHMARK(KernelMatMulNvfp4Precise)->Arg(2)->UseRealTime()->Unit(benchmark::kMil
 BENCHMARK(KernelMatMulBf16Precise)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulLayerLlama1bBf16)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KernelMatMulLayerLlama1bNvfp4)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KernelMatMulLayerLlama1bNvfp4Rows16)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace qf

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <memory>
+#include <vector>
 
 namespace qf::cli {
 namespace {
@@ -46,7 +48,7 @@ void register_bench(CLI::App& app, Action& run) {
     std::vector<std::string> dirs;
     int64_t prompt = 128, gen = 32, batch = 1;
     int threads = 0, repeat = 3;
-    bool json = false;
+    bool json = false, alternate = false;
     KernelMode kernels = KernelMode::fast;
     std::optional<KvCacheType> kv_cache;
   };
@@ -70,6 +72,12 @@ void register_bench(CLI::App& app, Action& run) {
       ->check(CLI::Range(1, 1000));
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--alternate", args->alternate,
+                "Load every model first, then run them in turns (one run of each per round), and "
+                "compare each with the first model by the median over rounds of their same-round "
+                "ratio (with its range): fair on a machine whose speed drifts, at the cost of "
+                "holding all models in memory at once, which peak RSS then covers (default: one "
+                "model at a time, all its runs, then the next; ratios of the medians)");
   cmd->add_flag("--json", args->json,
                 "Print JSON on stdout (one object; with several models {\"models\": [...]})");
   add_kernels_option(cmd, args->kernels);
@@ -84,11 +92,51 @@ void register_bench(CLI::App& app, Action& run) {
       mo.kv_cache = args->kv_cache;
       mo.kv_cache_default = KvCacheType::bf16;
       std::vector<nlohmann::ordered_json> rows;
-      for (const std::string& dir : args->dirs) {
-        // One model in memory at a time; peak RSS is the process's, so it covers those before.
-        auto model = Model::load(dir, mo);
-        const BenchSeries s = bench_repeated(*model, args->prompt, args->gen, args->repeat, args->batch);
-        rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
+      std::vector<RatioOverRounds> prefill_vs_first, decode_vs_first;
+      if (args->alternate) {
+        std::vector<std::unique_ptr<Model>> loaded;
+        std::vector<Model*> models;
+        for (const std::string& dir : args->dirs) {
+          loaded.push_back(Model::load(dir, mo));
+          models.push_back(loaded.back().get());
+        }
+        const AlternatingBench a =
+            bench_alternating(models, args->prompt, args->gen, args->repeat, args->batch);
+        for (size_t m = 0; m < models.size(); ++m)
+          rows.push_back(series_json(args->dirs[m], models[m]->weights().quantization,
+                                     a.series[m], args->repeat));
+        prefill_vs_first = a.prefill_vs_first;
+        decode_vs_first = a.decode_vs_first;
+      } else {
+        for (const std::string& dir : args->dirs) {
+          // One model in memory at a time; peak RSS is the process's, so it covers those before.
+          auto model = Model::load(dir, mo);
+          const BenchSeries s =
+              bench_repeated(*model, args->prompt, args->gen, args->repeat, args->batch);
+          rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
+          const double p = s.median.prefill_tok_s / rows[0]["prefill_tok_s"].get<double>(),
+                       d = s.median.decode_tok_s / rows[0]["decode_tok_s"].get<double>();
+          prefill_vs_first.push_back({p, p, p});
+          decode_vs_first.push_back({d, d, d});
+        }
+      }
+      // Against the first model: the speedups, and the decode speedup the weight bytes read per
+      // step allow (a decode that streams its weights at the same rate as the first model's
+      // reaches it).
+      for (size_t m = 0; m < rows.size() && rows.size() > 1; ++m) {
+        const double limit = double(rows[0]["weight_bytes_per_token"].get<uint64_t>()) /
+                             double(rows[m]["weight_bytes_per_token"].get<uint64_t>());
+        rows[m]["alternate"] = args->alternate;
+        rows[m]["prefill_vs_first"] = prefill_vs_first[m].median;
+        rows[m]["decode_vs_first"] = decode_vs_first[m].median;
+        if (args->alternate) {
+          rows[m]["prefill_vs_first_min"] = prefill_vs_first[m].min;
+          rows[m]["prefill_vs_first_max"] = prefill_vs_first[m].max;
+          rows[m]["decode_vs_first_min"] = decode_vs_first[m].min;
+          rows[m]["decode_vs_first_max"] = decode_vs_first[m].max;
+        }
+        rows[m]["byte_limit_vs_first"] = limit;
+        rows[m]["decode_of_byte_limit"] = decode_vs_first[m].median / limit;
       }
       // After the models, so its buffer is not in their peak RSS.
       const double stream = stream_read_gbps(rows[0]["threads"].get<int>());
@@ -130,6 +178,25 @@ void register_bench(CLI::App& app, Action& run) {
                  "per step x decode steps per second; STREAM read measured in this run: {:.2f} "
                  "GB/s\n",
                  rows[0]["threads"].get<int>(), args->prompt, args->gen, args->repeat, stream);
+      if (rows.size() > 1) {
+        fmt::print("\nAgainst the first model ({}); byte limit = its weight bytes per decode step "
+                   "/ this model's:\n",
+                   args->alternate ? "runs in turns, medians of the same-round ratios"
+                                   : "ratios of the medians; --alternate for same-round ratios");
+        fmt::print("{:<{}}  {:>8}  {:>24}  {:>10}  {:>12}\n", "model", w, "prefill",
+                   args->alternate ? "decode (range)" : "decode", "byte limit", "of the limit");
+        for (size_t m = 1; m < rows.size(); ++m) {
+          const auto& j = rows[m];
+          const std::string decode =
+              args->alternate ? fmt::format("{:.3f}x ({:.3f}-{:.3f})", decode_vs_first[m].median,
+                                            decode_vs_first[m].min, decode_vs_first[m].max)
+                              : fmt::format("{:.3f}x", decode_vs_first[m].median);
+          fmt::print("{:<{}}  {:>7.3f}x  {:>24}  {:>9.3f}x  {:>12.3f}\n",
+                     j["model"].get<std::string>(), w, j["prefill_vs_first"].get<double>(), decode,
+                     j["byte_limit_vs_first"].get<double>(),
+                     j["decode_of_byte_limit"].get<double>());
+        }
+      }
       if (args->batch > 1)
         fmt::print("{} sequences decoded together: tok/s are summed over them ({:.1f} decode tok/s "
                    "per sequence for the first model)\n",

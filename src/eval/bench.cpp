@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace qf {
@@ -70,11 +71,12 @@ BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch
   return r;
 }
 
-BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat,
-                           int64_t batch) {
-  if (repeat < 1) fail("--repeat must be at least 1");
+namespace {
+
+// The median, smallest and largest rates of a model's runs (see BenchSeries).
+BenchSeries series_of(std::vector<BenchResult> runs, int64_t batch) {
   BenchSeries s;
-  for (int i = 0; i < repeat; ++i) s.runs.push_back(bench_model(model, prompt, gen, batch));
+  s.runs = std::move(runs);
   std::vector<double> prefill, decode;
   for (const BenchResult& r : s.runs) {
     prefill.push_back(r.prefill_tok_s);
@@ -86,13 +88,51 @@ BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat
   for (const BenchResult& r : s.runs)
     if (r.decode_tok_s == decode[mid]) s.median = r;
   s.median.prefill_tok_s = prefill[mid];
-  s.median.prefill_s = double(batch * prompt) / prefill[mid];
+  s.median.prefill_s = double(batch * s.median.prompt) / prefill[mid];
   s.median.peak_rss_bytes = s.runs.back().peak_rss_bytes;
   s.prefill_min = prefill.front();
   s.prefill_max = prefill.back();
   s.decode_min = decode.front();
   s.decode_max = decode.back();
   return s;
+}
+
+RatioOverRounds over_rounds(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
+}  // namespace
+
+BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat,
+                           int64_t batch) {
+  if (repeat < 1) fail("--repeat must be at least 1");
+  std::vector<BenchResult> runs;
+  for (int i = 0; i < repeat; ++i) runs.push_back(bench_model(model, prompt, gen, batch));
+  return series_of(std::move(runs), batch);
+}
+
+AlternatingBench bench_alternating(std::span<Model* const> models, int64_t prompt, int64_t gen,
+                                   int repeat, int64_t batch) {
+  if (repeat < 1) fail("--repeat must be at least 1");
+  if (models.empty()) fail("bench: no model to measure");
+  std::vector<std::vector<BenchResult>> runs(models.size());
+  for (int i = 0; i < repeat; ++i)
+    for (size_t m = 0; m < models.size(); ++m)
+      runs[m].push_back(bench_model(*models[m], prompt, gen, batch));
+  AlternatingBench a;
+  for (size_t m = 0; m < models.size(); ++m) {
+    std::vector<double> prefill, decode;
+    for (size_t i = 0; i < runs[m].size(); ++i) {
+      prefill.push_back(runs[m][i].prefill_tok_s / runs[0][i].prefill_tok_s);
+      decode.push_back(runs[m][i].decode_tok_s / runs[0][i].decode_tok_s);
+    }
+    a.prefill_vs_first.push_back(over_rounds(std::move(prefill)));
+    a.decode_vs_first.push_back(over_rounds(std::move(decode)));
+    a.series.push_back(series_of(runs[m], batch));
+  }
+  return a;
 }
 
 namespace {

@@ -170,6 +170,46 @@ TEST(EvalE2E, BenchSeveralModelsWithRepetitions) {
   EXPECT_NE(text.out.find("stories260K-hf"), std::string::npos) << text.out;
 }
 
+// Against the first model: speedups, the byte limit (its weight bytes per step / this model's)
+// and the decode speedup as a fraction of it; with --alternate the models run in turns and the
+// speedups are medians of same-round ratios, with their range.
+TEST(EvalE2E, BenchComparesWithTheFirstModel) {
+  QF_REQUIRE_FIXTURES();
+  const std::string models = model("stories260K-hf") + " " + model("tinystories-656K-hf");
+  for (const bool alternate : {false, true}) {
+    SCOPED_TRACE(alternate ? "alternate" : "one model after the other");
+    const auto j = run_json("bench " + models + " --prompt 8 --gen 4 --repeat 3 --json" +
+                            (alternate ? " --alternate" : ""));
+    ASSERT_EQ(j["models"].size(), 2u);
+    const auto& first = j["models"][0];
+    const auto& second = j["models"][1];
+    EXPECT_EQ(first["alternate"], alternate);
+    EXPECT_EQ(first["decode_vs_first"], 1.0);
+    EXPECT_EQ(first["byte_limit_vs_first"], 1.0);
+    const double limit = double(first["weight_bytes_per_token"].get<uint64_t>()) /
+                         double(second["weight_bytes_per_token"].get<uint64_t>());
+    EXPECT_DOUBLE_EQ(second["byte_limit_vs_first"].get<double>(), limit);
+    EXPECT_DOUBLE_EQ(second["decode_of_byte_limit"].get<double>(),
+                     second["decode_vs_first"].get<double>() / limit);
+    const double d = second["decode_vs_first"].get<double>();
+    if (alternate) {
+      EXPECT_LE(second["decode_vs_first_min"].get<double>(), d);
+      EXPECT_GE(second["decode_vs_first_max"].get<double>(), d);
+      // A same-round ratio lies between the extremes of the two models' runs.
+      EXPECT_GE(d, second["decode_tok_s_min"].get<double>() / first["decode_tok_s_max"].get<double>());
+      EXPECT_LE(d, second["decode_tok_s_max"].get<double>() / first["decode_tok_s_min"].get<double>());
+    } else {
+      EXPECT_DOUBLE_EQ(d, second["decode_tok_s"].get<double>() / first["decode_tok_s"].get<double>());
+      EXPECT_FALSE(second.contains("decode_vs_first_min"));
+    }
+  }
+  const auto text = test::run_qforge("bench " + models + " --prompt 8 --gen 4 --repeat 2 --alternate");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("runs in turns, medians of the same-round ratios"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("byte limit"), std::string::npos) << text.out;
+}
+
 TEST(EvalE2E, BadInputIsAOneLineError) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;

@@ -825,8 +825,9 @@ TEST(KernelLinear, Int8ActivationNvfp4AllScaleCodes) {
 }
 
 // 4-bit weights repacked 16 rows at a time read back as the stored weight: their rows, tiles,
-// the exact products and the BF16 prefill (which gather the stored layout) the same bits; the
-// int8-activation products are checked in KernelFormats and FewTokensEqualEachTokenAlone.
+// the exact products and the BF16 prefill (INT4 gathered to the stored layout, FP4 decoded from
+// the repacked one) the same bits; the int8-activation products are checked in KernelFormats
+// and FewTokensEqualEachTokenAlone.
 TEST(KernelLinear, Q4Rows16ReadsAsStored) {
   ThreadPool two(2);
   for (auto [format, rows, cols, group] :
