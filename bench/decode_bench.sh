@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 16's decode criteria on synthetic 1B-class checkpoints, each figure next to its baseline
 # in the same round (BF16 and NVFP4 runs alternate, so a busy machine slows both alike; for the
-# byte limit, in one `bench --alternate` process):
+# byte limit and the context lengths, in one `bench --alternate` process):
 #  1. BF16 vs NVFP4 decode, with the BF16 head kept and with --quantize-lm-head, on llama-1b
 #     (128256-token tied head) and llama-1b-32k (32000): the speedup against the byte limit
 #     (BF16 weight bytes per step / NVFP4 weight bytes per step, as `bench` reports them);
@@ -59,14 +59,15 @@ for q, head in zip(d[1:], ['nvfp4', 'nvfp4-head']):
   done
   m="$work/llama-1b-nvfp4"
   for kv in bf16 fp8; do
-    read -r short _ _ < <(bench "$m" --prompt 64 --gen 32 --kv-cache "$kv")
-    read -r long _ kvb < <(bench "$m" --prompt 4064 --gen 32 --kv-cache "$kv")
-    python3 -c "
+    # Both context lengths in one --alternate process: the median of same-round ratios.
+    $qforge bench "$m" --prompt 64,4064 --gen 32 --kv-cache "$kv" --alternate --repeat 3 \
+      --json | python3 -c "
 import json, sys
-s, l, kvb = map(float, sys.argv[1:4])
-print(json.dumps({'round': $r, 'kv_cache': '$kv', 'tok_s_ctx64': round(s, 2),
-  'tok_s_ctx4096': round(l, 2), 'ratio': round(l / s, 3), 'kv_cache_bytes_4096': int(kvb)}))" \
-      "$short" "$long" "$kvb"
+s, l = json.load(sys.stdin)['models']
+print(json.dumps({'round': $r, 'kv_cache': '$kv', 'tok_s_ctx64': round(s['decode_tok_s'], 2),
+  'tok_s_ctx4096': round(l['decode_tok_s'], 2), 'ratio': round(l['decode_vs_first'], 3),
+  'ratio_range': [round(l['decode_vs_first_min'], 3), round(l['decode_vs_first_max'], 3)],
+  'kv_cache_bytes_4096': l['kv_cache_bytes']}))"
   done
   read -r one _ _ < <(bench "$m" --prompt 16 --gen 32 --batch 1)
   read -r eight _ _ < <(bench "$m" --prompt 16 --gen 32 --batch 8)

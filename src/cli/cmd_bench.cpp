@@ -5,6 +5,7 @@
 #include "eval/bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -46,7 +47,8 @@ nlohmann::ordered_json series_json(const std::string& dir, const std::string& qu
 void register_bench(CLI::App& app, Action& run) {
   struct Args {
     std::vector<std::string> dirs;
-    int64_t prompt = 128, gen = 32, batch = 1;
+    std::vector<int64_t> prompts{128};
+    int64_t gen = 32, batch = 1;
     int threads = 0, repeat = 3;
     bool json = false, alternate = false;
     KernelMode kernels = KernelMode::fast;
@@ -58,8 +60,13 @@ void register_bench(CLI::App& app, Action& run) {
                "--repeat runs, with the range), weight bytes each decode step reads and the "
                "memory bandwidth that achieves, peak RSS. No tokenizer needed.");
   cmd->add_option("models", args->dirs, "Model directories (several: one table)")->required();
-  cmd->add_option("--prompt", args->prompt, "Prompt tokens processed in one prefill (default 128)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt", args->prompts,
+                  "Prompt tokens processed in one prefill; several (64,4096 or the flag repeated): "
+                  "each model is measured at each length, one row each (its KV cache, as reported, "
+                  "grows to the longest run so far) (default 128)")
+      ->check(CLI::PositiveNumber)
+      ->delimiter(',')
+      ->allow_extra_args(false);  // one value per --prompt: the models may follow it
   cmd->add_option("--gen", args->gen, "Tokens decoded one at a time (default 32)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", args->batch,
@@ -73,20 +80,21 @@ void register_bench(CLI::App& app, Action& run) {
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--alternate", args->alternate,
-                "Load every model first, then run them in turns (one run of each per round), and "
-                "compare each with the first model by the median over rounds of their same-round "
-                "ratio (with its range): fair on a machine whose speed drifts, at the cost of "
-                "holding all models in memory at once, which peak RSS then covers (default: one "
-                "model at a time, all its runs, then the next; ratios of the medians)");
+                "Load every model first, then run the rows (each model at each --prompt) in "
+                "turns, one run of each per round, and compare each with the first row by the "
+                "median over rounds of their same-round ratio (with its range): fair on a "
+                "machine whose speed drifts, at the cost of holding all models in memory at once, "
+                "which peak RSS then covers (default: one model at a time, all its runs, then the "
+                "next; ratios of the medians)");
   cmd->add_flag("--json", args->json,
-                "Print JSON on stdout (one object; with several models {\"models\": [...]})");
+                "Print JSON on stdout (one object; with several rows {\"models\": [...]})");
   add_kernels_option(cmd, args->kernels);
   add_kv_cache_option(cmd, args->kv_cache, KvCacheType::bf16);
   cmd->callback([args, &run] {
     run = [args] {
       ModelOptions mo;
       mo.threads = args->threads;
-      mo.max_seq = args->prompt + args->gen;
+      mo.max_seq = *std::max_element(args->prompts.begin(), args->prompts.end()) + args->gen;
       mo.kernels = args->kernels;
       mo.huge_page_weights = true;
       mo.kv_cache = args->kv_cache;
@@ -95,34 +103,35 @@ void register_bench(CLI::App& app, Action& run) {
       std::vector<RatioOverRounds> prefill_vs_first, decode_vs_first;
       if (args->alternate) {
         std::vector<std::unique_ptr<Model>> loaded;
-        std::vector<Model*> models;
+        std::vector<BenchCase> cases;
         for (const std::string& dir : args->dirs) {
           loaded.push_back(Model::load(dir, mo));
-          models.push_back(loaded.back().get());
+          for (int64_t prompt : args->prompts) cases.push_back({loaded.back().get(), prompt});
         }
-        const AlternatingBench a =
-            bench_alternating(models, args->prompt, args->gen, args->repeat, args->batch);
-        for (size_t m = 0; m < models.size(); ++m)
-          rows.push_back(series_json(args->dirs[m], models[m]->weights().quantization,
-                                     a.series[m], args->repeat));
+        const AlternatingBench a = bench_alternating(cases, args->gen, args->repeat, args->batch);
+        for (size_t c = 0; c < cases.size(); ++c)
+          rows.push_back(series_json(args->dirs[c / args->prompts.size()],
+                                     cases[c].model->weights().quantization, a.series[c],
+                                     args->repeat));
         prefill_vs_first = a.prefill_vs_first;
         decode_vs_first = a.decode_vs_first;
       } else {
         for (const std::string& dir : args->dirs) {
           // One model in memory at a time; peak RSS is the process's, so it covers those before.
           auto model = Model::load(dir, mo);
-          const BenchSeries s =
-              bench_repeated(*model, args->prompt, args->gen, args->repeat, args->batch);
-          rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
-          const double p = s.median.prefill_tok_s / rows[0]["prefill_tok_s"].get<double>(),
-                       d = s.median.decode_tok_s / rows[0]["decode_tok_s"].get<double>();
-          prefill_vs_first.push_back({p, p, p});
-          decode_vs_first.push_back({d, d, d});
+          for (int64_t prompt : args->prompts) {
+            const BenchSeries s =
+                bench_repeated(*model, prompt, args->gen, args->repeat, args->batch);
+            rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
+            const double p = s.median.prefill_tok_s / rows[0]["prefill_tok_s"].get<double>(),
+                         d = s.median.decode_tok_s / rows[0]["decode_tok_s"].get<double>();
+            prefill_vs_first.push_back({p, p, p});
+            decode_vs_first.push_back({d, d, d});
+          }
         }
       }
-      // Against the first model: the speedups, and the decode speedup the weight bytes read per
-      // step allow (a decode that streams its weights at the same rate as the first model's
-      // reaches it).
+      // Against the first row: the speedups, and the decode speedup the weight bytes read per step
+      // allow (a decode that streams its weights at the same rate as the first row's reaches it).
       for (size_t m = 0; m < rows.size() && rows.size() > 1; ++m) {
         const double limit = double(rows[0]["weight_bytes_per_token"].get<uint64_t>()) /
                              double(rows[m]["weight_bytes_per_token"].get<uint64_t>());
@@ -158,14 +167,20 @@ void register_bench(CLI::App& app, Action& run) {
                            j[std::string(key) + "_min"].get<double>(),
                            j[std::string(key) + "_max"].get<double>());
       };
+      // One row per model and prompt length: the length joins the name where there are several.
+      const auto label = [&](const nlohmann::ordered_json& j) {
+        const std::string m = j["model"].get<std::string>();
+        return args->prompts.size() > 1 ? fmt::format("{} (prompt {})", m, j["prompt"].get<int64_t>())
+                                        : m;
+      };
       size_t w = 5;
-      for (const auto& j : rows) w = std::max(w, j["model"].get<std::string>().size());
+      for (const auto& j : rows) w = std::max(w, label(j).size());
       fmt::print("{:<{}}  {:>24}  {:>24}  {:>11}  {:>16}  {:>10}  {:>15}  {}\n", "model", w,
                  "prefill tok/s (range)", "decode tok/s (range)", "bytes/token",
                  "GB/s (of STREAM)", "peak RSS", "KV cache", "quantization");
       for (const auto& j : rows)
         fmt::print("{:<{}}  {:>24}  {:>24}  {:>11}  {:>16}  {:>10}  {:>15}  {}\n",
-                   j["model"].get<std::string>(), w, range(j, "prefill_tok_s"),
+                   label(j), w, range(j, "prefill_tok_s"),
                    range(j, "decode_tok_s"),
                    human_bytes(double(j["weight_bytes_per_token"].get<uint64_t>())),
                    fmt::format("{:.2f} ({:.0f}%)", j["decode_gbps"].get<double>(),
@@ -177,10 +192,11 @@ void register_bench(CLI::App& app, Action& run) {
       fmt::print("{} threads, prompt {} tokens, {} decoded, median of {} runs; GB/s = weight bytes "
                  "per step x decode steps per second; STREAM read measured in this run: {:.2f} "
                  "GB/s\n",
-                 rows[0]["threads"].get<int>(), args->prompt, args->gen, args->repeat, stream);
+                 rows[0]["threads"].get<int>(), fmt::join(args->prompts, " / "), args->gen,
+                 args->repeat, stream);
       if (rows.size() > 1) {
-        fmt::print("\nAgainst the first model ({}); byte limit = its weight bytes per decode step "
-                   "/ this model's:\n",
+        fmt::print("\nAgainst the first row ({}); byte limit = its weight bytes per decode step / "
+                   "this row's:\n",
                    args->alternate ? "runs in turns, medians of the same-round ratios"
                                    : "ratios of the medians; --alternate for same-round ratios");
         fmt::print("{:<{}}  {:>8}  {:>24}  {:>10}  {:>12}\n", "model", w, "prefill",
@@ -192,7 +208,7 @@ void register_bench(CLI::App& app, Action& run) {
                                             decode_vs_first[m].min, decode_vs_first[m].max)
                               : fmt::format("{:.3f}x", decode_vs_first[m].median);
           fmt::print("{:<{}}  {:>7.3f}x  {:>24}  {:>9.3f}x  {:>12.3f}\n",
-                     j["model"].get<std::string>(), w, j["prefill_vs_first"].get<double>(), decode,
+                     label(j), w, j["prefill_vs_first"].get<double>(), decode,
                      j["byte_limit_vs_first"].get<double>(),
                      j["decode_of_byte_limit"].get<double>());
         }

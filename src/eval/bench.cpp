@@ -113,24 +113,24 @@ BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat
   return series_of(std::move(runs), batch);
 }
 
-AlternatingBench bench_alternating(std::span<Model* const> models, int64_t prompt, int64_t gen,
-                                   int repeat, int64_t batch) {
+AlternatingBench bench_alternating(std::span<const BenchCase> cases, int64_t gen, int repeat,
+                                   int64_t batch) {
   if (repeat < 1) fail("--repeat must be at least 1");
-  if (models.empty()) fail("bench: no model to measure");
-  std::vector<std::vector<BenchResult>> runs(models.size());
+  if (cases.empty()) fail("bench: nothing to measure");
+  std::vector<std::vector<BenchResult>> runs(cases.size());
   for (int i = 0; i < repeat; ++i)
-    for (size_t m = 0; m < models.size(); ++m)
-      runs[m].push_back(bench_model(*models[m], prompt, gen, batch));
+    for (size_t c = 0; c < cases.size(); ++c)
+      runs[c].push_back(bench_model(*cases[c].model, cases[c].prompt, gen, batch));
   AlternatingBench a;
-  for (size_t m = 0; m < models.size(); ++m) {
+  for (size_t c = 0; c < cases.size(); ++c) {
     std::vector<double> prefill, decode;
-    for (size_t i = 0; i < runs[m].size(); ++i) {
-      prefill.push_back(runs[m][i].prefill_tok_s / runs[0][i].prefill_tok_s);
-      decode.push_back(runs[m][i].decode_tok_s / runs[0][i].decode_tok_s);
+    for (size_t i = 0; i < runs[c].size(); ++i) {
+      prefill.push_back(runs[c][i].prefill_tok_s / runs[0][i].prefill_tok_s);
+      decode.push_back(runs[c][i].decode_tok_s / runs[0][i].decode_tok_s);
     }
     a.prefill_vs_first.push_back(over_rounds(std::move(prefill)));
     a.decode_vs_first.push_back(over_rounds(std::move(decode)));
-    a.series.push_back(series_of(runs[m], batch));
+    a.series.push_back(series_of(runs[c], batch));
   }
   return a;
 }

@@ -45,12 +45,16 @@ struct BenchSeries {
 BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat,
                            int64_t batch = 1);
 
-// Several models measured in turns: round i < repeat runs bench_model once on each model, in
-// order, so a machine that slows down for a while slows every model of the round alike. Per
-// model, its BenchSeries over the rounds and, against the first model, its rate / the first
-// model's rate in the same round: the median over rounds (of an even count, the mean of the two
-// middle ratios), smallest and largest (all 1 for the first model). Throws as bench_model, and
-// if `models` is empty.
+// Several cases (a model and a prompt length each) measured in turns: round i < repeat runs
+// bench_model once on each case, in order, so a machine that slows down for a while slows every
+// case of the round alike. Per case, its BenchSeries over the rounds and, against the first
+// case, its rate / the first case's rate in the same round: the median over rounds (of an even
+// count, the mean of the two middle ratios), smallest and largest (all 1 for the first case).
+// Throws as bench_model, and if `cases` is empty.
+struct BenchCase {
+  Model* model;
+  int64_t prompt;
+};
 struct RatioOverRounds {
   double median = 1, min = 1, max = 1;
 };
@@ -58,8 +62,8 @@ struct AlternatingBench {
   std::vector<BenchSeries> series;
   std::vector<RatioOverRounds> prefill_vs_first, decode_vs_first;
 };
-AlternatingBench bench_alternating(std::span<Model* const> models, int64_t prompt, int64_t gen,
-                                   int repeat, int64_t batch = 1);
+AlternatingBench bench_alternating(std::span<const BenchCase> cases, int64_t gen, int repeat,
+                                   int64_t batch = 1);
 
 // The machine's STREAM-style read bandwidth in GB/s, the ceiling of a decode step that streams
 // its weights: a `bytes` buffer (well past the caches, on 2 MB pages as the engine's weights)

@@ -170,10 +170,10 @@ TEST(EvalE2E, BenchSeveralModelsWithRepetitions) {
   EXPECT_NE(text.out.find("stories260K-hf"), std::string::npos) << text.out;
 }
 
-// Against the first model: speedups, the byte limit (its weight bytes per step / this model's)
-// and the decode speedup as a fraction of it; with --alternate the models run in turns and the
+// Against the first row: speedups, the byte limit (its weight bytes per step / this row's) and
+// the decode speedup as a fraction of it; with --alternate the rows run in turns and the
 // speedups are medians of same-round ratios, with their range.
-TEST(EvalE2E, BenchComparesWithTheFirstModel) {
+TEST(EvalE2E, BenchComparesWithTheFirstRow) {
   QF_REQUIRE_FIXTURES();
   const std::string models = model("stories260K-hf") + " " + model("tinystories-656K-hf");
   for (const bool alternate : {false, true}) {
@@ -203,11 +203,23 @@ TEST(EvalE2E, BenchComparesWithTheFirstModel) {
       EXPECT_FALSE(second.contains("decode_vs_first_min"));
     }
   }
-  const auto text = test::run_qforge("bench " + models + " --prompt 8 --gen 4 --repeat 2 --alternate");
+  // Several prompt lengths: a row per model and length, in turns with --alternate.
+  const auto j = run_json("bench " + model("stories260K-hf") +
+                          " --prompt 8,24 --gen 4 --repeat 2 --alternate --json");
+  ASSERT_EQ(j["models"].size(), 2u);
+  EXPECT_EQ(j["models"][0]["prompt"], 8);
+  EXPECT_EQ(j["models"][1]["prompt"], 24);
+  EXPECT_EQ(j["models"][1]["byte_limit_vs_first"], 1.0);
+  // The cache one model holds grows to the longest prompt run so far.
+  EXPECT_GE(j["models"][1]["kv_cache_bytes"].get<uint64_t>(),
+            j["models"][0]["kv_cache_bytes"].get<uint64_t>());
+  const auto text = test::run_qforge("bench --prompt 8 --prompt 16 " + models +
+                                     " --gen 4 --repeat 2 --alternate");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("runs in turns, medians of the same-round ratios"), std::string::npos)
       << text.out;
   EXPECT_NE(text.out.find("byte limit"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("tinystories-656K-hf (prompt 16)"), std::string::npos) << text.out;
 }
 
 TEST(EvalE2E, BadInputIsAOneLineError) {
