@@ -144,7 +144,7 @@ QF_AMX_TARGET void decode_fp4_rows16(const LinearWeight& w, int64_t row0, int64_
   const bool nv = w.format == WeightFormat::nvfp4_rows16;
   const float* stab = nv ? e4m3_table() : e8m0_table();
   const int64_t block = q4_rows16_block(w), block_bytes = q4_rows16_block_bytes(w);
-  const int64_t group_bytes = w.cols / block * block_bytes;
+  const int64_t group_bytes = q4_rows16_group_bytes(w);
   const int64_t ncp = (nc + kChunk - 1) / kChunk * kChunk;
   if (nr < kRows)
     for (int64_t c = 0; c < ncp; c += kChunk)
@@ -278,7 +278,7 @@ void prefetch_rows(const LinearWeight& w, int64_t row0, int64_t nr, int64_t c0, 
     // The 16-row groups holding the rows: each one run of blocks over the columns.
     const int64_t block = q4_rows16_block(w), bytes = q4_rows16_block_bytes(w);
     for (int64_t g = first / kRows16; g * kRows16 < end; ++g)
-      range(data + g * (K / block * bytes) + c0 / block * bytes, nc / block * bytes);
+      range(data + g * q4_rows16_group_bytes(w) + c0 / block * bytes, nc / block * bytes);
     return;
   }
   for (int64_t r = first; r < end; ++r) {

@@ -12,10 +12,6 @@ bool is_int4(WeightFormat f) {
   return f == WeightFormat::int4_row_pairs || f == WeightFormat::int4_packed32;
 }
 
-uint64_t group_bytes(const LinearWeight& w) {
-  return uint64_t(w.cols / q4_rows16_block(w)) * uint64_t(q4_rows16_block_bytes(w));
-}
-
 // Row r of a stored weight as nibble pairs along the row (element 2i in the low nibble of byte
 // i), INT4 as q + 8: cols / 2 bytes at out.
 void stored_row_codes(const LinearWeight& w, int64_t r, uint8_t* out) {
@@ -59,6 +55,10 @@ int64_t q4_rows16_block_bytes(const LinearWeight& w) {
   return q4_rows16_block_bytes(q4_rows16_block(w), q4_rows16_scale_bytes(w.format));
 }
 
+int64_t q4_rows16_group_bytes(const LinearWeight& w) {
+  return w.cols / q4_rows16_block(w) * q4_rows16_block_bytes(w);
+}
+
 bool q4_rows16_wanted(const LinearWeight& w) {
   const bool fp4 = w.format == WeightFormat::nvfp4 || w.format == WeightFormat::mxfp4;
   const bool int4 = (w.format == WeightFormat::int4_row_pairs ||
@@ -80,11 +80,12 @@ void q4_repack_rows16(const LinearWeight& w, uint8_t* dst) {
   const int scale_bytes = q4_rows16_scale_bytes(w.format);
   const bool int4 = is_int4(w.format);
   std::vector<uint8_t> rows(size_t(kRows16 * (w.cols / 2)));  // the group's 16 rows of codes
+  const uint64_t group_bytes = uint64_t(q4_rows16_group_bytes(w));
   for (int64_t g = 0; g < w.rows / kRows16; ++g) {
     for (int64_t k = 0; k < kRows16; ++k)
       stored_row_codes(w, g * kRows16 + k, rows.data() + k * (w.cols / 2));
     for (int64_t i = 0; i < blocks; ++i) {
-      uint8_t* o = dst + uint64_t(g) * group_bytes(w) + uint64_t(i * block_bytes);
+      uint8_t* o = dst + uint64_t(g) * group_bytes + uint64_t(i * block_bytes);
       for (int64_t k = 0; k < kRows16; ++k) {
         const uint64_t at = uint64_t(g * kRows16 + k) * uint64_t(blocks) + uint64_t(i);
         const uint8_t* p = rows.data() + k * (w.cols / 2) + i * block / 2;
@@ -132,10 +133,11 @@ LinearWeight q4_rows16_view(const LinearWeight& w, int64_t r0, int64_t nr, int64
   uint8_t* codes = scratch.data();
   uint8_t* scales = codes + nr * nc / 2;
   const auto* data = static_cast<const uint8_t*>(w.data);
+  const uint64_t group_bytes = uint64_t(q4_rows16_group_bytes(w));
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t row = r0 + r, k = row % kRows16;
-    const uint8_t* b = data + uint64_t(row / kRows16) * group_bytes(w) +
-                       uint64_t(c0 / block * block_bytes);
+    const uint8_t* b =
+        data + uint64_t(row / kRows16) * group_bytes + uint64_t(c0 / block * block_bytes);
     uint8_t* o = codes + r * (nc / 2);
     for (int64_t i = 0; i < blocks; ++i, b += block_bytes) {
       for (int64_t j = 0; j < regs; ++j) std::memcpy(o + i * block / 2 + 4 * j, b + 64 * j + 4 * k, 4);

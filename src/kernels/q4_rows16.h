@@ -40,6 +40,8 @@ inline constexpr int64_t q4_rows16_block_bytes(int64_t block, int scale_bytes) {
   return 8 * block + 16 * scale_bytes;
 }
 int64_t q4_rows16_block_bytes(const LinearWeight& w);
+// Bytes of one group of 16 rows (its cols / block scale blocks) of a stored or repacked weight.
+int64_t q4_rows16_group_bytes(const LinearWeight& w);
 
 // Whether w, NVFP4, MXFP4 or INT4 (either layout) as stored, can be repacked and this CPU has
 // the kernel that reads the repacked layout (AVX-512 VNNI and VBMI): rows a multiple of 16, cols
