@@ -59,7 +59,7 @@ QF_AMX_TARGET void configure_tiles() {
     cfg.colsb[i] = 64;
     cfg.rows[i] = 16;
   }
-  _tile_loadconfig(&cfg);
+  load_tile_config(cfg);
 }
 
 // 16 BF16 in the low half of a vector.

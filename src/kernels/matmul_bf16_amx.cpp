@@ -76,7 +76,7 @@ QF_AMX_TARGET void configure_tiles() {
     cfg.colsb[i] = 64;
     cfg.rows[i] = 16;
   }
-  _tile_loadconfig(&cfg);
+  load_tile_config(cfg);
 }
 
 // The activations x [tokens, K] as B tiles, K-block by K-block: with kpb = pairs per K-block,

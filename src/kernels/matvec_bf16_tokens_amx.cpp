@@ -40,7 +40,7 @@ QF_AMX_TARGET void configure(int64_t n) {
     cfg.rows[i] = 16;
     cfg.colsb[i] = uint16_t(i == 2 || i == 3 ? 64 : n * 4);
   }
-  _tile_loadconfig(&cfg);
+  load_tile_config(cfg);
 }
 
 // y[t * rows + r] for rows [r0, r1) (a multiple of kBlockRows) and n tokens; b: the B tiles,
