@@ -47,8 +47,8 @@ nlohmann::ordered_json series_json(const std::string& dir, const std::string& qu
 void register_bench(CLI::App& app, Action& run) {
   struct Args {
     std::vector<std::string> dirs;
-    std::vector<int64_t> prompts{128};
-    int64_t gen = 32, batch = 1;
+    std::vector<int64_t> prompts{128}, batches{1};
+    int64_t gen = 32;
     int threads = 0, repeat = 3;
     bool json = false, alternate = false;
     KernelMode kernels = KernelMode::fast;
@@ -62,26 +62,32 @@ void register_bench(CLI::App& app, Action& run) {
   cmd->add_option("models", args->dirs, "Model directories (several: one table)")->required();
   cmd->add_option("--prompt", args->prompts,
                   "Prompt tokens processed in one prefill; several (64,4096 or the flag repeated): "
-                  "each model is measured at each length, one row each (its KV cache, as reported, "
-                  "grows to the longest run so far) (default 128)")
+                  "each model is measured at each length, one row each (default 128). Each run "
+                  "reserves its sequences' KV caches for prompt + gen before the clock starts; a "
+                  "model's cache never shrinks, so the KV bytes reported cover the largest run of "
+                  "that model so far")
       ->check(CLI::PositiveNumber)
       ->delimiter(',')
       ->allow_extra_args(false);  // one value per --prompt: the models may follow it
   cmd->add_option("--gen", args->gen, "Tokens decoded one at a time (default 32)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", args->batch,
+  cmd->add_option("--batch", args->batches,
                   "Sequences decoded together, each weight read once per step for all of them "
                   "(each prefilled on its own first); decode tok/s is then the sum over the "
-                  "sequences, and the JSON also gives it per sequence (default 1)")
-      ->check(CLI::Range(int64_t(1), int64_t(4096)));
+                  "sequences, and the JSON also gives it per sequence; several (1,8 or the flag "
+                  "repeated): each model at each prompt length is measured at each, one row each "
+                  "(default 1)")
+      ->check(CLI::Range(int64_t(1), int64_t(4096)))
+      ->delimiter(',')
+      ->allow_extra_args(false);
   cmd->add_option("--repeat", args->repeat,
                   "Runs per model; the median and the range are reported (default 3)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--alternate", args->alternate,
-                "Load every model first, then run the rows (each model at each --prompt) in "
-                "turns, one run of each per round, and compare each with the first row by the "
+                "Load every model first, then run the rows (each model at each --prompt and "
+                "--batch) in turns, one run of each per round, and compare each with the first row by the "
                 "median over rounds of their same-round ratio (with its range): fair on a "
                 "machine whose speed drifts, at the cost of holding all models in memory at once, "
                 "which peak RSS then covers (default: one model at a time, all its runs, then the "
@@ -104,30 +110,34 @@ void register_bench(CLI::App& app, Action& run) {
       if (args->alternate) {
         std::vector<std::unique_ptr<Model>> loaded;
         std::vector<BenchCase> cases;
+        std::vector<std::string> case_dirs;
         for (const std::string& dir : args->dirs) {
           loaded.push_back(Model::load(dir, mo));
-          for (int64_t prompt : args->prompts) cases.push_back({loaded.back().get(), prompt});
+          for (int64_t prompt : args->prompts)
+            for (int64_t batch : args->batches) {
+              cases.push_back({loaded.back().get(), prompt, batch});
+              case_dirs.push_back(dir);
+            }
         }
-        const AlternatingBench a = bench_alternating(cases, args->gen, args->repeat, args->batch);
+        const AlternatingBench a = bench_alternating(cases, args->gen, args->repeat);
         for (size_t c = 0; c < cases.size(); ++c)
-          rows.push_back(series_json(args->dirs[c / args->prompts.size()],
-                                     cases[c].model->weights().quantization, a.series[c],
-                                     args->repeat));
+          rows.push_back(series_json(case_dirs[c], cases[c].model->weights().quantization,
+                                     a.series[c], args->repeat));
         prefill_vs_first = a.prefill_vs_first;
         decode_vs_first = a.decode_vs_first;
       } else {
         for (const std::string& dir : args->dirs) {
           // One model in memory at a time; peak RSS is the process's, so it covers those before.
           auto model = Model::load(dir, mo);
-          for (int64_t prompt : args->prompts) {
-            const BenchSeries s =
-                bench_repeated(*model, prompt, args->gen, args->repeat, args->batch);
-            rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
-            const double p = s.median.prefill_tok_s / rows[0]["prefill_tok_s"].get<double>(),
-                         d = s.median.decode_tok_s / rows[0]["decode_tok_s"].get<double>();
-            prefill_vs_first.push_back({p, p, p});
-            decode_vs_first.push_back({d, d, d});
-          }
+          for (int64_t prompt : args->prompts)
+            for (int64_t batch : args->batches) {
+              const BenchSeries s = bench_repeated(*model, prompt, args->gen, args->repeat, batch);
+              rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
+              const double p = s.median.prefill_tok_s / rows[0]["prefill_tok_s"].get<double>(),
+                           d = s.median.decode_tok_s / rows[0]["decode_tok_s"].get<double>();
+              prefill_vs_first.push_back({p, p, p});
+              decode_vs_first.push_back({d, d, d});
+            }
         }
       }
       // Against the first row: the speedups, and the decode speedup the weight bytes read per step
@@ -167,11 +177,13 @@ void register_bench(CLI::App& app, Action& run) {
                            j[std::string(key) + "_min"].get<double>(),
                            j[std::string(key) + "_max"].get<double>());
       };
-      // One row per model and prompt length: the length joins the name where there are several.
+      // One row per model, prompt length and batch: the length and the batch join the name
+      // where there are several.
       const auto label = [&](const nlohmann::ordered_json& j) {
-        const std::string m = j["model"].get<std::string>();
-        return args->prompts.size() > 1 ? fmt::format("{} (prompt {})", m, j["prompt"].get<int64_t>())
-                                        : m;
+        std::string m = j["model"].get<std::string>();
+        if (args->prompts.size() > 1) m += fmt::format(" (prompt {})", j["prompt"].get<int64_t>());
+        if (args->batches.size() > 1) m += fmt::format(" (batch {})", j["batch"].get<int64_t>());
+        return m;
       };
       size_t w = 5;
       for (const auto& j : rows) w = std::max(w, label(j).size());
@@ -213,10 +225,14 @@ void register_bench(CLI::App& app, Action& run) {
                      j["decode_of_byte_limit"].get<double>());
         }
       }
-      if (args->batch > 1)
+      if (args->batches.size() == 1 && args->batches[0] > 1)
         fmt::print("{} sequences decoded together: tok/s are summed over them ({:.1f} decode tok/s "
                    "per sequence for the first model)\n",
-                   args->batch, rows[0]["decode_tok_s_per_sequence"].get<double>());
+                   args->batches[0], rows[0]["decode_tok_s_per_sequence"].get<double>());
+      else if (args->batches.size() > 1)
+        fmt::print("Batches of {} sequences decoded together: a row's tok/s are summed over its "
+                   "sequences\n",
+                   fmt::join(args->batches, " / "));
       return 0;
     };
   });

@@ -70,6 +70,8 @@ std::vector<int32_t> generate(Model& model, std::span<const int32_t> prompt, int
   Sampler sampler(opt);
   std::vector<float> logits(static_cast<size_t>(model.vocab_size()));
   std::vector<int32_t> out;
+  // The whole context allocated once (no cache copies mid-generation).
+  model.reserve_context(1, int64_t(prompt.size()) + max_new);
   model.forward(prompt, 0, logits.data(), false);
   int64_t pos = int64_t(prompt.size());
   for (int64_t i = 0; i < max_new; ++i) {

@@ -20,13 +20,14 @@ KvCache::KvCache(KvCacheType type, int64_t kv_heads, int64_t head_dim, int64_t v
       v_(k_scale_.size()) {}
 
 void KvCache::ensure(int64_t len, int64_t limit) {
-  if (len <= cap_) {
-    len_ = std::max(len_, len);
-    return;
-  }
+  if (len > cap_) reserve(std::max(len, std::min(limit, 2 * cap_)));
+  len_ = std::max(len_, len);
+}
+
+void KvCache::reserve(int64_t positions) {
   constexpr int64_t tile = kernels::kKeyTile;
-  const int64_t want = std::max(len, std::min(limit, 2 * cap_));
-  const int64_t cap = (want + tile - 1) / tile * tile;
+  const int64_t cap = (positions + tile - 1) / tile * tile;
+  if (cap <= cap_) return;
   // Each head's region moves to its place at the new capacity; the positions held keep their
   // offsets inside it (tiles and rows both grow at the end).
   const int64_t old_k = cap_ * hd_ * bytes_, old_v = cap_ * vd_ * bytes_;
@@ -42,7 +43,6 @@ void KvCache::ensure(int64_t len, int64_t limit) {
     v_[l] = std::move(v);
   }
   cap_ = cap;
-  len_ = len;
 }
 
 void KvCache::store(int64_t layer, int64_t pos, int64_t n, const float* k, const float* v) {

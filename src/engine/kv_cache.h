@@ -33,6 +33,9 @@ class KvCache {
   int64_t length() const { return len_; }
   // Grows every layer to hold positions [0, len), with room for up to `limit` positions ahead.
   void ensure(int64_t len, int64_t limit);
+  // Room for `positions` positions (rounded up to whole key tiles) without growing again; the
+  // positions held do not change. What an engine does when it allocates a context up front.
+  void reserve(int64_t positions);
   // Writes keys [n, kv_heads * head_dim] and values [n, kv_heads * v_head_dim] (heads in order)
   // at positions [pos, pos + n) of `layer` (pos + n <= length()).
   void store(int64_t layer, int64_t pos, int64_t n, const float* k, const float* v);

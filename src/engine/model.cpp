@@ -199,6 +199,12 @@ KvCache& Model::sequence_cache(int64_t s) {
   return kv_[size_t(s)];
 }
 
+void Model::reserve_context(int64_t sequences, int64_t positions) {
+  if (sequences < 1) fail("reserve_context: {} sequences", sequences);
+  for (int64_t s = 0; s < sequences; ++s)
+    sequence_cache(s).reserve(std::min(positions, max_seq_));
+}
+
 void Model::check_mamba_position(int64_t sequence, int64_t pos) {
   MambaCache& m = mamba_[size_t(sequence)];
   if (m.empty()) return;

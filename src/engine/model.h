@@ -113,6 +113,10 @@ class Model {
   // LongRoPE) and the positions differ.
   void decode_batch(std::span<const int32_t> tokens, std::span<const int64_t> positions,
                     float* logits);
+  // Room in the KV caches of sequences [0, sequences) for `positions` positions each (at most
+  // max_seq()), so the calls that run them never grow a cache: an engine's context allocated up
+  // front. Changes no result. Throws qf::Error if sequences < 1.
+  void reserve_context(int64_t sequences, int64_t positions);
 
   // ---- One layer at a time (layer-by-layer calibration) ------------------------------------
   // x [n, hidden] = the token embeddings of `tokens`. Throws qf::Error for an id out of range.

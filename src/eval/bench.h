@@ -45,7 +45,7 @@ struct BenchSeries {
 BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat,
                            int64_t batch = 1);
 
-// Several cases (a model and a prompt length each) measured in turns: round i < repeat runs
+// Several cases (a model, a prompt length and a batch each) measured in turns: round i < repeat runs
 // bench_model once on each case, in order, so a machine that slows down for a while slows every
 // case of the round alike. Per case, its BenchSeries over the rounds and, against the first
 // case, its rate / the first case's rate in the same round: the median over rounds (of an even
@@ -54,6 +54,7 @@ BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat
 struct BenchCase {
   Model* model;
   int64_t prompt;
+  int64_t batch = 1;
 };
 struct RatioOverRounds {
   double median = 1, min = 1, max = 1;
@@ -62,8 +63,7 @@ struct AlternatingBench {
   std::vector<BenchSeries> series;
   std::vector<RatioOverRounds> prefill_vs_first, decode_vs_first;
 };
-AlternatingBench bench_alternating(std::span<const BenchCase> cases, int64_t gen, int repeat,
-                                   int64_t batch = 1);
+AlternatingBench bench_alternating(std::span<const BenchCase> cases, int64_t gen, int repeat);
 
 // The machine's STREAM-style read bandwidth in GB/s, the ceiling of a decode step that streams
 // its weights: a `bytes` buffer (well past the caches, on 2 MB pages as the engine's weights)

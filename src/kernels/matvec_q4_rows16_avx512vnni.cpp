@@ -41,24 +41,22 @@ struct BlockAct {
   float scale;
 };
 
-// A token group's activations (QuantizedX, T tokens interleaved by chunk) as [blocks][T].
-void block_acts(const QuantizedX& qx, int64_t T, int64_t blocks, std::vector<BlockAct>& out) {
-  out.resize(size_t(blocks * T));
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      // Block b is lanes 2j, 2j + 1 of chunk b / 8 (QuantizedX: even elements in bytes
-      // [0, 64) of a chunk, odd ones in [64, 128), lane L covering elements 8L .. 8L + 7).
-      const int64_t at = b / 8 * T + t, j = b % 8;
-      const int8_t* q = qx.q.data() + at * kChunk;
-      BlockAct& a = out[size_t(b * T + t)];
-      std::memcpy(&a.q[0], q + 8 * j, 4);
-      std::memcpy(&a.q[1], q + 64 + 8 * j, 4);
-      std::memcpy(&a.q[2], q + 8 * j + 4, 4);
-      std::memcpy(&a.q[3], q + 64 + 8 * j + 4, 4);
-      a.bias = qx.lane_bias[size_t(at * kLanes + 2 * j)] +
-               qx.lane_bias[size_t(at * kLanes + 2 * j + 1)];
-      a.scale = qx.lane_scale[size_t(at * kLanes + 2 * j)];
-    }
+// Token t of a group of T (qx: its own quantization, as quantize_x leaves it) into `out`,
+// [blocks][T]. Block b is lanes 2j, 2j + 1 of chunk b / 8 (QuantizedX: even elements in bytes
+// [0, 64) of a chunk, odd ones in [64, 128), lane L covering elements 8L .. 8L + 7).
+void block_acts(const QuantizedX& qx, int64_t t, int64_t T, int64_t blocks,
+                std::vector<BlockAct>& out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t at = b / 8, j = b % 8;
+    const int8_t* q = qx.q.data() + at * kChunk;
+    BlockAct& a = out[size_t(b * T + t)];
+    std::memcpy(&a.q[0], q + 8 * j, 4);
+    std::memcpy(&a.q[1], q + 64 + 8 * j, 4);
+    std::memcpy(&a.q[2], q + 8 * j + 4, 4);
+    std::memcpy(&a.q[3], q + 64 + 8 * j + 4, 4);
+    a.bias = qx.lane_bias[size_t(at * kLanes + 2 * j)] + qx.lane_bias[size_t(at * kLanes + 2 * j + 1)];
+    a.scale = qx.lane_scale[size_t(at * kLanes + 2 * j)];
+  }
 }
 
 enum class Kind { nvfp4, mxfp4, int4 };
@@ -135,12 +133,12 @@ QF_ROWS16_TARGET inline void prefetch_sub_block(const uint8_t* at, int64_t h, in
 
 // y[t * y_stride + k] = row k of the group at `g` (16 rows, `blocks` scale blocks of `subs`
 // 16-element sub-blocks: NVFP4 1, MXFP4 2, INT4 group / 16) against token t < T (a: [activation
-// blocks][T], 16 elements each), in the units of the codes as the kernel reads them (doubled
-// E2M1; NVFP4's F16-shifted scales). kPrefetch: L2 prefetches kOneStreamPrefetchBytes ahead
+// blocks][T], 16 elements each), times `factor` (what turns the units of the codes as the kernel
+// reads them, doubled E2M1 and NVFP4's F16-shifted scales, into the product's). kPrefetch: L2 prefetches kOneStreamPrefetchBytes ahead
 // (8 KB measured best on Zen 4 and on Emerald Rapids).
 template <Kind K, int T, bool kPrefetch>
 QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
-                                const BlockAct* a, float* y, int64_t y_stride) {
+                                const BlockAct* a, float factor, float* y, int64_t y_stride) {
   if constexpr (K != Kind::int4) subs = K == Kind::nvfp4 ? 1 : 2;
   const int64_t bytes = scale_block_bytes(K, subs);
   const __m512i lut = nibble_table<K>();
@@ -153,11 +151,12 @@ QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
       sub_block_dot<T>(g + 128 * h, ws, lut, a, acc);
     }
   }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+  const __m512 f = _mm512_set1_ps(factor);
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, _mm512_mul_ps(acc[t], f));
 }
 
 // One token against kGroups consecutive groups at once (rows 16 kGroups from `g`, their outputs
-// y[0, 16 kGroups)): block i of each group in turn, so the task reads kGroups nearby streams,
+// y[0, 16 kGroups), times `factor`): block i of each group in turn, so the task reads kGroups nearby streams,
 // each prefetched row_prefetch_offset ahead (past a group's end, the same place in the group
 // kGroups further), as the BF16 kernel reads its 4 rows. Each row's arithmetic is group_dot's.
 // Emerald Rapids, 2 threads, a read of 4 interleaved 18 KB streams with about this kernel's
@@ -165,7 +164,7 @@ QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
 constexpr int kGroups = 4;
 template <Kind K, bool kPrefetch>
 QF_ROWS16_TARGET void groups_dot(const uint8_t* g, int64_t group_bytes, int64_t blocks,
-                                 int64_t subs, const BlockAct* a, float* y) {
+                                 int64_t subs, const BlockAct* a, float factor, float* y) {
   if constexpr (K != Kind::int4) subs = K == Kind::nvfp4 ? 1 : 2;
   const int64_t bytes = scale_block_bytes(K, subs);
   const __m512i lut = nibble_table<K>();
@@ -184,7 +183,8 @@ QF_ROWS16_TARGET void groups_dot(const uint8_t* g, int64_t group_bytes, int64_t 
       }
     }
   }
-  for (int j = 0; j < kGroups; ++j) _mm512_storeu_ps(y + 16 * j, acc[j]);
+  const __m512 f = _mm512_set1_ps(factor);
+  for (int j = 0; j < kGroups; ++j) _mm512_storeu_ps(y + 16 * j, _mm512_mul_ps(acc[j], f));
 }
 
 // One product of a call: its weight, its output [tokens, w->rows], and what turns its sums into
@@ -212,11 +212,24 @@ template <Kind K>
 void run(std::span<const Product> products, const float* x, int64_t tokens, ThreadPool* pool,
          int offset) {
   const LinearWeight& w0 = *products[0].w;
-  const std::vector<TokenGroup> groups = quantize_token_groups(x, tokens, w0.cols, offset);
   const int64_t block = q4_rows16_block(w0), blocks = w0.cols / block, subs = block / 16;
-  std::vector<std::vector<BlockAct>> acts(groups.size());
-  for (size_t i = 0; i < groups.size(); ++i)
-    block_acts(groups[i].qx, groups[i].size, w0.cols / 16, acts[i]);
+  // Token groups as quantize_token_groups makes them, each token quantized on its own and laid
+  // out as the kernel reads it (no interleaved copy: this kernel reads nothing else of it).
+  struct Group {
+    int64_t t0, size;
+    std::vector<BlockAct> acts;
+  };
+  std::vector<Group> groups;
+  QuantizedX qx;
+  for (int64_t t0 = 0; t0 < tokens;) {
+    Group& g = groups.emplace_back(Group{t0, token_group_size(tokens - t0), {}});
+    g.acts.resize(size_t(w0.cols / 16 * g.size));
+    for (int64_t t = 0; t < g.size; ++t) {
+      quantize_x(x + (t0 + t) * w0.cols, w0.cols, offset, qx);
+      block_acts(qx, t, g.size, w0.cols / 16, g.acts);
+    }
+    t0 += g.size;
+  }
   const int64_t group_bytes = q4_rows16_group_bytes(w0);
   struct Task {
     const Product* p;
@@ -236,30 +249,29 @@ void run(std::span<const Product> products, const float* x, int64_t tokens, Thre
     const Task& task = tasks[size_t(k)];
     const int64_t rows = task.p->w->rows;
     const auto* data = static_cast<const uint8_t*>(task.p->w->data);
-    for (size_t i = 0; i < groups.size(); ++i) {
-      const BlockAct* a = acts[i].data();
-      float* yt = task.p->y + groups[i].t0 * rows;
+    const float f = task.p->factor;
+    for (const Group& grp : groups) {
+      const BlockAct* a = grp.acts.data();
+      float* yt = task.p->y + grp.t0 * rows;
       int64_t r = task.r0;
-      if (groups[i].size == 1)
+      if (grp.size == 1)
         for (; r + kGroups * kRows16 <= task.r1; r += kGroups * kRows16) {
           const uint8_t* g = data + uint64_t(r / kRows16) * uint64_t(group_bytes);
-          if (prefetch_one) groups_dot<K, true>(g, group_bytes, blocks, subs, a, yt + r);
-          else groups_dot<K, false>(g, group_bytes, blocks, subs, a, yt + r);
+          if (prefetch_one) groups_dot<K, true>(g, group_bytes, blocks, subs, a, f, yt + r);
+          else groups_dot<K, false>(g, group_bytes, blocks, subs, a, f, yt + r);
         }
       for (; r < task.r1; r += kRows16) {
         const uint8_t* g = data + uint64_t(r / kRows16) * uint64_t(group_bytes);
-        switch (groups[i].size) {
-          case 8: group_dot<K, 8, true>(g, blocks, subs, a, yt + r, rows); break;
-          case 4: group_dot<K, 4, true>(g, blocks, subs, a, yt + r, rows); break;
-          case 2: group_dot<K, 2, true>(g, blocks, subs, a, yt + r, rows); break;
+        switch (grp.size) {
+          case 8: group_dot<K, 8, true>(g, blocks, subs, a, f, yt + r, rows); break;
+          case 4: group_dot<K, 4, true>(g, blocks, subs, a, f, yt + r, rows); break;
+          case 2: group_dot<K, 2, true>(g, blocks, subs, a, f, yt + r, rows); break;
           default:
-            if (prefetch_one) group_dot<K, 1, true>(g, blocks, subs, a, yt + r, rows);
-            else group_dot<K, 1, false>(g, blocks, subs, a, yt + r, rows);
+            if (prefetch_one) group_dot<K, 1, true>(g, blocks, subs, a, f, yt + r, rows);
+            else group_dot<K, 1, false>(g, blocks, subs, a, f, yt + r, rows);
         }
       }
     }
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t r = task.r0; r < task.r1; ++r) task.p->y[t * rows + r] *= task.p->factor;
   };
   for_row_tasks(pool, int64_t(tasks.size()), 1, [&](int64_t k, int64_t) { run_task(k); });
 }

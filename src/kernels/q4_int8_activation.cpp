@@ -175,8 +175,7 @@ std::vector<TokenGroup> quantize_token_groups(const float* x, int64_t tokens, in
                                               int offset) {
   std::vector<TokenGroup> groups;
   for (int64_t t0 = 0; t0 < tokens;) {
-    const int64_t left = tokens - t0;
-    const int64_t size = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    const int64_t size = token_group_size(tokens - t0);
     TokenGroup& g = groups.emplace_back(TokenGroup{t0, size, {}});
     if (size == 1) {
       quantize_x(x + t0 * cols, cols, offset, g.qx);

@@ -65,7 +65,11 @@ void quantize_x_natural(const float* x, int64_t n, int offset, QuantizedX& out);
 void interleave_tokens(const std::vector<QuantizedX>& xs, QuantizedX& out);
 
 // x [tokens, cols] in groups of 8, 4, 2 and 1 tokens (in that order of preference), each
-// quantized and interleaved: a kernel reads the weights once per group.
+// quantized and interleaved: a kernel reads the weights once per group. token_group_size: the
+// size of the next group when `left` tokens remain (left >= 1).
+inline int64_t token_group_size(int64_t left) {
+  return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+}
 struct TokenGroup {
   int64_t t0, size;
   QuantizedX qx;

@@ -220,6 +220,25 @@ TEST(EvalE2E, BenchComparesWithTheFirstRow) {
       << text.out;
   EXPECT_NE(text.out.find("byte limit"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("tinystories-656K-hf (prompt 16)"), std::string::npos) << text.out;
+  // Several batches: a row per batch, in turns, the batch against batch 1 in the same rounds.
+  const auto b = run_json("bench " + model("stories260K-hf") +
+                          " --prompt 8 --gen 4 --batch 1,3 --repeat 2 --alternate --json");
+  ASSERT_EQ(b["models"].size(), 2u);
+  EXPECT_EQ(b["models"][0]["batch"], 1);
+  EXPECT_EQ(b["models"][1]["batch"], 3);
+  EXPECT_DOUBLE_EQ(b["models"][1]["decode_tok_s"].get<double>(),
+                   3 * b["models"][1]["decode_tok_s_per_sequence"].get<double>());
+  EXPECT_GT(b["models"][1]["decode_vs_first"].get<double>(), 0.0);
+  // Every sequence's cache was reserved for prompt + gen = 12 positions before the clock, the
+  // same room as one sequence alone (bench's KV cache covers every sequence run so far).
+  const auto one = run_json("bench " + model("stories260K-hf") +
+                            " --prompt 8 --gen 4 --batch 1 --repeat 1 --json");
+  EXPECT_EQ(b["models"][1]["kv_cache_bytes"].get<uint64_t>(),
+            3 * one["kv_cache_bytes"].get<uint64_t>());
+  const auto bt = test::run_qforge("bench " + model("stories260K-hf") +
+                                   " --prompt 8 --gen 4 --batch 1 --batch 2 --repeat 1");
+  ASSERT_EQ(bt.exit_code, 0) << bt.err;
+  EXPECT_NE(bt.out.find("stories260K-hf (batch 2)"), std::string::npos) << bt.out;
 }
 
 TEST(EvalE2E, BadInputIsAOneLineError) {

@@ -186,5 +186,34 @@ TEST(KvCache, StoresTheTypesRoundingAndReportsItsBytes) {
   EXPECT_FALSE(parse_kv_cache_type("int8").has_value());
 }
 
+TEST(KvCache, ReserveMakesRoomWithoutHoldingMoreOrMoving) {
+  KvCache cache(KvCacheType::bf16, 2, 8, 8, {1.f}, {1.f});
+  std::vector<float> k(size_t(5 * 16)), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = float(i);
+    v[i] = -float(i);
+  }
+  cache.ensure(5, 5);
+  cache.store(0, 0, 5, k.data(), v.data());
+  cache.reserve(100);  // whole key tiles: 112 positions
+  EXPECT_EQ(cache.length(), 5);
+  EXPECT_EQ(cache.bytes(), uint64_t(2 * 2 * 112 * 8 * 2));
+  const void* keys = cache.keys(0, 1);
+  cache.ensure(112, 4096);  // within the room: no growth, no copy
+  EXPECT_EQ(cache.keys(0, 1), keys);
+  EXPECT_EQ(cache.length(), 112);
+  cache.reserve(10);  // never shrinks
+  EXPECT_EQ(cache.bytes(), uint64_t(2 * 2 * 112 * 8 * 2));
+  // The positions held before the reserve kept their values: value row p of head h.
+  std::vector<float> back(8);
+  for (int64_t p = 0; p < 5; ++p)
+    for (int64_t h = 0; h < 2; ++h) {
+      kernels::kv_load(KvCacheType::bf16,
+                       static_cast<const uint8_t*>(cache.values(0, h)) + p * 8 * 2, 8, 1.f,
+                       back.data());
+      for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(back[size_t(c)], v[size_t(p * 16 + h * 8 + c)]);
+    }
+}
+
 }  // namespace
 }  // namespace qf
