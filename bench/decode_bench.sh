@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 16's decode criteria on synthetic 1B-class checkpoints, each figure next to its baseline
-# in the same round (BF16 and NVFP4 runs alternate, so a busy machine slows both alike; for the
-# byte limit and the context lengths, in one `bench --alternate` process):
+# in the same round (BF16 and NVFP4 runs alternate, so a busy machine slows both alike: for the
+# byte limit, the context lengths and the batches, in one `bench --alternate` process each):
 #  1. BF16 vs NVFP4 decode, with the BF16 head kept and with --quantize-lm-head, on llama-1b
 #     (128256-token tied head) and llama-1b-32k (32000): the speedup against the byte limit
 #     (BF16 weight bytes per step / NVFP4 weight bytes per step, as `bench` reports them);
@@ -28,16 +28,6 @@ for shape in llama-1b llama-1b-32k; do
     $qforge quantize "$work/$shape" -o "$work/$shape-nvfp4-head" --format nvfp4 \
       --quantize-lm-head -q --force
 done
-
-# bench MODEL ARGS... -> "decode_tok_s weight_bytes_per_token kv_cache_bytes"
-bench() {
-  local m=$1
-  shift
-  $qforge bench "$m" --repeat 1 --json "$@" | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-print(d["decode_tok_s"], d["weight_bytes_per_token"], d["kv_cache_bytes"])'
-}
 
 for ((r = 1; r <= rounds; ++r)); do
   for shape in llama-1b llama-1b-32k; do
@@ -69,11 +59,12 @@ print(json.dumps({'round': $r, 'kv_cache': '$kv', 'tok_s_ctx64': round(s['decode
   'ratio_range': [round(l['decode_vs_first_min'], 3), round(l['decode_vs_first_max'], 3)],
   'kv_cache_bytes_4096': l['kv_cache_bytes']}))"
   done
-  read -r one _ _ < <(bench "$m" --prompt 16 --gen 32 --batch 1)
-  read -r eight _ _ < <(bench "$m" --prompt 16 --gen 32 --batch 8)
-  python3 -c "
+  # Both batches in one --alternate process: the median of same-round ratios.
+  $qforge bench "$m" --prompt 16 --gen 32 --batch 1,8 --alternate --repeat 5 --json |
+    python3 -c "
 import json, sys
-a, b = map(float, sys.argv[1:3])
-print(json.dumps({'round': $r, 'batch1_tok_s': round(a, 2), 'batch8_tok_s': round(b, 2),
-  'ratio': round(b / a, 3)}))" "$one" "$eight"
+a, b = json.load(sys.stdin)['models']
+print(json.dumps({'round': $r, 'batch1_tok_s': round(a['decode_tok_s'], 2),
+  'batch8_tok_s': round(b['decode_tok_s'], 2), 'ratio': round(b['decode_vs_first'], 3),
+  'ratio_range': [round(b['decode_vs_first_min'], 3), round(b['decode_vs_first_max'], 3)]}))"
 done
