@@ -220,8 +220,7 @@ bool use_int8_matvec(const LinearWeight& w) {
 
 bool takes_int8_activations(const LinearWeight& w, int64_t tokens, KernelMode mode) {
   if (mode != KernelMode::fast || !use_int8_matvec(w)) return false;
-  static const int64_t small_env = getenv("QF_SMALL") ? atoi(getenv("QF_SMALL")) : kSmallBatchTokens;
-  if (tokens <= small_env) return true;
+  if (tokens <= kSmallBatchTokens) return true;
   if (use_bf16_matmul(w) && cpu_has_amx_bf16() && fits_amx_bf16(w)) return false;
   if (use_bf16_matmul(w) || cpu_has_avx512vnni()) return tokens <= kVnniInt8PrefillTokens;
   return w.format != WeightFormat::int4_row_pairs || tokens <= kRowPairInt8PrefillTokens;
