@@ -87,11 +87,11 @@ void register_bench(CLI::App& app, Action& run) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--alternate", args->alternate,
                 "Load every model first, then run the rows (each model at each --prompt and "
-                "--batch) in turns, one run of each per round, and compare each with the first row by the "
-                "median over rounds of their same-round ratio (with its range): fair on a "
-                "machine whose speed drifts, at the cost of holding all models in memory at once, "
-                "which peak RSS then covers (default: one model at a time, all its runs, then the "
-                "next; ratios of the medians)");
+                "--batch) in turns, one run of each per round, and compare each with the first "
+                "row by the median over rounds of their same-round ratio (with its range): fair on "
+                "a machine whose speed drifts, at the cost of holding all models in memory at "
+                "once, which peak RSS then covers (default: one model at a time, all its runs, "
+                "then the next; ratios of the medians)");
   cmd->add_flag("--json", args->json,
                 "Print JSON on stdout (one object; with several rows {\"models\": [...]})");
   add_kernels_option(cmd, args->kernels);

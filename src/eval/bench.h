@@ -45,9 +45,9 @@ struct BenchSeries {
 BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat,
                            int64_t batch = 1);
 
-// Several cases (a model, a prompt length and a batch each) measured in turns: round i < repeat runs
-// bench_model once on each case, in order, so a machine that slows down for a while slows every
-// case of the round alike. Per case, its BenchSeries over the rounds and, against the first
+// Several cases (a model, a prompt length and a batch each) measured in turns: round i < repeat
+// runs bench_model once on each case, in order, so a machine that slows down for a while slows
+// every case of the round alike. Per case, its BenchSeries over the rounds and, against the first
 // case, its rate / the first case's rate in the same round: the median over rounds (of an even
 // count, the mean of the two middle ratios), smallest and largest (all 1 for the first case).
 // Throws as bench_model, and if `cases` is empty.

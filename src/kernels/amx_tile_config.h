@@ -26,7 +26,9 @@ struct alignas(64) AmxTileConfig {
 // bytes only, so the stores of rows and colsb before it may be dropped as dead (they were, for a
 // configuration of constants: every tile 0 x 0 and the first tile load an invalid opcode); this
 // reads all 64.
-inline void load_tile_config(const AmxTileConfig& cfg) { asm volatile("ldtilecfg %0" : : "m"(cfg)); }
+inline void load_tile_config(const AmxTileConfig& cfg) {
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
+}
 
 // A grow-only buffer on 64-byte boundaries: tile rows are 64 bytes, and a row that straddles two
 // cache lines costs two (with std::vector's 16-byte alignment the kernel ran at half speed).

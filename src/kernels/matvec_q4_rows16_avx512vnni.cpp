@@ -54,7 +54,8 @@ void block_acts(const QuantizedX& qx, int64_t t, int64_t T, int64_t blocks,
     std::memcpy(&a.q[1], q + 64 + 8 * j, 4);
     std::memcpy(&a.q[2], q + 8 * j + 4, 4);
     std::memcpy(&a.q[3], q + 64 + 8 * j + 4, 4);
-    a.bias = qx.lane_bias[size_t(at * kLanes + 2 * j)] + qx.lane_bias[size_t(at * kLanes + 2 * j + 1)];
+    a.bias = qx.lane_bias[size_t(at * kLanes + 2 * j)] +
+             qx.lane_bias[size_t(at * kLanes + 2 * j + 1)];
     a.scale = qx.lane_scale[size_t(at * kLanes + 2 * j)];
   }
 }
@@ -134,8 +135,8 @@ QF_ROWS16_TARGET inline void prefetch_sub_block(const uint8_t* at, int64_t h, in
 // y[t * y_stride + k] = row k of the group at `g` (16 rows, `blocks` scale blocks of `subs`
 // 16-element sub-blocks: NVFP4 1, MXFP4 2, INT4 group / 16) against token t < T (a: [activation
 // blocks][T], 16 elements each), times `factor` (what turns the units of the codes as the kernel
-// reads them, doubled E2M1 and NVFP4's F16-shifted scales, into the product's). kPrefetch: L2 prefetches kOneStreamPrefetchBytes ahead
-// (8 KB measured best on Zen 4 and on Emerald Rapids).
+// reads them, doubled E2M1 and NVFP4's F16-shifted scales, into the product's). kPrefetch: L2
+// prefetches kOneStreamPrefetchBytes ahead (8 KB measured best on Zen 4 and on Emerald Rapids).
 template <Kind K, int T, bool kPrefetch>
 QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
                                 const BlockAct* a, float factor, float* y, int64_t y_stride) {
@@ -156,9 +157,10 @@ QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
 }
 
 // One token against kGroups consecutive groups at once (rows 16 kGroups from `g`, their outputs
-// y[0, 16 kGroups), times `factor`): block i of each group in turn, so the task reads kGroups nearby streams,
-// each prefetched row_prefetch_offset ahead (past a group's end, the same place in the group
-// kGroups further), as the BF16 kernel reads its 4 rows. Each row's arithmetic is group_dot's.
+// y[0, 16 kGroups), times `factor`): block i of each group in turn, so the task reads kGroups
+// nearby streams, each prefetched row_prefetch_offset ahead (past a group's end, the same place
+// in the group kGroups further), as the BF16 kernel reads its 4 rows. Each row's arithmetic is
+// group_dot's.
 // Emerald Rapids, 2 threads, a read of 4 interleaved 18 KB streams with about this kernel's
 // compute per byte: 1.11x one stream prefetched 8 KB ahead (1.05x without the compute).
 constexpr int kGroups = 4;
