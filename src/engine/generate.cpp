@@ -70,8 +70,9 @@ std::vector<int32_t> generate(Model& model, std::span<const int32_t> prompt, int
   Sampler sampler(opt);
   std::vector<float> logits(static_cast<size_t>(model.vocab_size()));
   std::vector<int32_t> out;
-  // The whole context allocated once (no cache copies mid-generation).
-  model.reserve_context(1, int64_t(prompt.size()) + max_new);
+  // The whole context allocated once (no cache copies mid-generation); max_new beyond the
+  // model's context is capped first, so the sum cannot overflow.
+  model.reserve_context(1, int64_t(prompt.size()) + std::min(max_new, model.max_seq()));
   model.forward(prompt, 0, logits.data(), false);
   int64_t pos = int64_t(prompt.size());
   for (int64_t i = 0; i < max_new; ++i) {

@@ -78,7 +78,7 @@ BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch
 namespace {
 
 // The median, smallest and largest rates of a model's runs (see BenchSeries).
-BenchSeries series_of(std::vector<BenchResult> runs, int64_t batch) {
+BenchSeries series_of(std::vector<BenchResult> runs) {
   BenchSeries s;
   s.runs = std::move(runs);
   std::vector<double> prefill, decode;
@@ -92,7 +92,7 @@ BenchSeries series_of(std::vector<BenchResult> runs, int64_t batch) {
   for (const BenchResult& r : s.runs)
     if (r.decode_tok_s == decode[mid]) s.median = r;
   s.median.prefill_tok_s = prefill[mid];
-  s.median.prefill_s = double(batch * s.median.prompt) / prefill[mid];
+  s.median.prefill_s = double(s.median.batch * s.median.prompt) / prefill[mid];
   s.median.peak_rss_bytes = s.runs.back().peak_rss_bytes;
   s.prefill_min = prefill.front();
   s.prefill_max = prefill.back();
@@ -114,7 +114,7 @@ BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat
   if (repeat < 1) fail("--repeat must be at least 1");
   std::vector<BenchResult> runs;
   for (int i = 0; i < repeat; ++i) runs.push_back(bench_model(model, prompt, gen, batch));
-  return series_of(std::move(runs), batch);
+  return series_of(std::move(runs));
 }
 
 AlternatingBench bench_alternating(std::span<const BenchCase> cases, int64_t gen, int repeat) {
@@ -133,7 +133,7 @@ AlternatingBench bench_alternating(std::span<const BenchCase> cases, int64_t gen
     }
     a.prefill_vs_first.push_back(over_rounds(std::move(prefill)));
     a.decode_vs_first.push_back(over_rounds(std::move(decode)));
-    a.series.push_back(series_of(runs[c], cases[c].batch));
+    a.series.push_back(series_of(runs[c]));
   }
   return a;
 }
