@@ -39,6 +39,15 @@ nlohmann::ordered_json series_json(const std::string& dir, const std::string& qu
   j["gen"] = r.gen;
   j["threads"] = r.threads;
   j["repeat"] = repeat;
+  if (r.products_s > 0) {
+    // FLOPs of the Linears only (attention's and the head's left out), for prefill and products.
+    j["linear_gflop_per_token"] = r.linear_flops_per_token / 1e9;
+    j["prefill_linear_gflops"] = r.linear_flops_per_token * s.median.prefill_tok_s / 1e9;
+    j["products_gflops"] = s.products_flop_s / 1e9;
+    j["prefill_of_products"] = s.prefill_of_products.median;
+    j["prefill_of_products_min"] = s.prefill_of_products.min;
+    j["prefill_of_products_max"] = s.prefill_of_products.max;
+  }
   return j;
 }
 
@@ -50,7 +59,7 @@ void register_bench(CLI::App& app, Action& run) {
     std::vector<int64_t> prompts{128}, batches{1};
     int64_t gen = 32;
     int threads = 0, repeat = 3;
-    bool json = false, alternate = false;
+    bool json = false, alternate = false, vs_gemm = false;
     KernelMode kernels = KernelMode::fast;
     std::optional<KvCacheType> kv_cache;
   };
@@ -92,6 +101,12 @@ void register_bench(CLI::App& app, Action& run) {
                 "a machine whose speed drifts, at the cost of holding all models in memory at "
                 "once, which peak RSS then covers (default: one model at a time, all its runs, "
                 "then the next; ratios of the medians)");
+  cmd->add_flag("--vs-gemm", args->vs_gemm,
+                "After each prefill, run every layer's Linear products alone at the prompt length "
+                "(one at a time, the same kernels and threads, on random activations: the GEMM "
+                "kernel's rate on this model's shapes) and report the prefill's rate as a fraction "
+                "of theirs, the median (and range) of the runs' same-run ratios, with both rates "
+                "in GFLOP/s of the Linears' FLOPs; not for models with MoE layers (default: off)");
   cmd->add_flag("--json", args->json,
                 "Print JSON on stdout (one object; with several rows {\"models\": [...]})");
   add_kernels_option(cmd, args->kernels);
@@ -113,13 +128,15 @@ void register_bench(CLI::App& app, Action& run) {
         std::vector<std::string> case_dirs;
         for (const std::string& dir : args->dirs) {
           loaded.push_back(Model::load(dir, mo));
+          if (args->vs_gemm) check_prefill_products(*loaded.back(), dir);
           for (int64_t prompt : args->prompts)
             for (int64_t batch : args->batches) {
               cases.push_back({loaded.back().get(), prompt, batch});
               case_dirs.push_back(dir);
             }
         }
-        const AlternatingBench a = bench_alternating(cases, args->gen, args->repeat);
+        const AlternatingBench a =
+            bench_alternating(cases, args->gen, args->repeat, args->vs_gemm);
         for (size_t c = 0; c < cases.size(); ++c)
           rows.push_back(series_json(case_dirs[c], cases[c].model->weights().quantization,
                                      a.series[c], args->repeat));
@@ -129,9 +146,11 @@ void register_bench(CLI::App& app, Action& run) {
         for (const std::string& dir : args->dirs) {
           // One model in memory at a time; peak RSS is the process's, so it covers those before.
           auto model = Model::load(dir, mo);
+          if (args->vs_gemm) check_prefill_products(*model, dir);
           for (int64_t prompt : args->prompts)
             for (int64_t batch : args->batches) {
-              const BenchSeries s = bench_repeated(*model, prompt, args->gen, args->repeat, batch);
+              const BenchSeries s =
+                  bench_repeated(*model, prompt, args->gen, args->repeat, batch, args->vs_gemm);
               rows.push_back(series_json(dir, model->weights().quantization, s, args->repeat));
               const double p = s.median.prefill_tok_s / rows[0]["prefill_tok_s"].get<double>(),
                            d = s.median.decode_tok_s / rows[0]["decode_tok_s"].get<double>();
@@ -224,6 +243,18 @@ void register_bench(CLI::App& app, Action& run) {
                      j["byte_limit_vs_first"].get<double>(),
                      j["decode_of_byte_limit"].get<double>());
         }
+      }
+      if (args->vs_gemm) {
+        fmt::print("\nPrefill against its Linear products run alone (GFLOP/s of the Linears' "
+                   "FLOPs; the fraction: median of same-run ratios):\n");
+        fmt::print("{:<{}}  {:>15}  {:>16}  {:>24}\n", "model", w, "prefill GFLOP/s",
+                   "products GFLOP/s", "prefill / products");
+        for (const auto& j : rows)
+          fmt::print("{:<{}}  {:>15.1f}  {:>16.1f}  {:>24}\n", label(j), w,
+                     j["prefill_linear_gflops"].get<double>(), j["products_gflops"].get<double>(),
+                     fmt::format("{:.3f} ({:.3f}-{:.3f})", j["prefill_of_products"].get<double>(),
+                                 j["prefill_of_products_min"].get<double>(),
+                                 j["prefill_of_products_max"].get<double>()));
       }
       if (args->batches.size() == 1 && args->batches[0] > 1)
         fmt::print("{} sequences decoded together: tok/s are summed over them ({:.1f} decode tok/s "

@@ -6,6 +6,7 @@
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
+#include "kernels/linear.h"
 #include "kernels/memory_read.h"
 
 #include <algorithm>
@@ -16,7 +17,47 @@
 
 namespace qf {
 
-BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch) {
+void check_prefill_products(const Model& model, std::string_view name) {
+  const auto& layers = model.arch().layers;
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (layers[l].is_moe)
+      fail("{}: --vs-gemm: layer {} is an MoE block (which rows a routed expert sees is the "
+           "engine's choice, not a fixed GEMM); only models without MoE layers",
+           name, l);
+}
+
+ProductsTiming time_prefill_products(Model& model, int64_t tokens) {
+  if (tokens < 1) fail("--prompt must be at least 1");
+  check_prefill_products(model, "bench");
+  const ModelWeights& w = model.weights();
+  std::vector<const LinearWeight*> products;
+  int64_t widest_in = 0, widest_out = 0;
+  ProductsTiming t;
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    for (const EngineLinear& L : w.layers[l].linears) {
+      if (L.w.rows == 0) continue;
+      products.push_back(&L.w);
+      widest_in = std::max(widest_in, L.w.cols);
+      widest_out = std::max(widest_out, L.w.rows);
+      t.flops += 2.0 * double(tokens) * double(L.w.rows) * double(L.w.cols);
+    }
+  }
+  std::vector<float> x(static_cast<size_t>(tokens * widest_in)),
+      y(static_cast<size_t>(tokens * widest_out));
+  uint64_t s = 0x2545F4914F6CDD1Dull;
+  for (float& v : x) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v = float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23);  // [-1, 1)
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const LinearWeight* p : products)
+    linear_forward(*p, x.data(), tokens, y.data(), &model.pool(), model.kernels());
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return t;
+}
+
+BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch,
+                        bool products) {
   if (prompt < 1 || gen < 1) fail("--prompt and --gen must be at least 1");
   if (batch < 1) fail("--batch must be at least 1");
   if (prompt + gen > model.max_seq())
@@ -51,6 +92,11 @@ BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch
     next[size_t(q)] = argmax(logits.data(), V);
   }
   r.prefill_s = std::chrono::duration<double>(clock::now() - t0).count();
+  if (products) {
+    const ProductsTiming p = time_prefill_products(model, prompt);
+    r.products_s = p.seconds;
+    r.linear_flops_per_token = p.flops / double(prompt);
+  }
   std::vector<int64_t> positions(static_cast<size_t>(batch));
   t0 = clock::now();
   for (int64_t i = 0; i < gen; ++i) {
@@ -77,6 +123,12 @@ BenchResult bench_model(Model& model, int64_t prompt, int64_t gen, int64_t batch
 
 namespace {
 
+RatioOverRounds over_rounds(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
 // The median, smallest and largest rates of a model's runs (see BenchSeries).
 BenchSeries series_of(std::vector<BenchResult> runs) {
   BenchSeries s;
@@ -98,32 +150,38 @@ BenchSeries series_of(std::vector<BenchResult> runs) {
   s.prefill_max = prefill.back();
   s.decode_min = decode.front();
   s.decode_max = decode.back();
+  if (s.runs[0].products_s > 0) {
+    std::vector<double> of_products, rates;
+    for (const BenchResult& r : s.runs) {
+      of_products.push_back(r.products_s * double(r.batch) / r.prefill_s);
+      rates.push_back(r.linear_flops_per_token * double(r.prompt) / r.products_s);
+    }
+    s.prefill_of_products = over_rounds(std::move(of_products));
+    s.products_flop_s = over_rounds(std::move(rates)).median;
+  }
   return s;
-}
-
-RatioOverRounds over_rounds(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return {n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
 }
 
 }  // namespace
 
 BenchSeries bench_repeated(Model& model, int64_t prompt, int64_t gen, int repeat,
-                           int64_t batch) {
+                           int64_t batch, bool products) {
   if (repeat < 1) fail("--repeat must be at least 1");
   std::vector<BenchResult> runs;
-  for (int i = 0; i < repeat; ++i) runs.push_back(bench_model(model, prompt, gen, batch));
+  for (int i = 0; i < repeat; ++i)
+    runs.push_back(bench_model(model, prompt, gen, batch, products));
   return series_of(std::move(runs));
 }
 
-AlternatingBench bench_alternating(std::span<const BenchCase> cases, int64_t gen, int repeat) {
+AlternatingBench bench_alternating(std::span<const BenchCase> cases, int64_t gen, int repeat,
+                                   bool products) {
   if (repeat < 1) fail("--repeat must be at least 1");
   if (cases.empty()) fail("bench: nothing to measure");
   std::vector<std::vector<BenchResult>> runs(cases.size());
   for (int i = 0; i < repeat; ++i)
     for (size_t c = 0; c < cases.size(); ++c)
-      runs[c].push_back(bench_model(*cases[c].model, cases[c].prompt, gen, cases[c].batch));
+      runs[c].push_back(
+          bench_model(*cases[c].model, cases[c].prompt, gen, cases[c].batch, products));
   AlternatingBench a;
   for (size_t c = 0; c < cases.size(); ++c) {
     std::vector<double> prefill, decode;

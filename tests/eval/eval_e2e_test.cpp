@@ -241,6 +241,40 @@ TEST(EvalE2E, BenchComparesWithTheFirstRow) {
   EXPECT_NE(bt.out.find("stories260K-hf (batch 2)"), std::string::npos) << bt.out;
 }
 
+// --vs-gemm: every layer's Linears timed alone after each prefill. Their FLOPs per token are the
+// config's (2 x rows x cols per Linear), both rates in GFLOP/s of them, and the prefill's share
+// a median of same-run ratios within its range; an MoE model is refused before any run.
+TEST(EvalE2E, BenchVsGemmTimesTheProductsAlone) {
+  QF_REQUIRE_FIXTURES();
+  // stories260K: hidden 64, intermediate 172, 5 layers, 4 KV heads of 8 dims.
+  const double flops = 2.0 * 5 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 172 * 64);
+  for (const bool alternate : {false, true}) {
+    SCOPED_TRACE(alternate ? "alternate" : "one model after the other");
+    const auto j = run_json("bench " + model("stories260K-hf") +
+                            " --prompt 32 --gen 2 --repeat 3 --vs-gemm --json" +
+                            (alternate ? " --alternate" : ""));
+    EXPECT_DOUBLE_EQ(j["linear_gflop_per_token"].get<double>(), flops / 1e9);
+    EXPECT_DOUBLE_EQ(j["prefill_linear_gflops"].get<double>(),
+                     flops / 1e9 * j["prefill_tok_s"].get<double>());
+    EXPECT_GT(j["products_gflops"].get<double>(), 0.0);
+    const double f = j["prefill_of_products"].get<double>();
+    EXPECT_GT(f, 0.0);
+    EXPECT_LE(j["prefill_of_products_min"].get<double>(), f);
+    EXPECT_GE(j["prefill_of_products_max"].get<double>(), f);
+  }
+  const auto plain = run_json("bench " + model("stories260K-hf") + " --prompt 8 --gen 2 --json");
+  EXPECT_FALSE(plain.contains("prefill_of_products"));
+  const auto text = test::run_qforge("bench " + model("stories260K-hf") +
+                                     " --prompt 16 --gen 2 --repeat 1 --vs-gemm");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Prefill against its Linear products run alone"), std::string::npos)
+      << text.out;
+  const fs::path moe = fs::path(QFORGE_SOURCE_DIR) / "tests/data/conformance/mixtral";
+  expect_one_line_error(
+      test::run_qforge("bench " + test::quote(moe) + " --prompt 8 --gen 2 --vs-gemm"),
+      "is an MoE block");
+}
+
 TEST(EvalE2E, BadInputIsAOneLineError) {
   QF_REQUIRE_FIXTURES();
   test::ScratchDir tmp;
