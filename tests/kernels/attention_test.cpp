@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -184,6 +185,42 @@ TEST(KvCache, StoresTheTypesRoundingAndReportsItsBytes) {
   }
   EXPECT_EQ(parse_kv_cache_type("fp8"), KvCacheType::fp8);
   EXPECT_FALSE(parse_kv_cache_type("int8").has_value());
+}
+
+// Every cache type: key channel c of head h at position p sits at (p / 16) * hd * 16 + c * 16 +
+// p % 16 of the head's keys, value row p at p * vd, each rounded as kv_store rounds it; positions
+// stored in two calls across a tile boundary, heads apart.
+TEST(KvCache, StoresKeysInTransposedTilesForEveryType) {
+  const int64_t heads = 2, hd = 8, n = 21;
+  std::vector<float> k(size_t(n * heads * hd)), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = 0.37f * float(i) - 40.f;
+    v[i] = 3.f - 0.21f * float(i);
+  }
+  for (KvCacheType t : {KvCacheType::f32, KvCacheType::bf16, KvCacheType::f16, KvCacheType::fp8}) {
+    SCOPED_TRACE(kv_cache_type_name(t));
+    const int64_t b = kv_cache_type_bytes(t);
+    KvCache cache(t, heads, hd, hd, {0.5f, 2.f}, {0.25f, 4.f});
+    cache.ensure(n, n);
+    cache.store(1, 0, 7, k.data(), v.data());
+    cache.store(1, 7, n - 7, k.data() + 7 * heads * hd, v.data() + 7 * heads * hd);
+    std::vector<uint8_t> want(static_cast<size_t>(b));
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t c = 0; c < hd; ++c) {
+          const auto* keys = static_cast<const uint8_t*>(cache.keys(1, h));
+          const size_t i = size_t((p * heads + h) * hd + c);
+          kernels::kv_store(t, &k[i], 1, 2.f, want.data());
+          ASSERT_EQ(std::memcmp(keys + (p / 16 * hd * 16 + c * 16 + p % 16) * b, want.data(),
+                                size_t(b)),
+                    0)
+              << "key p " << p << " h " << h << " c " << c;
+          const auto* values = static_cast<const uint8_t*>(cache.values(1, h));
+          kernels::kv_store(t, &v[i], 1, 4.f, want.data());
+          ASSERT_EQ(std::memcmp(values + (p * hd + c) * b, want.data(), size_t(b)), 0)
+              << "value p " << p << " h " << h << " c " << c;
+        }
+  }
 }
 
 TEST(KvCache, ReserveMakesRoomWithoutHoldingMoreOrMoving) {
