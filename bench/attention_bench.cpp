@@ -5,7 +5,7 @@
 // the last-level cache (16 layers, 128 MB, fitted in the 300 MB L3 of an Emerald Rapids VM, and
 // the figures were L3's).
 // AttentionPrefill: the same layer's attention for a 512-token prefill over a BF16 cache,
-// attend() per (token, KV head) as without AMX (arg 0) against attend_prefill_amx's blocks
+// attend() per (token, KV head) as without AMX (arg 0) against attend_prefill_amx, the engine's call
 // (arg 1), as GFLOP/s of the causal products (4 x heads x head_dim per visible key).
 // Run: qforge_bench --benchmark_filter='Attention' --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
@@ -131,29 +131,29 @@ void AttentionPrefill(benchmark::State& state) {
   cache.store(0, 0, kTokens, k.data(), k.data());
   ThreadPool pool(threads);
   const float scale = 1.f / std::sqrt(float(kHeadDim));
-  const int64_t block = kernels::prefill_attention_block_tokens(kv_mul);
-  const int64_t blocks = (kTokens + block - 1) / block;
+  std::vector<const uint16_t*> keys, values;
+  for (int64_t h = 0; h < kKvHeads; ++h) {
+    keys.push_back(static_cast<const uint16_t*>(cache.keys(0, h)));
+    values.push_back(static_cast<const uint16_t*>(cache.values(0, h)));
+  }
   for (auto _ : state) {
     if (amx) {
-      // The engine's tasks (Model::attention): the last blocks, which see the most keys, first.
-      pool.parallel_for(blocks * kKvHeads, [&](int64_t task) {
-        const int64_t kvh = task % kKvHeads, t0 = (blocks - 1 - task / kKvHeads) * block;
-        kernels::PrefillAttentionBlock b;
-        b.q = q.data() + t0 * q_dim + kvh * kv_mul * kHeadDim;
-        b.q_stride = q_dim;
-        b.tokens = std::min(block, kTokens - t0);
-        b.heads = kv_mul;
-        b.head_dim = b.v_head_dim = kHeadDim;
-        b.k = static_cast<const uint16_t*>(cache.keys(0, kvh));
-        b.v = static_cast<const uint16_t*>(cache.values(0, kvh));
-        b.k_stride = cache.key_tile_stride();
-        b.v_stride = cache.value_stride();
-        b.position = t0;
-        b.scale = scale;
-        b.out = out.data() + t0 * q_dim + kvh * kv_mul * kHeadDim;
-        b.out_stride = q_dim;
-        kernels::attend_prefill_amx(b);
-      });
+      // The engine's call (Model::attention).
+      kernels::PrefillAttention a;
+      a.q = q.data();
+      a.q_stride = q_dim;
+      a.tokens = kTokens;
+      a.kv_heads = kKvHeads;
+      a.heads = kv_mul;
+      a.head_dim = a.v_head_dim = kHeadDim;
+      a.k = keys;
+      a.v = values;
+      a.k_stride = cache.key_tile_stride();
+      a.v_stride = cache.value_stride();
+      a.scale = scale;
+      a.out = out.data();
+      a.out_stride = q_dim;
+      kernels::attend_prefill_amx(a, &pool);
     } else {
       pool.parallel_for(kTokens * kKvHeads, [&](int64_t task) {
         const int64_t t = task / kKvHeads, kvh = task % kKvHeads;

@@ -428,33 +428,31 @@ void Model::attention(int64_t l, const LayerSpec& spec, const LayerWeights& L, i
   const int64_t kv_mul = nh / nkv;
   const int64_t window = spec.sliding_window;
   if (prefill_attention_on_amx(n)) {
-    // A prefill (one sequence, consecutive positions) on AMX tiles: tasks are fixed blocks of
-    // query tokens per KV head, so the result does not depend on the thread count; the last
-    // blocks see the most keys and are handed out first (fewer idle threads at the end).
-    const int64_t block = kernels::prefill_attention_block_tokens(kv_mul);
-    const int64_t blocks = (n + block - 1) / block;
     const KvCache& kv = row_cache(0);
-    pool_->parallel_for(blocks * nkv, [&](int64_t task) {
-      const int64_t kvh = task % nkv, t0 = (blocks - 1 - task / nkv) * block, h0 = kvh * kv_mul;
-      kernels::PrefillAttentionBlock b;
-      b.q = q_.data() + t0 * q_dim + h0 * hd;
-      b.q_stride = q_dim;
-      b.tokens = std::min(block, n - t0);
-      b.heads = kv_mul;
-      b.head_dim = hd;
-      b.v_head_dim = vd;
-      b.k = static_cast<const uint16_t*>(kv.keys(l, kvh));
-      b.v = static_cast<const uint16_t*>(kv.values(l, kvh));
-      b.k_stride = kv.key_tile_stride();
-      b.v_stride = kv.value_stride();
-      b.position = pos + t0;
-      b.window = window;
-      b.scale = a.attention_scale;
-      b.sinks = L.sinks.empty() ? nullptr : L.sinks.data() + h0;
-      b.out = att_.data() + t0 * att_dim + h0 * vd;
-      b.out_stride = att_dim;
-      kernels::attend_prefill_amx(b);
-    });
+    std::vector<const uint16_t*> keys(static_cast<size_t>(nkv)), values(keys.size());
+    for (int64_t h = 0; h < nkv; ++h) {
+      keys[size_t(h)] = static_cast<const uint16_t*>(kv.keys(l, h));
+      values[size_t(h)] = static_cast<const uint16_t*>(kv.values(l, h));
+    }
+    kernels::PrefillAttention p;
+    p.q = q_.data();
+    p.q_stride = q_dim;
+    p.tokens = n;
+    p.kv_heads = nkv;
+    p.heads = kv_mul;
+    p.head_dim = hd;
+    p.v_head_dim = vd;
+    p.k = keys;
+    p.v = values;
+    p.k_stride = kv.key_tile_stride();
+    p.v_stride = kv.value_stride();
+    p.position = pos;
+    p.window = window;
+    p.scale = a.attention_scale;
+    p.sinks = L.sinks.empty() ? nullptr : L.sinks.data();
+    p.out = att_.data();
+    p.out_stride = att_dim;
+    kernels::attend_prefill_amx(p, pool_.get());
     return;
   }
   // Decode steps over long contexts split each row's positions into parts of kAttentionPart

@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace qf {
+
+class ThreadPool;
 
 // How a KV cache stores keys and values.
 //  f32:  exact (4 bytes per value).
@@ -77,29 +80,34 @@ void combine_attention_parts(int64_t parts, int64_t heads, int64_t v_head_dim, c
                              float* out);
 
 // Prefill attention on AMX-BF16 tiles (attention_prefill_bf16_amx.cpp), flash-attention style:
-// one KV head and a block of consecutive query tokens of one sequence, over a BF16 cache in the
-// layout above. The block's query heads are stacked token-major as the rows of the tiles' A
-// operand (GQA: a key tile is multiplied once for all the heads that share it); per block of
-// keys, the scores come from AMX products, the online softmax runs in float32 SIMD, and the
-// probabilities, rounded to BF16, multiply the values on AMX again. Queries and probabilities
-// are rounded to BF16 (the cache already is), so results differ from attend() by that rounding
-// (relative ~2^-9 per product term); both sums stay in float32.
-struct PrefillAttentionBlock {
-  // Token t's `heads` query heads, [heads, head_dim], at q + t * q_stride.
+// the query tokens of one sequence (consecutive positions), every KV head, over a BF16 cache in
+// the layout above. Each KV head's keys and values are laid out as tile operands once per call,
+// then fixed blocks of query tokens per KV head run as pool tasks: a block's query heads are
+// stacked token-major as the rows of the tiles' A operand (GQA: a key tile is multiplied once
+// for all the heads that share it); per block of keys, the scores come from AMX products, the
+// online softmax runs in float32 SIMD, and the probabilities, rounded to BF16, multiply the
+// values on AMX again. Queries and probabilities are rounded to BF16 (the cache already is), so
+// results differ from attend() by that rounding (relative ~2^-9 per product term); both sums
+// stay in float32. A block's result depends on the block alone, so the outputs are the same bits
+// at any thread count.
+struct PrefillAttention {
+  // Token t's query heads, [kv_heads * heads, head_dim] (KV head h's `heads` heads together),
+  // at q + t * q_stride.
   const float* q = nullptr;
   int64_t q_stride = 0;
-  int64_t tokens = 0, heads = 1, head_dim = 0, v_head_dim = 0;
-  // The KV head's BF16 keys and values, as in AttentionGroup (k_stride >= head_dim * kKeyTile).
-  const uint16_t* k = nullptr;
-  const uint16_t* v = nullptr;
+  // Query heads per KV head (GQA ratio).
+  int64_t tokens = 0, kv_heads = 1, heads = 1, head_dim = 0, v_head_dim = 0;
+  // Each KV head's BF16 keys and values (KvCache::keys / values), as in AttentionGroup
+  // (k_stride >= head_dim * kKeyTile).
+  std::span<const uint16_t* const> k, v;
   int64_t k_stride = 0, v_stride = 0;
   // Token t is at position `position` + t and sees the keys [begin, position + t + 1), begin = 0
   // or, with a sliding window, max(0, position + t + 1 - window). The cache holds them all.
   int64_t position = 0;
   int64_t window = 0;
   float scale = 1.f;             // multiplies q.k
-  const float* sinks = nullptr;  // [heads] gpt-oss sink logits, or none
-  // Token t's heads' outputs, [heads, v_head_dim], at out + t * out_stride.
+  const float* sinks = nullptr;  // [kv_heads * heads] gpt-oss sink logits, or none
+  // Token t's heads' outputs, [kv_heads * heads, v_head_dim], at out + t * out_stride.
   float* out = nullptr;
   int64_t out_stride = 0;
 };
@@ -108,12 +116,10 @@ struct PrefillAttentionBlock {
 // grants it (not with QFORGE_NO_AMX=1 nor QFORGE_NO_AMX_ATTENTION=1), and both sizes are whole
 // 32-element tile chunks.
 bool prefill_attention_amx_fits(int64_t head_dim, int64_t v_head_dim);
-// Query tokens per block for `heads` query heads per KV head: about 64 tile rows.
-int64_t prefill_attention_block_tokens(int64_t heads);
-// Writes the block's outputs. Its result depends on the block alone (not on the thread that
-// runs it), so callers that split a prefill into fixed blocks get the same bits at any thread
-// count. Only where prefill_attention_amx_fits.
-void attend_prefill_amx(const PrefillAttentionBlock& b);
+// Writes every token's outputs, on `pool` (null: the calling thread). Uses a grow-only buffer
+// of the calling thread for the laid-out keys and values (kv_heads x about (2 x positions seen +
+// 128) x head_dim x 2 bytes). Only where prefill_attention_amx_fits.
+void attend_prefill_amx(const PrefillAttention& a, ThreadPool* pool);
 
 }  // namespace kernels
 }  // namespace qf

@@ -79,32 +79,34 @@ std::vector<float> reference(const Case& c, const Inputs& s) {
   return out;
 }
 
-// The engine's split: fixed blocks of prefill_attention_block_tokens per KV head, on `threads`.
+// The engine's call: every token and KV head at once, on `threads`.
 std::vector<float> prefill(const Case& c, const Inputs& s, int threads) {
-  const int64_t nh = s.nkv * c.kv_mul, block = kernels::prefill_attention_block_tokens(c.kv_mul);
-  const int64_t blocks = (c.tokens + block - 1) / block;
+  const int64_t nh = s.nkv * c.kv_mul;
   std::vector<float> out(size_t(c.tokens * nh * c.hd), NAN);
+  std::vector<const uint16_t*> keys, values;
+  for (int64_t h = 0; h < s.nkv; ++h) {
+    keys.push_back(static_cast<const uint16_t*>(s.cache.keys(0, h)));
+    values.push_back(static_cast<const uint16_t*>(s.cache.values(0, h)));
+  }
+  kernels::PrefillAttention a;
+  a.q = s.q.data();
+  a.q_stride = nh * c.hd;
+  a.tokens = c.tokens;
+  a.kv_heads = s.nkv;
+  a.heads = c.kv_mul;
+  a.head_dim = a.v_head_dim = c.hd;
+  a.k = keys;
+  a.v = values;
+  a.k_stride = s.cache.key_tile_stride();
+  a.v_stride = s.cache.value_stride();
+  a.position = c.prefix;
+  a.window = c.window;
+  a.scale = 1.f / std::sqrt(float(c.hd));
+  a.sinks = c.sinks ? s.sinks.data() : nullptr;
+  a.out = out.data();
+  a.out_stride = nh * c.hd;
   ThreadPool pool(threads);
-  pool.parallel_for(blocks * s.nkv, [&](int64_t task) {
-    const int64_t kvh = task % s.nkv, t0 = task / s.nkv * block, h0 = kvh * c.kv_mul;
-    kernels::PrefillAttentionBlock b;
-    b.q = s.q.data() + (t0 * nh + h0) * c.hd;
-    b.q_stride = nh * c.hd;
-    b.tokens = std::min(block, c.tokens - t0);
-    b.heads = c.kv_mul;
-    b.head_dim = b.v_head_dim = c.hd;
-    b.k = static_cast<const uint16_t*>(s.cache.keys(0, kvh));
-    b.v = static_cast<const uint16_t*>(s.cache.values(0, kvh));
-    b.k_stride = s.cache.key_tile_stride();
-    b.v_stride = s.cache.value_stride();
-    b.position = c.prefix + t0;
-    b.window = c.window;
-    b.scale = 1.f / std::sqrt(float(c.hd));
-    b.sinks = c.sinks ? s.sinks.data() + h0 : nullptr;
-    b.out = out.data() + (t0 * nh + h0) * c.hd;
-    b.out_stride = nh * c.hd;
-    kernels::attend_prefill_amx(b);
-  });
+  kernels::attend_prefill_amx(a, &pool);
   return out;
 }
 
