@@ -5,8 +5,8 @@
 // the last-level cache (16 layers, 128 MB, fitted in the 300 MB L3 of an Emerald Rapids VM, and
 // the figures were L3's).
 // AttentionPrefill: the same layer's attention for a 512-token prefill over a BF16 cache,
-// attend() per (token, KV head) as without AMX (arg 0) against attend_prefill_amx, the engine's call
-// (arg 1), as GFLOP/s of the causal products (4 x heads x head_dim per visible key).
+// attend() per (token, KV head) as without AMX (arg 0) against attend_prefill_amx, the engine's
+// call (arg 1), as GFLOP/s of the causal products (4 x heads x head_dim per visible key).
 // Run: qforge_bench --benchmark_filter='Attention' --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include "core/thread_pool.h"

@@ -11,12 +11,13 @@
 // The cache stores keys transposed per tile of 16 positions ([channel][16 positions]) and
 // values as rows ([position][channel]); either way a B tile's row (one pair) is two 16-element
 // rows of the cache interleaved element by element: one permute per 64 bytes, done once per call
-// and KV head for every position the call sees (per block of queries it was done again for every
-// block: 16x the work at 512 tokens, a third of the attention's time). Per key block (kKeyBlock positions) the softmax runs per row in float32
-// SIMD: mask (causal / window), running max m, p = 2^(s * scale * log2(e) - m) with a short
-// polynomial (its error, < 3e-6, is far below the BF16 rounding of p), p rounded to BF16 once
-// and the row sum taken over the rounded values (so the normalisation matches what multiplies V),
-// and O rescaled only in rows whose max grew.
+// and KV head for every position the call sees (done per block of queries, it was repeated for
+// every block: 16x the work at 512 tokens, a third of the attention's time). Per key block
+// (kKeyBlock positions) the softmax runs per row in float32 SIMD: mask (causal / window),
+// running max m, p = 2^(s * scale * log2(e) - m) with a short polynomial (its error, < 3e-6, is
+// far below the BF16 rounding of p), p rounded to BF16 once and the row sum taken over the
+// rounded values (so the normalisation matches what multiplies V), and O rescaled only in rows
+// whose max grew.
 //
 // Tiles: 0-3 C (16 x 16 float), 4-5 A (16 rows x 32 BF16), 6-7 B (16 pairs x 16 columns), all
 // 16 rows of 64 bytes: the same configuration as matmul_bf16_amx.cpp. Both products are blocked
@@ -25,10 +26,10 @@
 // Determinism: a block's result depends on the block alone (fixed key blocks from the block's
 // first visible position, fixed order of every sum), so any split across threads gives the same
 // bits.
+#include "core/thread_pool.h"
 #include "kernels/amx_tile_config.h"
 #include "kernels/attention.h"
 #include "kernels/kernels_internal.h"
-#include "core/thread_pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
 
@@ -134,10 +135,11 @@ struct PackedKv {
   int64_t first = 0, pairs = 0;
 };
 
-// Fills key tiles [t0, t1) and value pairs [2 t0 * 8, 2 t1 * 8) of a PackedKv over
-// [first, padded) of one KV head whose cache holds [0, end). Key tiles at or past the cache's
-// last are zero (scores there are masked, whatever they are); values at or past `end` are zero
-// (the cache past its length is not initialised, and 0 x NaN would spoil the sums).
+// Fills key tiles [t0, t1) and value pairs [8 t0, 8 t1) of a PackedKv of one KV head whose cache
+// holds [0, end). Key tiles at or past the cache's last are zero (scores there are masked,
+// whatever they are); values at or past `end` are zero (the cache past its length is not
+// initialised, and 0 x NaN would spoil the sums). A block of queries meets the call's later
+// positions too, with probability 0: the same sums, as the call's own (finite) values.
 QF_AMX_TARGET void pack_kv(const PrefillAttention& a, const uint16_t* k, const uint16_t* v,
                            int64_t first, int64_t end, int64_t pairs, int64_t t0, int64_t t1,
                            uint16_t* kp, uint16_t* vp) {
@@ -168,7 +170,8 @@ QF_AMX_TARGET void pack_kv(const PrefillAttention& a, const uint16_t* k, const u
       for (int64_t c = 0; c < ct; ++c)
         _mm512_storeu_si512(o + c * pairs * 32, interleave16(r + c * 16, kZero));
     } else {
-      for (int64_t c = 0; c < ct; ++c) _mm512_storeu_si512(o + c * pairs * 32, _mm512_setzero_si512());
+      for (int64_t c = 0; c < ct; ++c)
+        _mm512_storeu_si512(o + c * pairs * 32, _mm512_setzero_si512());
     }
   }
 }
