@@ -158,12 +158,22 @@ QF_ROWS16_TARGET void group_dot(const uint8_t* g, int64_t blocks, int64_t subs,
 
 // One token against kGroups consecutive groups at once (rows 16 kGroups from `g`, their outputs
 // y[0, 16 kGroups), times `factor`): block i of each group in turn, so the task reads kGroups
-// nearby streams, each prefetched row_prefetch_offset ahead (past a group's end, the same place
+// nearby streams, each prefetched group_prefetch_bytes ahead (past a group's end, the same place
 // in the group kGroups further), as the BF16 kernel reads its 4 rows. Each row's arithmetic is
 // group_dot's.
 // Emerald Rapids, 2 threads, a read of 4 interleaved 18 KB streams with about this kernel's
 // compute per byte: 1.11x one stream prefetched 8 KB ahead (1.05x without the compute).
 constexpr int kGroups = 4;
+// How far ahead each group's stream is prefetched (row_prefetch_offset's distance). NVFP4 and
+// MXFP4: 1 KB. Emerald Rapids, 2 threads, alternating builds, same-run STREAM ratios: 4096 x
+// 14336 NVFP4 0.905 / 0.899 / 0.921 with 4 KB -> 0.923 / 0.926 / 0.933 (2 KB 0.931 / 0.921, 512
+// bytes 0.912 / 0.930), MXFP4 0.94-0.97 -> 0.997; the Llama-1B layer (NVFP4) 0.933 / 0.937 / 0.982
+// -> 0.965 / 0.970 / 0.978. INT4 (1088-byte blocks) stays at 4 KB: at 1 KB the same runs gave
+// 2 threads 0.94-0.95 either way, 1 thread 0.94-0.96 against 0.96-0.99.
+template <Kind K>
+constexpr int64_t group_prefetch_bytes() {
+  return K == Kind::int4 ? kRowPrefetchBytes : 1024;
+}
 template <Kind K, bool kPrefetch>
 QF_ROWS16_TARGET void groups_dot(const uint8_t* g, int64_t group_bytes, int64_t blocks,
                                  int64_t subs, const BlockAct* a, float factor, float* y) {
@@ -174,7 +184,8 @@ QF_ROWS16_TARGET void groups_dot(const uint8_t* g, int64_t group_bytes, int64_t 
   for (int j = 0; j < kGroups; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t i = 0; i < blocks; ++i, a += subs) {
     const int64_t at = i * bytes;
-    const int64_t ahead = kPrefetch ? row_prefetch_offset(at, group_bytes) : 0;
+    const int64_t ahead =
+        kPrefetch ? row_prefetch_offset(at, group_bytes, group_prefetch_bytes<K>()) : 0;
 #pragma GCC unroll 4
     for (int j = 0; j < kGroups; ++j) {
       const uint8_t* b = g + j * group_bytes + at;
