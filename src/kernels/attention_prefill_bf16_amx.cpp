@@ -26,7 +26,6 @@
 // Determinism: a block's result depends on the block alone (fixed key blocks from the block's
 // first visible position, fixed order of every sum), so any split across threads gives the same
 // bits.
-#include "core/thread_pool.h"
 #include "kernels/amx_tile_config.h"
 #include "kernels/attention.h"
 #include "kernels/kernels_internal.h"
@@ -43,7 +42,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 
 namespace qf::kernels {
 namespace {
@@ -287,15 +285,22 @@ QF_AMX_TARGET void softmax_row(const float* s, int64_t k0, int64_t begin, int64_
   }
 }
 
+// The first key visible to a query whose visible keys end at `end` (the window's start, else 0).
+int64_t visible_begin(const PrefillAttention& a, int64_t end) {
+  return a.window > 0 ? std::max<int64_t>(0, end - a.window) : 0;
+}
+
+// The first key a query at `position` sees, down to its key tile.
+int64_t first_key_tile_start(const PrefillAttention& a, int64_t position) {
+  return visible_begin(a, position + 1) / kKeyTile * kKeyTile;
+}
+
 QF_AMX_TARGET void attend_block(const PrefillAttention& a, const Block& b, const PackedKv& kv) {
   const int64_t hd = a.head_dim, vd = a.v_head_dim, H = a.heads;
   const int64_t rows = b.tokens * H, row_tiles = (rows + 15) / 16, padded = row_tiles * 16;
   const int64_t position = a.position + b.t0;
   const int64_t last_end = position + b.tokens;  // the last token's visible end
-  auto begin_of = [&](int64_t end) {
-    return a.window > 0 ? std::max<int64_t>(0, end - a.window) : 0;
-  };
-  const int64_t first = begin_of(position + 1) / kKeyTile * kKeyTile;
+  const int64_t first = first_key_tile_start(a, position);
 
   thread_local Scratch sc;
   uint16_t* qp = sc.q.get(size_t(padded * hd));
@@ -316,7 +321,7 @@ QF_AMX_TARGET void attend_block(const PrefillAttention& a, const Block& b, const
     score_tiles(qp, hd, row_tiles, kv.k + (k0 - kv.first) * hd, s);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t end = position + r / H + 1;
-      const int64_t begin = begin_of(end);
+      const int64_t begin = visible_begin(a, end);
       uint16_t* pr = pp + r * kKeyBlock;
       if (k0 >= end || k0 + kKeyBlock <= begin) {
         std::memset(pr, 0, kKeyBlock * 2);  // nothing visible in this block
@@ -352,15 +357,6 @@ int64_t block_tokens(int64_t heads) {
   return std::max<int64_t>(1, kBlockRows / std::max<int64_t>(1, heads));
 }
 
-// Runs task(i) for i < n on the pool, or in order on this thread.
-void run_tasks(ThreadPool* pool, int64_t n, const std::function<void(int64_t)>& task) {
-  if (pool == nullptr || pool->size() == 1) {
-    for (int64_t i = 0; i < n; ++i) task(i);
-  } else {
-    pool->parallel_for(n, task);
-  }
-}
-
 }  // namespace
 
 bool prefill_attention_amx_fits(int64_t head_dim, int64_t v_head_dim) {
@@ -379,8 +375,7 @@ void attend_prefill_amx(const PrefillAttention& a, ThreadPool* pool) {
   const int64_t hd = a.head_dim, vd = a.v_head_dim;
   // Every position some block sees, key tiles whole, and a key block's worth past the end so
   // the last block's reads stay inside (those tiles are zero).
-  const int64_t first =
-      (a.window > 0 ? std::max<int64_t>(0, a.position + 1 - a.window) : 0) / kKeyTile * kKeyTile;
+  const int64_t first = first_key_tile_start(a, a.position);
   const int64_t end = a.position + a.tokens;
   const int64_t tiles = (end - first + kKeyTile - 1) / kKeyTile + kKeyBlock / kKeyTile;
   const int64_t pairs = tiles * kKeyTile / 2;
@@ -390,7 +385,7 @@ void attend_prefill_amx(const PrefillAttention& a, ThreadPool* pool) {
   // Laid out in parallel: parts of 16 key tiles (256 positions) per KV head.
   constexpr int64_t kPackTiles = 16;
   const int64_t parts = (tiles + kPackTiles - 1) / kPackTiles;
-  run_tasks(pool, a.kv_heads * parts, [&](int64_t i) {
+  for_row_tasks(pool, a.kv_heads * parts, 1, [&](int64_t i, int64_t) {
     const int64_t kvh = i / parts, t0 = i % parts * kPackTiles;
     uint16_t* kp = buffer + kvh * (k_size + v_size);
     pack_kv(a, a.k[size_t(kvh)], a.v[size_t(kvh)], first, end, pairs, t0,
@@ -400,7 +395,7 @@ void attend_prefill_amx(const PrefillAttention& a, ThreadPool* pool) {
   // count; the last blocks see the most keys and are handed out first (fewer idle threads at
   // the end).
   const int64_t block = block_tokens(a.heads), blocks = (a.tokens + block - 1) / block;
-  run_tasks(pool, blocks * a.kv_heads, [&](int64_t task) {
+  for_row_tasks(pool, blocks * a.kv_heads, 1, [&](int64_t task, int64_t) {
     const int64_t kvh = task % a.kv_heads, t0 = (blocks - 1 - task / a.kv_heads) * block;
     const uint16_t* kp = buffer + kvh * (k_size + v_size);
     attend_block(a, {kvh, t0, std::min(block, a.tokens - t0)}, {kp, kp + k_size, first, pairs});
