@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 struct TuneArgs {
   std::string model, out, format = "nvfp4", algo = "max", group_size, export_format = "modelopt";
   std::string activations = "none", checkpoint, html, tokenizer, train = "weights", from;
+  std::string eval_text;
   std::vector<std::string> exclude, calib_files;
   CalibrationOptions calib;
   int64_t steps = 200, batch = 4, eval_samples = 8, eval_every = 0, checkpoint_every = 0;
@@ -42,7 +43,7 @@ std::string tune_html(const TuneArgs& a, const DistillReport& r) {
   loss.y_label = "training batch KL (nats/token)";
   LineChart eval;
   eval.x_label = "step";
-  eval.y_label = "held-out KL (nats/token)";
+  eval.y_label = r.eval_on_text ? "evaluation-text KL (nats/token)" : "held-out KL (nats/token)";
   for (const DistillPoint& p : r.curve) {
     if (p.loss >= 0)
       loss.points.push_back({double(p.step), p.loss, fmt::format("step {}: {:.5f}", p.step, p.loss)});
@@ -57,13 +58,16 @@ std::string tune_html(const TuneArgs& a, const DistillReport& r) {
       {"format", escape_html(a.format + " (" + r.algo + " + end-to-end tuning)")},
       {"steps", fmt::format("{} x {} windows of {} tokens, lr {}", r.steps, a.batch,
                             r.tokens_per_window, a.lr)},
-      {"held-out KL", fmt::format("{:.5f} before, {:.5f} after ({:.2f}x)", r.eval_kl_before,
+      {r.eval_on_text ? "KL on " + escape_html(a.eval_text) : std::string("held-out KL"),
+       fmt::format("{:.5f} before, {:.5f} after ({:.2f}x)", r.eval_kl_before,
                                   r.eval_kl_after,
                                   r.eval_kl_before > 0 ? r.eval_kl_after / r.eval_kl_before : 0)},
       {"time", fmt::format("{:.1f} s ({:.3f} s per step)", r.seconds, r.seconds_per_step)},
   });
   body += "<h2>Loss curve</h2>\n" + svg_line_chart(loss, "training loss by step");
-  body += "<h2>Held-out KL</h2>\n" + svg_line_chart(eval, "held-out KL by step");
+  body += r.eval_on_text
+              ? "<h2>KL on the evaluation text</h2>\n" + svg_line_chart(eval, "evaluation KL by step")
+              : "<h2>Held-out KL</h2>\n" + svg_line_chart(eval, "held-out KL by step");
   return html_page("qforge tune " + a.out, body);
 }
 
@@ -86,6 +90,7 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
     j["generated_windows"] = r.generated_windows;
     j["train_windows"] = r.train_windows;
     j["eval_windows"] = r.eval_windows;
+    j["eval_text"] = r.eval_on_text ? nlohmann::ordered_json(a.eval_text) : nlohmann::ordered_json();
     j["tokens_per_window"] = r.tokens_per_window;
     j["tuned_linears"] = r.tuned_linears;
     j["parameters"] = r.parameters;
@@ -113,8 +118,10 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
   fmt::print("qforge tune -> {} ({}, {} export, {} + end-to-end tuning)\n",
              r.quantize.output.string(), r.quantize.format, r.quantize.export_format, r.algo);
   fmt::print("  {:<28} {} Linears, {} weights\n", "tuned", r.tuned_linears, r.parameters);
-  fmt::print("  {:<28} {} steps x {} windows of {} tokens (train {}, held out {}), lr {}{}\n",
-             "training", r.steps, a.batch, r.tokens_per_window, r.train_windows, r.eval_windows,
+  fmt::print("  {:<28} {} steps x {} windows of {} tokens (train {}, {}), lr {}{}\n",
+             "training", r.steps, a.batch, r.tokens_per_window, r.train_windows,
+             r.eval_on_text ? fmt::format("evaluate {} of the text", r.eval_windows)
+                            : fmt::format("held out {}", r.eval_windows),
              a.lr, r.resumed_from ? fmt::format(", resumed at step {}", r.resumed_from) : "");
   if (r.scale_parameters > 0)
     fmt::print("  {:<28} {} block scales (LSQ, --train {})\n", "scales trained", r.scale_parameters,
@@ -126,7 +133,8 @@ void print_summary(const TuneArgs& a, const DistillReport& r, bool json) {
   if (r.generated_windows > 0)
     fmt::print("  {:<28} {} windows sampled by the teacher from {}-token prompts\n",
                "distillation text", r.generated_windows, a.calib_generate);
-  fmt::print("  {:<28} {:.5f} -> {:.5f} ({:.2f}x)\n", "held-out KL (nats/token)",
+  fmt::print("  {:<28} {:.5f} -> {:.5f} ({:.2f}x)\n",
+             r.eval_on_text ? "eval-text KL (nats/token)" : "held-out KL (nats/token)",
              r.eval_kl_before, r.eval_kl_after,
              r.eval_kl_before > 0 ? r.eval_kl_after / r.eval_kl_before : 0.0);
   fmt::print("  {:<28} {:.1f} s (quantize {:.1f} s, tune {:.1f} s: {:.3f} s/step, evaluation {:.1f} s)\n",
@@ -204,8 +212,14 @@ void register_tune(CLI::App& app, Action& run) {
                   "them too; 0: the calibration text")
       ->capture_default_str();
   cmd->add_option("--eval-samples", args->eval_samples,
-                  "Calibration windows held out for the evaluation KL")
+                  "Windows of the evaluation KL: calibration windows held out, or the first "
+                  "windows of --eval-text")
       ->capture_default_str();
+  cmd->add_option("--eval-text", args->eval_text,
+                  "Measure the evaluation KL on this UTF-8 text instead of held-out calibration "
+                  "windows (all of which then train): its first --eval-samples windows of "
+                  "--calib-seq tokens, as `qforge eval kl --ctx` reads them; it only measures, "
+                  "it never trains or calibrates (default: none)");
   cmd->add_option("--eval-every", args->eval_every,
                   "Steps between evaluations (default: steps / 10)");
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
@@ -257,6 +271,7 @@ void register_tune(CLI::App& app, Action& run) {
       o.generate_prompt = a.calib_generate;
       o.eval_samples = a.eval_samples;
       o.eval_every = a.eval_every;
+      o.eval_text = a.eval_text;
       o.checkpoint_every = a.checkpoint_every;
       o.resume = a.resume;
       o.from = a.from;
@@ -277,6 +292,11 @@ void register_tune(CLI::App& app, Action& run) {
       for (const auto& f : a.calib_files) {
         std::error_code ec;
         key += fmt::format(" calib={}:{}", f, fs::file_size(f, ec));
+      }
+      if (!a.eval_text.empty()) {
+        std::error_code ec;
+        key += fmt::format(" eval_text={}:{}", fs::absolute(a.eval_text).string(),
+                           fs::file_size(a.eval_text, ec));
       }
       o.config_key = key;
       if (fs::exists(a.out) && !a.force)

@@ -8,6 +8,7 @@
 #include "core/numeric.h"
 #include "engine/generate.h"
 #include "engine/model.h"
+#include "eval/text.h"
 #include "formats/fake_quant.h"
 #include "io/json_file.h"
 #include "pipeline/distill_start.h"
@@ -260,7 +261,7 @@ DistillState read_distill_state(const fs::path& path) {
   return st;
 }
 
-CalibrationData check_distill(const SourceModel& model, const DistillOptions& o) {
+DistillData check_distill(const SourceModel& model, const DistillOptions& o) {
   const QuantizeOptions& q = o.quantize;
   if (o.steps < 1 || o.steps > 10'000'000)
     fail("tune: --steps {} is out of range [1, 10000000]", o.steps);
@@ -311,12 +312,28 @@ CalibrationData check_distill(const SourceModel& model, const DistillOptions& o)
   if (a.final_softcap != 0.f || a.logits_divisor != 1.f || a.embedding_scale != 1.f)
     fail("{}: a head with logit soft-capping or scaling, or scaled embeddings, is not "
          "differentiated by the training code (plain Llama models only)", a.model_type);
-  CalibrationData data = load_calibration_data(q.calib, model.tokenizer());
-  const int64_t windows = int64_t(data.windows.size());
-  if (windows < o.batch + o.eval_samples)
+  DistillData data;
+  data.calib = load_calibration_data(q.calib, model.tokenizer());
+  const int64_t windows = int64_t(data.calib.windows.size());
+  const int64_t n = q.calib.seq_len;
+  if (!o.eval_text.empty()) {
+    if (windows < o.batch)
+      fail("tune: the calibration set is too small: {} windows of {} tokens, need --batch {} "
+           "(more text, a smaller --calib-seq or --batch)", windows, n, o.batch);
+    const Tokenizer& tok = model.tokenizer();
+    const std::vector<int32_t> ids =
+        tok.encode(read_eval_text(o.eval_text, 0), tok.bos_id() >= 0);
+    if (int64_t(ids.size()) < o.eval_samples * n)
+      fail("tune --eval-text: {} holds {} tokens; --eval-samples {} windows of --calib-seq {} "
+           "need {} (more text or fewer --eval-samples)",
+           o.eval_text.string(), ids.size(), o.eval_samples, n, o.eval_samples * n);
+    for (int64_t w = 0; w < o.eval_samples; ++w)
+      data.eval_text.emplace_back(ids.begin() + w * n, ids.begin() + (w + 1) * n);
+  } else if (windows < o.batch + o.eval_samples) {
     fail("tune: the calibration set is too small: {} windows of {} tokens, need --batch {} + "
          "--eval-samples {} (more text, a smaller --calib-seq, --batch or --eval-samples)",
-         windows, q.calib.seq_len, o.batch, o.eval_samples);
+         windows, n, o.batch, o.eval_samples);
+  }
   if (o.resume) {
     const DistillState st = read_distill_state(o.checkpoint);
     if (st.key_hash != distill_key_hash(o.config_key))
@@ -329,7 +346,8 @@ CalibrationData check_distill(const SourceModel& model, const DistillOptions& o)
 DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_dir,
                                  const DistillOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  CalibrationData data = check_distill(model, o);
+  DistillData checked = check_distill(model, o);
+  CalibrationData& data = checked.calib;
   DistillReport rep;
   rep.algo = o.from.empty() ? std::string(weight_algo_name(o.quantize.algo)) : "from checkpoint";
   const Architecture& arch = model.arch;
@@ -469,7 +487,10 @@ DistillReport distill_checkpoint(const SourceModel& model, const fs::path& out_d
   }
   initial.clear();
 
-  // Windows: the last eval_samples held out.
+  // Windows: the last eval_samples held out, or the evaluation text's after every calibration
+  // window (appended only now: the initial quantization never saw them).
+  rep.eval_on_text = !checked.eval_text.empty();
+  for (std::vector<int32_t>& w : checked.eval_text) data.windows.push_back(std::move(w));
   const int64_t W = int64_t(data.windows.size());
   const int64_t n_eval = o.eval_samples, n_train = W - n_eval;
   rep.train_windows = n_train;

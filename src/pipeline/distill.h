@@ -50,7 +50,7 @@ struct DistillOptions {
   std::filesystem::path from;
   int64_t steps = 200;         // optimiser steps
   int64_t batch = 4;           // windows per step
-  int64_t eval_samples = 8;    // calibration windows held out for the evaluation KL
+  int64_t eval_samples = 8;    // windows of the evaluation KL (held out, or of eval_text)
   int64_t eval_every = 0;      // steps between evaluations; 0: steps / 10 (at least 1)
   // Adam's peak learning rate (cosine decay to 0 over `steps`), in units of each weight's
   // quantization step (its scale's divisor d: the parameters are W / d).
@@ -69,6 +69,12 @@ struct DistillOptions {
   // teacher's own distribution, and the initial quantization (GPTQ's statistics, W4A4's input
   // scales) calibrates on the same windows; 0: the calibration text as it is.
   int64_t generate_prompt = 0;
+  // A text to measure the evaluation KL on instead of held-out calibration windows (every
+  // calibration window then trains): its first eval_samples windows of calib.seq_len tokens, BOS
+  // once at the start and each window from position 0, so the curve's KL is what `qforge eval
+  // kl --ctx seq_len` reports on those tokens. Used only to measure, never to train or
+  // calibrate. Empty: the last eval_samples calibration windows are held out.
+  std::filesystem::path eval_text;
   int64_t checkpoint_every = 0;         // 0: no checkpoints
   std::filesystem::path checkpoint;     // the checkpoint file (written and, with resume, read)
   bool resume = false;
@@ -92,6 +98,7 @@ struct DistillReport {
   QuantizeReport quantize;        // the export's (final write) report
   std::string algo;               // the initial quantization's algorithm
   int64_t train_windows = 0, eval_windows = 0, tokens_per_window = 0;
+  bool eval_on_text = false;      // the evaluation KL is on DistillOptions::eval_text
   int64_t steps = 0, resumed_from = 0, parameters = 0, tuned_linears = 0;
   int64_t scale_parameters = 0;      // LSQ block scales trained (0 unless --train scales/both)
   int64_t generated_windows = 0;     // windows the teacher sampled (--calib-generate)
@@ -105,10 +112,18 @@ struct DistillReport {
   std::vector<DistillPoint> curve;
 };
 
+// The token windows a distillation reads: the calibration windows (trained on; the last
+// eval_samples held out unless there is an evaluation text) and the evaluation text's windows.
+struct DistillData {
+  CalibrationData calib;
+  std::vector<std::vector<int32_t>> eval_text;  // empty without DistillOptions::eval_text
+};
+
 // Checks everything that can be checked before work starts (one-line qf::Error): the family's
 // backward exists (every layer a plain Llama block, plain head), the options' ranges and
-// combinations, the calibration windows against batch + eval_samples. Returns the windows.
-CalibrationData check_distill(const SourceModel& model, const DistillOptions& options);
+// combinations, the calibration windows against batch (+ eval_samples when held out), the
+// evaluation text (readable, UTF-8, at least eval_samples x seq_len tokens). Returns the windows.
+DistillData check_distill(const SourceModel& model, const DistillOptions& options);
 
 // Runs the three steps into `out_dir`. Throws qf::Error as check_distill does, and for a
 // checkpoint that does not match (--resume with other flags or inputs).

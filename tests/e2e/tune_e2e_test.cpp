@@ -1,5 +1,5 @@
 // End to end: `qforge tune` on stories260K-hf lowers the KL of an NVFP4 round-to-nearest
-// quantization (held out and on eval kl's own text), and its output is an ordinary export that
+// quantization (on eval kl's own text, during the run and after it), and its output is an ordinary export that
 // inspect and eval read; bad flags fail with one line before any work.
 #include "io/checkpoint.h"
 #include "test_util.h"
@@ -27,17 +27,24 @@ TEST(TuneE2E, LowersKlAndExportsAnOrdinaryCheckpoint) {
   const auto q = test::run_qforge("quantize " + quote(model_dir("stories260K-hf")) + " -o " +
                                   quote(tmp / "rtn") + " --format nvfp4 -q");
   ASSERT_EQ(q.exit_code, 0) << q.err;
+  // The evaluation KL on eval kl's own text (--eval-text): all 24 windows train.
+  const fs::path text = test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt";
   const auto r = test::run_qforge("tune " + quote(model_dir("stories260K-hf")) + " -o " +
                                   quote(tmp / "tuned") + " --format nvfp4 --steps 24 --batch 4 " +
-                                  "--eval-samples 4 --lr 0.01 --threads 2 --json --html " +
+                                  "--eval-samples 4 --eval-text " + quote(text) +
+                                  " --lr 0.01 --threads 2 --json --html " +
                                   quote(tmp / "tune.html") + kCalib);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_LT(j["eval_kl_after"].get<double>(), j["eval_kl_before"].get<double>());
   EXPECT_EQ(j["steps"].get<int>(), 24);
+  EXPECT_EQ(j["train_windows"].get<int>(), 24);
+  EXPECT_EQ(j["eval_windows"].get<int>(), 4);
+  EXPECT_EQ(j["eval_text"].get<std::string>(), text.string());
   const std::string html = test::read_file(tmp / "tune.html");
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("Loss curve"), std::string::npos);
+  EXPECT_NE(html.find("KL on the evaluation text"), std::string::npos);
 
   const double kl_rtn = test::eval_kl_mean("stories260K-hf", tmp / "rtn");
   const double kl_tuned = test::eval_kl_mean("stories260K-hf", tmp / "tuned");
@@ -136,7 +143,8 @@ TEST(TuneE2E, BadFlagsFailWithOneLine) {
        {std::string(" --lr 5"), std::string(" --steps 0"), std::string(" --batch 30"),
         std::string(" --train scales --format int4"),
         std::string(" --calib-generate 64"),
-        std::string(" --scale-lr 3"), std::string(" --embedding-lr 3")}) {
+        std::string(" --scale-lr 3"), std::string(" --embedding-lr 3"),
+        " --eval-text " + quote(tmp / "missing.txt")}) {
     const auto r = test::run_qforge(base + bad + kCalib);
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;

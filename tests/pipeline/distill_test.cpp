@@ -5,6 +5,9 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
+#include "engine/model.h"
+#include "eval/perplexity.h"
+#include "eval/text.h"
 #include "formats/fake_quant.h"
 #include "io/checkpoint.h"
 #include "model/architecture.h"
@@ -184,7 +187,7 @@ TEST(Distill, UntiedEmbeddingAndHeadAreTrainedAndExported) {
   ASSERT_FALSE(src.arch.tie_word_embeddings);
   DistillOptions o = small_options(tmp / "s.state");
   o.embedding_lr = 0.05f;
-  const CalibrationData data = check_distill(src, o);
+  const CalibrationData data = check_distill(src, o).calib;
   const DistillReport r = distill_checkpoint(src, tmp / "out", o);
   EXPECT_EQ(r.embedding_parameters, 2 * 256 * 64);
   EXPECT_FALSE(r.embedding_tied);
@@ -244,6 +247,43 @@ TEST(Distill, TeacherGeneratedWindowsAreReproducible) {
   EXPECT_NE(a.eval_kl_before, c.eval_kl_before);  // other windows held out
 }
 
+// --eval-text: the evaluation windows are the text's first eval_samples x seq tokens, so the
+// curve's last KL is what `eval kl --ctx seq` gives the export on those tokens (the student's
+// float forward against the engine's exact kernels: other summation orders, so not bit for
+// bit), and every calibration window trains.
+TEST(Distill, EvaluationTextIsMeasuredAsEvalKlReadsIt) {
+  QF_REQUIRE_FIXTURES();
+  test::ScratchDir tmp;
+  const fs::path model = test::model_dir("stories260K-hf");
+  const SourceModel src = SourceModel::open(model);
+  DistillOptions o = small_options(tmp / "s.state");
+  o.eval_text = test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt";
+  o.eval_samples = 3;
+  const DistillData data = check_distill(src, o);
+  ASSERT_EQ(data.eval_text.size(), 3u);
+  const DistillReport r = distill_checkpoint(src, tmp / "out", o);
+  EXPECT_TRUE(r.eval_on_text);
+  EXPECT_EQ(r.eval_windows, 3);
+  EXPECT_EQ(r.train_windows, int64_t(data.calib.windows.size()));
+
+  const int64_t seq = o.quantize.calib.seq_len;
+  const Tokenizer& tok = src.tokenizer();
+  std::vector<int32_t> ids = tok.encode(read_eval_text(o.eval_text, 0), tok.bos_id() >= 0);
+  ids.resize(size_t(3 * seq + 1));
+  for (int64_t w = 0; w < 3; ++w)
+    EXPECT_TRUE(std::equal(data.eval_text[size_t(w)].begin(), data.eval_text[size_t(w)].end(),
+                           ids.begin() + w * seq));
+  ModelOptions mo;
+  mo.kernels = KernelMode::exact;
+  mo.threads = 2;
+  const auto base = Model::load(model, mo);
+  const auto quant = Model::load(tmp / "out", mo);
+  const KlResult kl = kl_divergence(*base, *quant, ids, seq);
+  EXPECT_EQ(kl.tokens, 3 * seq);
+  EXPECT_NEAR(r.eval_kl_after, kl.kl_mean, 0.01 * kl.kl_mean);
+  EXPECT_GT(r.eval_kl_after, 0);
+}
+
 std::string error_of(const SourceModel& src, const DistillOptions& o) {
   try {
     check_distill(src, o);
@@ -269,6 +309,13 @@ TEST(Distill, BadInputIsRefusedUpFront) {
     b = o;
     b.batch = 7;  // 8 windows: 7 + 2 held out do not fit
     EXPECT_NE(error_of(src, b).find("too small"), std::string::npos);
+    b.eval_text = test::fixtures_dir() / "corpora" / "tinystories_valid_subset.txt";
+    EXPECT_EQ(error_of(src, b), "");  // no window held out: 8 >= 7
+    test::write_file(tmp / "short.txt", "Once upon a time.");
+    b.eval_text = tmp / "short.txt";  // a few tokens for 2 windows of 32
+    EXPECT_NE(error_of(src, b).find("need 64"), std::string::npos);
+    b.eval_text = tmp / "missing.txt";
+    EXPECT_NE(error_of(src, b).find("missing.txt"), std::string::npos);
     b = o;
     b.scale_lr = 2.f;
     EXPECT_NE(error_of(src, b).find("--scale-lr"), std::string::npos);
