@@ -59,9 +59,8 @@ std::string tune_html(const TuneArgs& a, const DistillReport& r) {
       {"steps", fmt::format("{} x {} windows of {} tokens, lr {}", r.steps, a.batch,
                             r.tokens_per_window, a.lr)},
       {r.eval_on_text ? "KL on " + escape_html(a.eval_text) : std::string("held-out KL"),
-       fmt::format("{:.5f} before, {:.5f} after ({:.2f}x)", r.eval_kl_before,
-                                  r.eval_kl_after,
-                                  r.eval_kl_before > 0 ? r.eval_kl_after / r.eval_kl_before : 0)},
+       fmt::format("{:.5f} before, {:.5f} after ({:.2f}x)", r.eval_kl_before, r.eval_kl_after,
+                   r.eval_kl_before > 0 ? r.eval_kl_after / r.eval_kl_before : 0)},
       {"time", fmt::format("{:.1f} s ({:.3f} s per step)", r.seconds, r.seconds_per_step)},
   });
   body += "<h2>Loss curve</h2>\n" + svg_line_chart(loss, "training loss by step");
