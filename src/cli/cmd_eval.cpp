@@ -47,10 +47,9 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
 // id goes to *bos; -1 otherwise).
 std::vector<int32_t> stream_ids(const std::string& model_dir, const EvalArgs& a,
                                 int32_t* bos = nullptr) {
-  const std::string text = read_eval_text(a.text, a.max_chars);
   const auto tok = Tokenizer::load_for_model(model_dir, a.tokenizer);
   if (bos) *bos = tok->bos_id();
-  return tok->encode(text, tok->bos_id() >= 0);
+  return eval_text_ids(a.text, a.max_chars, *tok);
 }
 
 EvalProgress progress_bar(std::unique_ptr<Progress>& bar, const std::string& label,

@@ -4,6 +4,7 @@
 #include "core/error.h"
 
 #include "core/mapped_file.h"
+#include "io/tokenizer.h"
 
 namespace qf {
 namespace {
@@ -50,6 +51,11 @@ std::string read_eval_text(const std::filesystem::path& path, int64_t max_chars)
     ++chars;
   }
   return text;
+}
+
+std::vector<int32_t> eval_text_ids(const std::filesystem::path& path, int64_t max_chars,
+                                   const Tokenizer& tokenizer) {
+  return tokenizer.encode(read_eval_text(path, max_chars), tokenizer.bos_id() >= 0);
 }
 
 }  // namespace qf

@@ -320,9 +320,7 @@ DistillData check_distill(const SourceModel& model, const DistillOptions& o) {
     if (windows < o.batch)
       fail("tune: the calibration set is too small: {} windows of {} tokens, need --batch {} "
            "(more text, a smaller --calib-seq or --batch)", windows, n, o.batch);
-    const Tokenizer& tok = model.tokenizer();
-    const std::vector<int32_t> ids =
-        tok.encode(read_eval_text(o.eval_text, 0), tok.bos_id() >= 0);
+    const std::vector<int32_t> ids = eval_text_ids(o.eval_text, 0, model.tokenizer());
     if (int64_t(ids.size()) < o.eval_samples * n)
       fail("tune --eval-text: {} holds {} tokens; --eval-samples {} windows of --calib-seq {} "
            "need {} (more text or fewer --eval-samples)",
